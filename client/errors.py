@@ -1,0 +1,229 @@
+"""The offsetstore exception tree, shared by the client, the server and the Spark sink.
+
+Each error knows the gRPC status and ``google.rpc.ErrorInfo`` reason it travels as,
+so the server sends exactly what the client turns back into the same exception::
+
+    OffsetStoreError
+     ├── InvalidArgumentError   INVALID_ARGUMENT     reason INVALID_ARGUMENT (+ BadRequest)
+     ├── StaleGenerationError   FAILED_PRECONDITION  reason STALE_GENERATION
+     ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
+     ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
+     ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE
+     ├── UnauthenticatedError   UNAUTHENTICATED
+     ├── PermissionDeniedError  PERMISSION_DENIED
+     └── InternalError          INTERNAL, and any status not listed above
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+__all__ = [
+    "DOMAIN",
+    "FieldViolation",
+    "GroupNotFoundError",
+    "InternalError",
+    "InvalidArgumentError",
+    "OffsetMismatchError",
+    "OffsetStoreError",
+    "PermissionDeniedError",
+    "StaleGenerationError",
+    "StoreUnavailableError",
+    "UnauthenticatedError",
+    "from_rpc_error",
+]
+
+#: The ErrorInfo domain of every offsetstore error.
+DOMAIN = "offsetstore.v1"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """A bad field of a request, named by its path (``offsets[2].partition``)."""
+
+    field: str
+    description: str
+
+
+class OffsetStoreError(Exception):
+    """Base of every offsetstore error."""
+
+    code: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
+    reason: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+    def to_status(self) -> grpc.Status:
+        """The rich gRPC status the server sends for this error."""
+        status = status_pb2.Status(code=self.code.value[0], message=self.message)
+        if self.reason:
+            info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
+            status.details.add().Pack(info)
+        self._add_details(status)
+        return rpc_status.to_status(status)
+
+    def _add_details(self, status: status_pb2.Status) -> None:
+        pass
+
+    @classmethod
+    def _from_details(cls, message: str, metadata: dict[str, str], details: list[Any]) -> OffsetStoreError:
+        return cls(message, metadata=metadata)
+
+
+class InvalidArgumentError(OffsetStoreError):
+    """The request is malformed; ``violations`` names the bad fields. Nothing was written."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        violations: list[FieldViolation] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata)
+        self.violations: list[FieldViolation] = list(violations or [])
+
+    @classmethod
+    def field(cls, field: str, description: str) -> InvalidArgumentError:
+        """An error about one field."""
+        return cls(f"{field}: {description}", violations=[FieldViolation(field, description)])
+
+    def _add_details(self, status: status_pb2.Status) -> None:
+        if self.violations:
+            bad = error_details_pb2.BadRequest()
+            for v in self.violations:
+                bad.field_violations.add(field=v.field, description=v.description)
+            status.details.add().Pack(bad)
+
+    @classmethod
+    def _from_details(cls, message: str, metadata: dict[str, str], details: list[Any]) -> OffsetStoreError:
+        violations = [
+            FieldViolation(v.field, v.description)
+            for d in details
+            if isinstance(d, error_details_pb2.BadRequest)
+            for v in d.field_violations
+        ]
+        return cls(message, violations=violations, metadata=metadata)
+
+
+class StaleGenerationError(OffsetStoreError):
+    """The writer's generation is not the group's current one: a newer writer or a reset fenced it."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "STALE_GENERATION"
+
+    @property
+    def current_generation(self) -> int | None:
+        value = self.metadata.get("current_generation")
+        return int(value) if value is not None else None
+
+
+class OffsetMismatchError(OffsetStoreError):
+    """A compare-and-set found another offset stored than the one expected."""
+
+    code = grpc.StatusCode.ABORTED
+    reason = "OFFSET_MISMATCH"
+
+    @property
+    def stored_offset(self) -> int | None:
+        value = self.metadata.get("stored_offset")
+        return int(value) if value is not None else None
+
+
+class GroupNotFoundError(OffsetStoreError):
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "GROUP_NOT_FOUND"
+
+
+class StoreUnavailableError(OffsetStoreError):
+    """The database could not be reached or timed out; the outcome of a write is unknown."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "STORE_UNAVAILABLE"
+
+
+class UnauthenticatedError(OffsetStoreError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(OffsetStoreError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class InternalError(OffsetStoreError):
+    """Any other failure; ``status_code`` keeps the gRPC status it came with."""
+
+    code = grpc.StatusCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: dict[str, str] | None = None,
+        status_code: grpc.StatusCode | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata)
+        self.status_code = status_code or grpc.StatusCode.INTERNAL
+
+
+_BY_REASON: dict[str, type[OffsetStoreError]] = {
+    cls.reason: cls
+    for cls in (InvalidArgumentError, StaleGenerationError, OffsetMismatchError, GroupNotFoundError, StoreUnavailableError)
+}
+_BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError,
+        StaleGenerationError,
+        OffsetMismatchError,
+        GroupNotFoundError,
+        StoreUnavailableError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+    )
+}
+_UNPACKABLE = (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest)
+
+
+def _unpack(status: status_pb2.Status) -> list[Any]:
+    out = []
+    for any_detail in status.details:
+        for kind in _UNPACKABLE:
+            if any_detail.Is(kind.DESCRIPTOR):
+                message = kind()
+                any_detail.Unpack(message)
+                out.append(message)
+    return out
+
+
+def from_rpc_error(error: grpc.RpcError) -> OffsetStoreError:
+    """Rebuilds the typed error a server sent (works for sync and asyncio errors)."""
+    code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
+    message: str = error.details() or code.name  # type: ignore[attr-defined]
+    details: list[Any] = []
+    try:
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except ValueError:
+        status = None
+    if status is not None:
+        details = _unpack(status)
+    info = next((d for d in details if isinstance(d, error_details_pb2.ErrorInfo) and d.domain == DOMAIN), None)
+    metadata = dict(info.metadata) if info is not None else {}
+    cls = _BY_REASON.get(info.reason) if info is not None else None
+    if cls is None:
+        cls = _BY_CODE.get(code)
+    if cls is None:
+        return InternalError(message, metadata=metadata, status_code=code)
+    return cls._from_details(message, metadata, details)
+

@@ -1,0 +1,149 @@
+"""Plain Python values of the offsetstore v1 contract, shared by the client and the server."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, NamedTuple, TypeVar
+
+__all__ = [
+    "Boundary",
+    "ChangeKind",
+    "CommittedOffset",
+    "FetchResult",
+    "GroupDescription",
+    "GroupSummary",
+    "OffsetChange",
+    "OffsetCommit",
+    "Page",
+    "PartitionStatus",
+    "ResetResult",
+    "TopicPartition",
+    "Watermark",
+    "NO_OFFSET",
+    "EARLIEST",
+    "LATEST",
+]
+
+#: Offset of a partition that has none (Kafka's convention).
+NO_OFFSET = -1
+#: Sentinel stored by a reset to the earliest offset when no watermark is known.
+EARLIEST = -2
+#: Sentinel stored by a reset to the latest offset when no watermark is known.
+LATEST = -1
+
+
+class Boundary(enum.IntEnum):
+    """Either end of a partition's log (values match the proto enum)."""
+
+    EARLIEST = 1
+    LATEST = 2
+
+
+class ChangeKind(enum.IntEnum):
+    """What produced a history entry (values match the proto enum)."""
+
+    COMMIT = 1
+    RESET = 2
+    DELETE = 3
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic; a tuple, so ``offsets[("orders", 0)]`` works."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    """One partition's offset to commit; ``expected_offset`` makes it a compare-and-set."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+    expected_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+    commit_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OffsetChange:
+    topic: str
+    partition: int
+    previous_offset: int
+    new_offset: int
+    kind: ChangeKind
+    generation: int
+    change_time: datetime | None = None
+    actor: str = ""
+
+
+@dataclass(frozen=True)
+class Watermark:
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group_id: str
+    generation: int
+    partition_count: int
+    last_commit_time: datetime | None
+    total_lag: int
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    commit_time: datetime | None
+    log_end_offset: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    generation: int
+    partitions: list[PartitionStatus] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Committed offsets keyed by (topic, partition), and the group's generation."""
+
+    offsets: dict[TopicPartition, CommittedOffset]
+    generation: int
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    changes: list[OffsetChange]
+    generation: int
+    dry_run: bool
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; ``next_page_token`` is empty on the last page."""
+
+    items: list[T]
+    next_page_token: str = ""
