@@ -1,0 +1,35 @@
+"""Alembic migrations of the store's schema, shipped in the package so any install can migrate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offsetstore.server.schema import SCHEMA
+
+__all__ = ["MIGRATION_LOCK_ID", "VERSION_TABLE", "context_options", "include_name"]
+
+VERSION_TABLE = "alembic_version"
+
+# Key of the PostgreSQL advisory lock held while migrating. Advisory locks are
+# per database, so this only serialises migrations of the same database.
+MIGRATION_LOCK_ID = 0x6F66_6673_6574_0001
+
+
+def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
+    """Alembic name filter: the store owns the ``offsetstore`` schema and nothing else."""
+    if type_ == "schema":
+        # The default schema comes through as None: it is the user's, not ours.
+        return name == SCHEMA
+    return True
+
+
+def context_options() -> dict[str, Any]:
+    """Options for ``MigrationContext.configure`` that env.py and model checks share."""
+    return {
+        "include_schemas": True,
+        "include_name": include_name,
+        "version_table": VERSION_TABLE,
+        "version_table_schema": SCHEMA,
+        "compare_type": True,
+        "compare_server_default": True,
+    }

@@ -1,0 +1,1 @@
+"""Revision scripts of the store's schema, applied in order by Alembic."""

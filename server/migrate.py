@@ -1,0 +1,80 @@
+"""Apply, revert and inspect the store's Alembic migrations from code, with no alembic.ini."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+import offsetstore.migrations
+
+__all__ = ["alembic_config", "current", "downgrade", "normalize_url", "upgrade"]
+
+_SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
+
+# Alembic's `context` and `op` are module-level proxies, so two migrations
+# running in threads of one process would trample each other. Other processes
+# are kept out by the advisory lock that env.py takes in the database.
+_alembic_lock = threading.Lock()
+
+
+def normalize_url(url: str) -> str:
+    """Return `url` with the psycopg 3 driver when it names plain PostgreSQL.
+
+    ``postgresql://`` and ``postgres://`` (libpq's and Heroku's spelling)
+    become ``postgresql+psycopg://``; any other URL comes back unchanged.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+def alembic_config(database_url: str) -> Config:
+    """Return an Alembic config for the packaged migrations, pointed at `database_url`."""
+    config = Config()
+    config.set_main_option("script_location", _SCRIPT_LOCATION)
+    # Lists such as version_locations split on os.pathsep, the modern rule.
+    config.set_main_option("path_separator", "os")
+    # The options go through ConfigParser interpolation: a password with %
+    # in it (percent-encoded characters) must survive it.
+    config.set_main_option("sqlalchemy.url", normalize_url(database_url).replace("%", "%%"))
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    """Migrate the database at `database_url` up to `revision`.
+
+    Safe to run from several processes at once: one migrates, the others
+    wait and then find nothing left to do.
+    """
+    with _alembic_lock:
+        command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str) -> None:
+    """Migrate the database at `database_url` down to `revision`.
+
+    ``"base"`` removes the store: its tables, Alembic's version table and the
+    ``offsetstore`` schema.
+    """
+    with _alembic_lock:
+        command.downgrade(alembic_config(database_url), revision)
+
+
+def current(database_url: str) -> str | None:
+    """Return the revision the database is at, None if the store was never installed."""
+    engine = create_engine(normalize_url(database_url), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts=offsetstore.migrations.context_options()
+            )
+            return context.get_current_revision()
+    finally:
+        engine.dispose()

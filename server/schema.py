@@ -1,0 +1,88 @@
+"""The store's tables, in their own PostgreSQL schema ``offsetstore``; Alembic migrates them."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    func,
+)
+
+SCHEMA = "offsetstore"
+
+metadata = MetaData(
+    schema=SCHEMA,
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    },
+)
+
+# One row per group. Its generation fences writers; every write to a group's
+# offsets locks this row first, so generation checks are never read-then-write.
+groups = Table(
+    "groups",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("generation", BigInteger, nullable=False, server_default="0"),
+    # Resets so far: lets a Spark query derive a fresh checkpoint after a reset.
+    Column("reset_count", BigInteger, nullable=False, server_default="0"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("generation >= 0", name="generation_non_negative"),
+)
+
+# The next offset to consume per (group, topic, partition). -2 and -1 are the
+# earliest/latest sentinels a reset stores when no watermark is known.
+offsets = Table(
+    "offsets",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("offset", BigInteger, nullable=False),
+    Column("metadata", Text, nullable=False, server_default=""),
+    Column("commit_time", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint('"offset" >= -2', name="offset_valid"),
+    CheckConstraint("partition >= 0", name="partition_non_negative"),
+)
+
+# Append-only audit trail. No foreign key: the history outlives a deleted group.
+offset_history = Table(
+    "offset_history",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("previous_offset", BigInteger, nullable=True),
+    Column("new_offset", BigInteger, nullable=True),
+    Column("kind", SmallInteger, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("change_time", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("actor", Text, nullable=False, server_default=""),
+    Index(None, "group_id", "id"),
+    Index(None, "group_id", "topic", "partition", "id"),
+)
+
+# Log watermarks reported by clients, per (topic, partition), shared by all groups.
+watermarks = Table(
+    "watermarks",
+    metadata,
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("log_start_offset", BigInteger, nullable=False),
+    Column("log_end_offset", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
