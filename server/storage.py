@@ -1,0 +1,722 @@
+"""The storage core: every operation of the contract as one function over a caller's Connection.
+
+Each function runs inside the caller's transaction and never commits, so the gRPC
+server and the Spark sink share the very same code; the sink adds its rows to the
+same transaction. Writes to a group first lock the group's row, which decides
+generation checks, compare-and-set and resets under a lock instead of by
+read-then-write races. Failures raise the typed errors of
+``offsetstore.client.errors``; the caller rolls back, so nothing is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from offsetstore.client.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    OffsetMismatchError,
+    StaleGenerationError,
+)
+from offsetstore.client.types import (
+    EARLIEST,
+    LATEST,
+    NO_OFFSET,
+    Boundary,
+    ChangeKind,
+    CommittedOffset,
+    FetchResult,
+    GroupDescription,
+    GroupSummary,
+    OffsetChange,
+    OffsetCommit,
+    Page,
+    PartitionStatus,
+    ResetResult,
+    TopicPartition,
+    Watermark,
+)
+
+from . import _validate as check
+from .schema import groups, offset_history, offsets, watermarks
+
+__all__ = [
+    "commit_offsets",
+    "fetch_offsets",
+    "reset_offsets",
+    "delete_offsets",
+    "join_group",
+    "list_groups",
+    "describe_group",
+    "list_offset_history",
+    "report_watermarks",
+    "group_generation",
+    "lag_columns",
+]
+
+SelectionArg = Mapping[str, Iterable[int]] | Iterable[tuple[str, Iterable[int]]] | None
+
+
+# --- statements built once; SQLAlchemy caches their compiled form ---------------
+
+_GROUP_FOR_WRITE = (
+    select(groups.c.generation)
+    .where(groups.c.group_id == bindparam("group_id"))
+    # NO KEY UPDATE: conflicts with every other writer of the group, not with readers.
+    .with_for_update(key_share=True)
+)
+
+_rows = (
+    func.unnest(
+        bindparam("topics", type_=ARRAY(Text)),
+        bindparam("partitions", type_=ARRAY(Integer)),
+        bindparam("offsets", type_=ARRAY(BigInteger)),
+        bindparam("metadatas", type_=ARRAY(Text)),
+    )
+    .table_valued("topic", "partition", "offset", "metadata")
+    .render_derived(name="u", with_types=False)
+)
+
+
+def _build_commit_statement():
+    # One round trip: read the previous offsets, upsert, append history for real changes.
+    # All parts of a statement share one snapshot, so "prev" sees the values before the upsert;
+    # the group lock taken before keeps them current.
+    gid = bindparam("group_id", type_=Text)
+    prev = (
+        select(offsets.c.topic, offsets.c.partition, offsets.c.offset)
+        .where(
+            offsets.c.group_id == gid,
+            tuple_(offsets.c.topic, offsets.c.partition).in_(select(_rows.c.topic, _rows.c.partition)),
+        )
+        .cte("prev")
+    )
+    ins = pg_insert(offsets).from_select(
+        ["group_id", "topic", "partition", "offset", "metadata"],
+        select(gid, _rows.c.topic, _rows.c.partition, _rows.c.offset, _rows.c.metadata),
+    )
+    up = (
+        ins.on_conflict_do_update(
+            index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
+            set_={"offset": ins.excluded.offset, "metadata": ins.excluded.metadata, "commit_time": func.now()},
+        )
+        .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset, offsets.c.metadata, offsets.c.commit_time)
+        .cte("up")
+    )
+    joined = up.outerjoin(prev, and_(prev.c.topic == up.c.topic, prev.c.partition == up.c.partition))
+    hist = (
+        offset_history.insert()
+        .from_select(
+            ["group_id", "topic", "partition", "previous_offset", "new_offset", "kind", "generation", "actor"],
+            select(
+                gid,
+                up.c.topic,
+                up.c.partition,
+                prev.c.offset,
+                up.c.offset,
+                literal(int(ChangeKind.COMMIT)),
+                bindparam("generation", type_=BigInteger),
+                bindparam("actor", type_=Text),
+            )
+            .select_from(joined)
+            .where(prev.c.offset.is_distinct_from(up.c.offset)),
+        )
+        .cte("hist")
+    )
+    return select(up).add_cte(hist)
+
+
+_COMMIT = _build_commit_statement()
+
+
+def _selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
+    if not sels:
+        return true()
+    whole = [t for t, parts in sels if not parts]
+    pairs = [(t, p) for t, parts in sels for p in parts]
+    clauses = []
+    if whole:
+        clauses.append(table.c.topic.in_(whole))
+    if pairs:
+        clauses.append(tuple_(table.c.topic, table.c.partition).in_(pairs))
+    return or_(*clauses)
+
+
+def _lock_group(conn: Connection, group_id: str, *, create: bool) -> int | None:
+    """Locks the group's row for writing and returns its generation (None: no such group)."""
+    generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one_or_none()
+    if generation is None and create:
+        conn.execute(pg_insert(groups).values(group_id=group_id).on_conflict_do_nothing())
+        generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one()
+    return generation
+
+
+def _none(offset: int | None) -> int:
+    return NO_OFFSET if offset is None else offset
+
+
+# --- commit ---------------------------------------------------------------------
+
+
+def commit_offsets(
+    conn: Connection,
+    group_id: str,
+    commits: Sequence[OffsetCommit],
+    *,
+    generation: int = 0,
+    actor: str = "",
+) -> list[CommittedOffset]:
+    """Commits all ``commits`` of one group or raises; creates the group on its first commit.
+
+    ``generation`` 0 is unfenced; any other value must be the group's current one
+    (:class:`StaleGenerationError`). A commit with ``expected_offset`` is a
+    compare-and-set (:class:`OffsetMismatchError`; -1 means "none stored yet").
+    """
+    check.group_id(group_id)
+    check.commits(commits)
+    if generation < 0:
+        raise InvalidArgumentError.field("generation", "must be >= 0")
+    if not commits:
+        current = group_generation(conn, group_id)
+        _check_generation(group_id, generation, current)
+        return []
+    current = _lock_group(conn, group_id, create=True)
+    assert current is not None
+    _check_generation(group_id, generation, current)
+    if any(c.expected_offset is not None for c in commits):
+        _compare(conn, group_id, commits)
+    rows = conn.execute(
+        _COMMIT,
+        {
+            "group_id": group_id,
+            "topics": [c.topic for c in commits],
+            "partitions": [c.partition for c in commits],
+            "offsets": [c.offset for c in commits],
+            "metadatas": [c.metadata for c in commits],
+            "generation": current,
+            "actor": actor,
+        },
+    )
+    by_key = {(r.topic, r.partition): r for r in rows}
+    return [
+        CommittedOffset(c.topic, c.partition, r.offset, r.metadata, r.commit_time)
+        for c in commits
+        for r in (by_key[(c.topic, c.partition)],)
+    ]
+
+
+def _check_generation(group_id: str, requested: int, current: int) -> None:
+    if requested != 0 and requested != current:
+        raise StaleGenerationError(
+            f"generation {requested} of group {group_id!r} is stale; the current generation is {current}",
+            metadata={"group_id": group_id, "current_generation": str(current), "generation": str(requested)},
+        )
+
+
+def _compare(conn: Connection, group_id: str, commits: Sequence[OffsetCommit]) -> None:
+    expected = [c for c in commits if c.expected_offset is not None]
+    stored = {
+        (r.topic, r.partition): r.offset
+        for r in conn.execute(
+            select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+                offsets.c.group_id == group_id,
+                tuple_(offsets.c.topic, offsets.c.partition).in_([(c.topic, c.partition) for c in expected]),
+            )
+        )
+    }
+    for c in expected:
+        actual = stored.get((c.topic, c.partition), NO_OFFSET)
+        if actual != c.expected_offset:
+            raise OffsetMismatchError(
+                f"{c.topic}:{c.partition} has offset {actual}, not the expected {c.expected_offset}",
+                metadata={
+                    "topic": c.topic,
+                    "partition": str(c.partition),
+                    "stored_offset": str(actual),
+                    "expected_offset": str(c.expected_offset),
+                },
+            )
+
+
+# --- reads ----------------------------------------------------------------------
+
+
+def group_generation(conn: Connection, group_id: str) -> int:
+    """The group's current generation; 0 for an unknown group."""
+    value = conn.execute(select(groups.c.generation).where(groups.c.group_id == group_id)).scalar_one_or_none()
+    return value or 0
+
+
+def fetch_offsets(conn: Connection, group_id: str, topics: SelectionArg = None) -> FetchResult:
+    """Committed offsets; a named partition without one comes back with offset -1."""
+    check.group_id(group_id)
+    sels = check.selections(topics)
+    rows = conn.execute(
+        select(offsets.c.topic, offsets.c.partition, offsets.c.offset, offsets.c.metadata, offsets.c.commit_time)
+        .where(offsets.c.group_id == group_id, _selected(offsets, sels))
+        .order_by(offsets.c.topic, offsets.c.partition)
+    )
+    found = {TopicPartition(r.topic, r.partition): CommittedOffset(*r) for r in rows}
+    for t, parts in sels:
+        for p in parts:
+            found.setdefault(TopicPartition(t, p), CommittedOffset(t, p, NO_OFFSET))
+    return FetchResult(offsets=dict(sorted(found.items())), generation=group_generation(conn, group_id))
+
+
+def lag_columns():
+    """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
+
+    A sentinel offset resolves to the watermark it stands for; -1 where no log end is known.
+    """
+    effective = case(
+        (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
+        (offsets.c.offset == LATEST, watermarks.c.log_end_offset),
+        else_=offsets.c.offset,
+    )
+    log_end = func.coalesce(watermarks.c.log_end_offset, NO_OFFSET)
+    lag = case(
+        (or_(watermarks.c.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
+        else_=func.greatest(watermarks.c.log_end_offset - effective, 0),
+    )
+    return log_end, lag
+
+
+def _with_watermarks():
+    return offsets.outerjoin(
+        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
+    )
+
+
+def describe_group(conn: Connection, group_id: str) -> GroupDescription:
+    """The group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown."""
+    check.group_id(group_id)
+    generation = conn.execute(select(groups.c.generation).where(groups.c.group_id == group_id)).scalar_one_or_none()
+    if generation is None:
+        raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata={"group_id": group_id})
+    log_end, lag = lag_columns()
+    rows = conn.execute(
+        select(
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            offsets.c.metadata,
+            offsets.c.commit_time,
+            log_end,
+            lag,
+        )
+        .select_from(_with_watermarks())
+        .where(offsets.c.group_id == group_id)
+        .order_by(offsets.c.topic, offsets.c.partition)
+    )
+    return GroupDescription(group_id, generation, [PartitionStatus(*r) for r in rows])
+
+
+def _encode_token(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+def _decode_token(token: str, kind: type) -> object:
+    try:
+        value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise InvalidArgumentError.field("page_token", "is not a token this server issued")
+    return value
+
+
+def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
+    """Groups ordered by id, one page at a time."""
+    if prefix:
+        check.member_id(prefix, "prefix")
+    size = check.page_size(page_size)
+    _, lag = lag_columns()
+    per_group = (
+        select(
+            func.count().label("partition_count"),
+            func.max(offsets.c.commit_time).label("last_commit_time"),
+            # -1 unless every partition's lag is known: a partial sum would understate it.
+            case(
+                (func.count() == 0, NO_OFFSET),
+                (func.bool_and(lag >= 0), func.sum(lag)),
+                else_=NO_OFFSET,
+            ).label("total_lag"),
+        )
+        .select_from(_with_watermarks())
+        .where(offsets.c.group_id == groups.c.group_id)
+        .lateral("per_group")
+    )
+    query = (
+        select(
+            groups.c.group_id,
+            groups.c.generation,
+            per_group.c.partition_count,
+            per_group.c.last_commit_time,
+            per_group.c.total_lag,
+        )
+        .select_from(groups.join(per_group, true()))
+        .order_by(groups.c.group_id)
+        .limit(size + 1)
+    )
+    if prefix:
+        query = query.where(func.starts_with(groups.c.group_id, prefix))
+    if page_token:
+        query = query.where(groups.c.group_id > _decode_token(page_token, str))
+    rows = conn.execute(query).all()
+    items = [GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows[:size]]
+    token = _encode_token(items[-1].group_id) if len(rows) > size else ""
+    return Page(items, token)
+
+
+def list_offset_history(
+    conn: Connection,
+    group_id: str,
+    topics: SelectionArg = None,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    page_size: int = 0,
+    page_token: str = "",
+) -> Page[OffsetChange]:
+    """The group's commits, resets and deletes, newest first; ``since`` inclusive, ``until`` exclusive."""
+    check.group_id(group_id)
+    sels = check.selections(topics)
+    size = check.page_size(page_size)
+    h = offset_history
+    query = (
+        select(
+            h.c.id,
+            h.c.topic,
+            h.c.partition,
+            h.c.previous_offset,
+            h.c.new_offset,
+            h.c.kind,
+            h.c.generation,
+            h.c.change_time,
+            h.c.actor,
+        )
+        .where(h.c.group_id == group_id, _selected(h, sels))
+        .order_by(h.c.id.desc())
+        .limit(size + 1)
+    )
+    if since is not None:
+        query = query.where(h.c.change_time >= since)
+    if until is not None:
+        query = query.where(h.c.change_time < until)
+    if page_token:
+        query = query.where(h.c.id < _decode_token(page_token, int))
+    rows = conn.execute(query).all()
+    items = [
+        OffsetChange(
+            r.topic,
+            r.partition,
+            _none(r.previous_offset),
+            _none(r.new_offset),
+            ChangeKind(r.kind),
+            r.generation,
+            r.change_time,
+            r.actor,
+        )
+        for r in rows[:size]
+    ]
+    token = _encode_token(rows[size - 1].id) if len(rows) > size else ""
+    return Page(items, token)
+
+
+# --- group membership and watermarks ---------------------------------------------
+
+
+def join_group(conn: Connection, group_id: str, member_id: str = "") -> int:
+    """Increments and returns the group's generation, creating the group at generation 1."""
+    check.group_id(group_id)
+    check.member_id(member_id)
+    stmt = pg_insert(groups).values(group_id=group_id, generation=1)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[groups.c.group_id], set_={"generation": groups.c.generation + 1}
+    ).returning(groups.c.generation)
+    return conn.execute(stmt).scalar_one()
+
+
+def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
+    """Stores the latest reported log start and end of each partition."""
+    check.watermarks(values)
+    if not values:
+        return
+    stmt = pg_insert(watermarks)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[watermarks.c.topic, watermarks.c.partition],
+        set_={
+            "log_start_offset": stmt.excluded.log_start_offset,
+            "log_end_offset": stmt.excluded.log_end_offset,
+            "updated_at": func.now(),
+        },
+    )
+    # Sorted so that concurrent reporters lock rows in one order and cannot deadlock.
+    conn.execute(
+        stmt,
+        [
+            {"topic": w.topic, "partition": w.partition, "log_start_offset": w.log_start_offset, "log_end_offset": w.log_end_offset}
+            for w in sorted(values, key=lambda w: (w.topic, w.partition))
+        ],
+    )
+
+
+def _watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    keys = list(keys)
+    if not keys:
+        return {}
+    rows = conn.execute(
+        select(watermarks.c.topic, watermarks.c.partition, watermarks.c.log_start_offset, watermarks.c.log_end_offset).where(
+            tuple_(watermarks.c.topic, watermarks.c.partition).in_(keys)
+        )
+    )
+    return {TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset) for r in rows}
+
+
+# --- operator actions: reset and delete --------------------------------------------
+
+
+def _selection_required(sels: list[check.Selection], all_topics: bool) -> None:
+    if sels and all_topics:
+        raise InvalidArgumentError.field("all_topics", "give either topics or all_topics, not both")
+    if not sels and not all_topics:
+        raise InvalidArgumentError.field("topics", "name topics or set all_topics")
+
+
+def _offsets_at(
+    conn: Connection, group_id: str, sels: list[check.Selection], instant: datetime
+) -> dict[TopicPartition, int | None]:
+    """Each partition's offset as of ``instant`` from the history (None: it had none then)."""
+    h = offset_history
+    latest = (
+        select(h.c.topic, h.c.partition, h.c.new_offset)
+        .distinct(h.c.topic, h.c.partition)
+        .where(h.c.group_id == group_id, h.c.change_time <= instant, _selected(h, sels))
+        .order_by(h.c.topic, h.c.partition, h.c.id.desc())
+    )
+    return {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+
+
+def reset_offsets(
+    conn: Connection,
+    group_id: str,
+    topics: SelectionArg = None,
+    *,
+    all_topics: bool = False,
+    to_offset: int | None = None,
+    shift_by: int | None = None,
+    to_boundary: Boundary | None = None,
+    to_commit_time: datetime | None = None,
+    dry_run: bool = False,
+    actor: str = "",
+) -> ResetResult:
+    """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
+
+    Returns every selected partition with its previous and new offset (-1: none).
+    """
+    check.group_id(group_id)
+    sels = check.selections(topics)
+    _selection_required(sels, all_topics)
+    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
+    if len(targets) != 1:
+        raise InvalidArgumentError.field("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time")
+    if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
+        raise InvalidArgumentError.field("to_offset", "must be >= 0")
+    if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
+        raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+
+    current_generation = _lock_group(conn, group_id, create=False)
+    stored = {
+        TopicPartition(r.topic, r.partition): r.offset
+        for r in conn.execute(
+            select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+                offsets.c.group_id == group_id, _selected(offsets, sels)
+            )
+        )
+    }
+    # Explicitly named partitions are selected even without an offset; a whole topic
+    # means the partitions the group has (and, for a point in time, had).
+    selected: set[TopicPartition] = set(stored)
+    selected.update(TopicPartition(t, p) for t, parts in sels for p in parts)
+    past: dict[TopicPartition, int | None] = {}
+    if to_commit_time is not None:
+        past = _offsets_at(conn, group_id, sels, to_commit_time)
+        selected.update(tp for tp, off in past.items() if off is not None)
+    marks = _watermarks(conn, selected) if to_commit_time is None else {}
+
+    new: dict[TopicPartition, int | None] = {}
+    for tp in sorted(selected):
+        old = stored.get(tp)
+        start, end = marks.get(tp, (None, None))
+        if to_offset is not None:
+            new[tp] = to_offset
+        elif to_boundary is not None:
+            if to_boundary == Boundary.EARLIEST:
+                new[tp] = EARLIEST if start is None else start
+            else:
+                new[tp] = LATEST if end is None else end
+        elif shift_by is not None:
+            base = {EARLIEST: start, LATEST: end}.get(old, old) if old is not None else None
+            if base is None:
+                continue  # nothing to shift from: no offset, or a sentinel with no watermark
+            moved = max(0, base + shift_by)
+            new[tp] = min(moved, end) if end is not None else moved
+        else:
+            new[tp] = past.get(tp)
+
+    generation = current_generation or 0
+    # A reset of an existing group always fences its writers; an unknown group is
+    # created only when the reset gives it an offset.
+    bumps = current_generation is not None or any(v is not None for v in new.values())
+    after = generation + 1 if bumps else generation
+    changes = [
+        OffsetChange(tp.topic, tp.partition, _none(stored.get(tp)), _none(off), ChangeKind.RESET, after, None, actor)
+        for tp, off in new.items()
+    ]
+    if dry_run:
+        return ResetResult(changes, generation, True)
+    if bumps:
+        generation = _bump_generation(conn, group_id, reset=True)
+    _apply_reset(conn, group_id, new, stored, generation, actor)
+    return ResetResult(_stamped(conn, changes), generation, False)
+
+
+def _bump_generation(conn: Connection, group_id: str, *, reset: bool) -> int:
+    stmt = pg_insert(groups).values(group_id=group_id, generation=1, reset_count=int(reset))
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[groups.c.group_id],
+        set_={"generation": groups.c.generation + 1, "reset_count": groups.c.reset_count + int(reset)},
+    ).returning(groups.c.generation)
+    return conn.execute(stmt).scalar_one()
+
+
+def _apply_reset(
+    conn: Connection,
+    group_id: str,
+    new: dict[TopicPartition, int | None],
+    stored: dict[TopicPartition, int],
+    generation: int,
+    actor: str,
+) -> None:
+    upserts = [(tp, off) for tp, off in new.items() if off is not None]
+    removals = [tp for tp, off in new.items() if off is None and tp in stored]
+    if upserts:
+        stmt = pg_insert(offsets)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
+            set_={"offset": stmt.excluded.offset, "metadata": "", "commit_time": func.now()},
+        )
+        conn.execute(
+            stmt,
+            [{"group_id": group_id, "topic": tp.topic, "partition": tp.partition, "offset": off, "metadata": ""} for tp, off in upserts],
+        )
+    if removals:
+        conn.execute(
+            delete(offsets).where(
+                offsets.c.group_id == group_id, tuple_(offsets.c.topic, offsets.c.partition).in_(removals)
+            )
+        )
+    _record(
+        conn,
+        group_id,
+        [(tp, stored.get(tp), off) for tp, off in new.items() if stored.get(tp) is not None or off is not None],
+        ChangeKind.RESET,
+        generation,
+        actor,
+    )
+
+
+def _record(
+    conn: Connection,
+    group_id: str,
+    changes: Sequence[tuple[TopicPartition, int | None, int | None]],
+    kind: ChangeKind,
+    generation: int,
+    actor: str,
+) -> None:
+    if not changes:
+        return
+    conn.execute(
+        offset_history.insert(),
+        [
+            {
+                "group_id": group_id,
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "previous_offset": before,
+                "new_offset": after,
+                "kind": int(kind),
+                "generation": generation,
+                "actor": actor,
+            }
+            for tp, before, after in changes
+        ],
+    )
+
+
+def _stamped(conn: Connection, changes: list[OffsetChange]) -> list[OffsetChange]:
+    now = conn.execute(select(func.now())).scalar_one()
+    return [
+        OffsetChange(c.topic, c.partition, c.previous_offset, c.new_offset, c.kind, c.generation, now, c.actor)
+        for c in changes
+    ]
+
+
+def delete_offsets(
+    conn: Connection, group_id: str, topics: SelectionArg = None, *, all_topics: bool = False, actor: str = ""
+) -> list[TopicPartition]:
+    """Deletes the selected offsets; ``all_topics`` deletes the group. Recorded in the history.
+
+    Like a reset, a delete fences live writers (the generation moves on) so that they
+    cannot silently recreate what an operator removed.
+    """
+    check.group_id(group_id)
+    sels = check.selections(topics)
+    _selection_required(sels, all_topics)
+    generation = _lock_group(conn, group_id, create=False)
+    if generation is None:
+        return []
+    rows = conn.execute(
+        delete(offsets)
+        .where(offsets.c.group_id == group_id, _selected(offsets, sels))
+        .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
+    ).all()
+    deleted = sorted(TopicPartition(r.topic, r.partition) for r in rows)
+    if all_topics:
+        conn.execute(delete(groups).where(groups.c.group_id == group_id))
+    elif deleted:
+        conn.execute(update(groups).where(groups.c.group_id == group_id).values(generation=groups.c.generation + 1))
+    _record(
+        conn,
+        group_id,
+        [(TopicPartition(r.topic, r.partition), r.offset, None) for r in sorted(rows, key=lambda r: (r.topic, r.partition))],
+        ChangeKind.DELETE,
+        generation,
+        actor,
+    )
+    return deleted

@@ -1,0 +1,170 @@
+"""The server's handle on the database: one transaction per operation, database faults made typed.
+
+The servicer only ever talks to :class:`Store`. Coalescing concurrent commits into one
+transaction (group commit) belongs here, behind ``Store.commit_offsets``, with each
+request under its own savepoint so that one request's failure cannot touch another's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+import psycopg
+import sqlalchemy.exc
+from sqlalchemy import Engine, create_engine, text
+
+from offsetstore.client.errors import StoreUnavailableError
+from offsetstore.client.types import (
+    Boundary,
+    CommittedOffset,
+    FetchResult,
+    GroupDescription,
+    GroupSummary,
+    OffsetChange,
+    OffsetCommit,
+    Page,
+    ResetResult,
+    TopicPartition,
+    Watermark,
+)
+
+from . import storage
+from .migrate import normalize_url
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# Conflicts PostgreSQL resolves by aborting one side; the whole transaction is safe to rerun.
+_RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+_ATTEMPTS = 3
+
+
+def create_store_engine(
+    database_url: str, *, pool_size: int = 16, statement_timeout_ms: int = 5000, connect_timeout_s: int = 5
+) -> Engine:
+    """An engine for the store: psycopg 3, bounded pool, every statement under a timeout."""
+    return create_engine(
+        normalize_url(database_url),
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=connect_timeout_s,
+        connect_args={
+            "connect_timeout": connect_timeout_s,
+            "options": f"-c statement_timeout={statement_timeout_ms}",
+            "application_name": "offsetstore",
+        },
+    )
+
+
+class Store:
+    """Runs each storage operation in its own transaction and classifies database failures."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
+        """Runs ``operation(conn, *args, **kwargs)`` in a transaction of its own."""
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                with self.engine.begin() as conn:
+                    return operation(conn, *args, **kwargs)
+            except sqlalchemy.exc.DBAPIError as error:
+                cause = error.orig
+                if isinstance(cause, _RETRYABLE) and attempt < _ATTEMPTS:
+                    continue
+                if isinstance(cause, (psycopg.OperationalError, *_RETRYABLE)) or error.connection_invalidated:
+                    # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
+                    log.warning("database unavailable", extra={"operation": operation.__name__, "error": type(cause).__name__})
+                    raise StoreUnavailableError("the offset store's database is unavailable") from error
+                raise
+            except sqlalchemy.exc.TimeoutError as error:
+                log.warning("database pool exhausted", extra={"operation": operation.__name__})
+                raise StoreUnavailableError("the offset store's database is busy") from error
+        raise AssertionError("unreachable")
+
+    def ping(self) -> bool:
+        """True when the database answers a trivial query."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError):
+            return False
+
+    def commit_offsets(
+        self, group_id: str, commits: Sequence[OffsetCommit], *, generation: int = 0, actor: str = ""
+    ) -> list[CommittedOffset]:
+        return self.run(storage.commit_offsets, group_id, commits, generation=generation, actor=actor)
+
+    def fetch_offsets(self, group_id: str, topics: storage.SelectionArg = None) -> FetchResult:
+        return self.run(storage.fetch_offsets, group_id, topics)
+
+    def reset_offsets(
+        self,
+        group_id: str,
+        topics: storage.SelectionArg = None,
+        *,
+        all_topics: bool = False,
+        to_offset: int | None = None,
+        shift_by: int | None = None,
+        to_boundary: Boundary | None = None,
+        to_commit_time: datetime | None = None,
+        dry_run: bool = False,
+        actor: str = "",
+    ) -> ResetResult:
+        return self.run(
+            storage.reset_offsets,
+            group_id,
+            topics,
+            all_topics=all_topics,
+            to_offset=to_offset,
+            shift_by=shift_by,
+            to_boundary=to_boundary,
+            to_commit_time=to_commit_time,
+            dry_run=dry_run,
+            actor=actor,
+        )
+
+    def delete_offsets(
+        self, group_id: str, topics: storage.SelectionArg = None, *, all_topics: bool = False, actor: str = ""
+    ) -> list[TopicPartition]:
+        return self.run(storage.delete_offsets, group_id, topics, all_topics=all_topics, actor=actor)
+
+    def join_group(self, group_id: str, member_id: str = "") -> int:
+        return self.run(storage.join_group, group_id, member_id)
+
+    def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
+        return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self.run(storage.describe_group, group_id)
+
+    def list_offset_history(
+        self,
+        group_id: str,
+        topics: storage.SelectionArg = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> Page[OffsetChange]:
+        return self.run(
+            storage.list_offset_history,
+            group_id,
+            topics,
+            since=since,
+            until=until,
+            page_size=page_size,
+            page_token=page_token,
+        )
+
+    def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
+        return self.run(storage.report_watermarks, watermarks)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
