@@ -1,0 +1,185 @@
+"""The asyncio offsetstore client: OffsetStoreClient's methods, awaitable, over grpc.aio.
+
+Deadlines and retries are those of the blocking client (see ``_sync`` and ``_channel``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2_grpc
+
+from offsetstore.v1 import offset_store_pb2_grpc
+
+from . import _base
+from ._base import Offsets
+from ._channel import channel_options
+from ._convert import Topics
+from .errors import from_rpc_error
+from .types import (
+    Boundary,
+    CommittedOffset,
+    FetchResult,
+    GroupDescription,
+    GroupSummary,
+    OffsetChange,
+    Page,
+    ResetResult,
+    TopicPartition,
+    Watermark,
+)
+
+__all__ = ["AsyncOffsetStoreClient"]
+
+R = TypeVar("R")
+
+
+class AsyncOffsetStoreClient(_base.ClientBase):
+    """The asyncio twin of `OffsetStoreClient`; use it with ``async with``, or await `close()`."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(target, timeout=timeout, metadata=metadata)
+        opts = channel_options(options)
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options=opts)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
+        self._stub = offset_store_pb2_grpc.OffsetStoreServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncOffsetStoreClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _call(self, method: Any, request: Any, result: Callable[[Any], R], timeout: float | None) -> R:
+        try:
+            response = await method(request, **self._call_kwargs(timeout))
+        except grpc.RpcError as e:  # grpc.aio.AioRpcError is one
+            raise from_rpc_error(e) from e
+        return result(response)
+
+    async def commit_offsets(
+        self, group_id: str, offsets: Offsets, *, generation: int = 0, timeout: float | None = None
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """Commits offsets in one transaction; a Mapping means {(topic, partition): offset}."""
+        request = _base.commit_offsets_request(group_id, offsets, generation)
+        return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
+
+    async def fetch_offsets(
+        self, group_id: str, topics: Topics = None, *, timeout: float | None = None
+    ) -> FetchResult:
+        """The group's committed offsets, of every partition or of the selected `topics`."""
+        request = _base.fetch_offsets_request(group_id, topics)
+        return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        *,
+        topics: Topics = None,
+        all_topics: bool = False,
+        to_offset: int | None = None,
+        shift_by: int | None = None,
+        to_boundary: Boundary | None = None,
+        to_commit_time: datetime | None = None,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> ResetResult:
+        """Resets the selected partitions to one target and bumps the generation (unless `dry_run`)."""
+        request = _base.reset_offsets_request(
+            group_id,
+            topics=topics,
+            all_topics=all_topics,
+            to_offset=to_offset,
+            shift_by=shift_by,
+            to_boundary=to_boundary,
+            to_commit_time=to_commit_time,
+            dry_run=dry_run,
+        )
+        return await self._call(self._stub.ResetOffsets, request, _base.reset_offsets_result, timeout)
+
+    async def delete_offsets(
+        self, group_id: str, *, topics: Topics = None, all_topics: bool = False, timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """Deletes the selected offsets (`all_topics` deletes the group); returns what was deleted."""
+        request = _base.delete_offsets_request(group_id, topics=topics, all_topics=all_topics)
+        return await self._call(self._stub.DeleteOffsets, request, _base.delete_offsets_result, timeout)
+
+    async def join_group(self, group_id: str, member_id: str = "", *, timeout: float | None = None) -> int:
+        """Increments and returns the group's generation, fencing writers of older ones."""
+        request = _base.join_group_request(group_id, member_id)
+        return await self._call(self._stub.JoinGroup, request, _base.join_group_result, timeout)
+
+    async def list_groups(
+        self, prefix: str = "", *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> Page[GroupSummary]:
+        """One page of the groups whose id starts with `prefix`, ordered by id."""
+        request = _base.list_groups_request(prefix, page_size, page_token)
+        return await self._call(self._stub.ListGroups, request, _base.list_groups_result, timeout)
+
+    async def iter_groups(
+        self, prefix: str = "", *, page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[GroupSummary]:
+        """Every group whose id starts with `prefix`, fetching page after page."""
+        token = ""
+        while True:
+            page = await self.list_groups(prefix, page_size=page_size, page_token=token, timeout=timeout)
+            for group in page.items:
+                yield group
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
+        """The group's partitions with offsets, log ends and lag; GroupNotFoundError if unknown."""
+        request = _base.describe_group_request(group_id)
+        return await self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
+
+    async def list_offset_history(
+        self,
+        group_id: str,
+        *,
+        topics: Topics = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> Page[OffsetChange]:
+        """One page of the group's changes, newest first, with `since` <= change_time < `until`."""
+        request = _base.list_offset_history_request(
+            group_id, topics=topics, since=since, until=until, page_size=page_size, page_token=page_token
+        )
+        return await self._call(self._stub.ListOffsetHistory, request, _base.list_offset_history_result, timeout)
+
+    async def report_watermarks(self, watermarks: Iterable[Watermark], *, timeout: float | None = None) -> None:
+        """Reports log watermarks, which feed lag and resets to a boundary."""
+        request = _base.report_watermarks_request(watermarks)
+        await self._call(self._stub.ReportWatermarks, request, _base.report_watermarks_result, timeout)
+
+    async def health(self, timeout: float | None = None) -> str:
+        """The server's health status name ("SERVING", "NOT_SERVING")."""
+        return await self._call(self._health.Check, _base.health_request(), _base.health_result, timeout)

@@ -1,0 +1,185 @@
+"""What the sync and asyncio clients share: settings, and the requests and results of every call.
+
+Each client method builds its request with a ``*_request`` function and turns the response
+into plain values with a ``*_result`` function of this module; only the call itself differs
+between the two clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from grpc_health.v1 import health_pb2
+
+from offsetstore.v1 import offset_store_pb2 as pb
+
+from . import _convert
+from ._convert import Topics
+from .errors import InvalidArgumentError
+from .types import (
+    Boundary,
+    CommittedOffset,
+    GroupSummary,
+    OffsetChange,
+    OffsetCommit,
+    Page,
+    TopicPartition,
+    Watermark,
+)
+
+#: The offsets ``commit_offsets`` takes: OffsetCommit values, or {(topic, partition): offset}.
+Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
+
+
+class ClientBase:
+    """Settings common to both clients."""
+
+    def __init__(self, target: str, *, timeout: float, metadata: Sequence[tuple[str, str]]) -> None:
+        self._target = target
+        self._default_timeout = timeout
+        self._metadata = tuple(metadata)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._target!r})"
+
+    def _call_kwargs(self, timeout: float | None) -> dict[str, Any]:
+        return {
+            "timeout": self._default_timeout if timeout is None else timeout,
+            "metadata": self._metadata or None,
+        }
+
+
+def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> pb.CommitOffsetsRequest:
+    if isinstance(offsets, Mapping):
+        commits = [OffsetCommit(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+    else:
+        commits = list(offsets)
+    return pb.CommitOffsetsRequest(
+        group_id=group_id,
+        offsets=[_convert.offset_commit_to_proto(c) for c in commits],
+        generation=generation,
+    )
+
+
+def commit_offsets_result(response: pb.CommitOffsetsResponse) -> dict[TopicPartition, CommittedOffset]:
+    return _convert.committed_offsets_from_proto(response.offsets)
+
+
+def fetch_offsets_request(group_id: str, topics: Topics) -> pb.FetchOffsetsRequest:
+    return pb.FetchOffsetsRequest(group_id=group_id, topics=_convert.selections_to_proto(topics))
+
+
+fetch_offsets_result = _convert.fetch_result_from_proto
+
+
+def reset_offsets_request(
+    group_id: str,
+    *,
+    topics: Topics,
+    all_topics: bool,
+    to_offset: int | None,
+    shift_by: int | None,
+    to_boundary: Boundary | None,
+    to_commit_time: datetime | None,
+    dry_run: bool,
+) -> pb.ResetOffsetsRequest:
+    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
+    if len(targets) > 1:
+        raise InvalidArgumentError.field("target", "give exactly one target")
+    request = pb.ResetOffsetsRequest(
+        group_id=group_id,
+        topics=_convert.selections_to_proto(topics),
+        all_topics=all_topics,
+        dry_run=dry_run,
+    )
+    # No target is sent as none: the server owns that rule and says so with a proper error.
+    if to_offset is not None:
+        request.to_offset = to_offset
+    elif shift_by is not None:
+        request.shift_by = shift_by
+    elif to_boundary is not None:
+        request.to_boundary = _convert.boundary_to_proto(to_boundary)
+    elif to_commit_time is not None:
+        request.to_commit_time.CopyFrom(_convert.datetime_to_timestamp(to_commit_time))
+    return request
+
+
+reset_offsets_result = _convert.reset_result_from_proto
+
+
+def delete_offsets_request(group_id: str, *, topics: Topics, all_topics: bool) -> pb.DeleteOffsetsRequest:
+    return pb.DeleteOffsetsRequest(
+        group_id=group_id, topics=_convert.selections_to_proto(topics), all_topics=all_topics
+    )
+
+
+def delete_offsets_result(response: pb.DeleteOffsetsResponse) -> list[TopicPartition]:
+    return [_convert.topic_partition_from_proto(tp) for tp in response.deleted]
+
+
+def join_group_request(group_id: str, member_id: str) -> pb.JoinGroupRequest:
+    return pb.JoinGroupRequest(group_id=group_id, member_id=member_id)
+
+
+def join_group_result(response: pb.JoinGroupResponse) -> int:
+    return response.generation
+
+
+def list_groups_request(prefix: str, page_size: int, page_token: str) -> pb.ListGroupsRequest:
+    return pb.ListGroupsRequest(prefix=prefix, page_size=page_size, page_token=page_token)
+
+
+def list_groups_result(response: pb.ListGroupsResponse) -> Page[GroupSummary]:
+    return Page([_convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
+
+
+def describe_group_request(group_id: str) -> pb.DescribeGroupRequest:
+    return pb.DescribeGroupRequest(group_id=group_id)
+
+
+describe_group_result = _convert.group_description_from_proto
+
+
+def list_offset_history_request(
+    group_id: str,
+    *,
+    topics: Topics,
+    since: datetime | None,
+    until: datetime | None,
+    page_size: int,
+    page_token: str,
+) -> pb.ListOffsetHistoryRequest:
+    request = pb.ListOffsetHistoryRequest(
+        group_id=group_id,
+        topics=_convert.selections_to_proto(topics),
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if since is not None:
+        request.since.CopyFrom(_convert.datetime_to_timestamp(since))
+    if until is not None:
+        request.until.CopyFrom(_convert.datetime_to_timestamp(until))
+    return request
+
+
+def list_offset_history_result(response: pb.ListOffsetHistoryResponse) -> Page[OffsetChange]:
+    return Page([_convert.offset_change_from_proto(c) for c in response.changes], response.next_page_token)
+
+
+def report_watermarks_request(watermarks: Iterable[Watermark]) -> pb.ReportWatermarksRequest:
+    return pb.ReportWatermarksRequest(watermarks=[_convert.watermark_to_proto(w) for w in watermarks])
+
+
+def report_watermarks_result(response: pb.ReportWatermarksResponse) -> None:
+    return None
+
+
+def health_request() -> health_pb2.HealthCheckRequest:
+    # The empty service name is the server as a whole.
+    return health_pb2.HealthCheckRequest(service="")
+
+
+def health_result(response: health_pb2.HealthCheckResponse) -> str:
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
