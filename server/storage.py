@@ -76,6 +76,8 @@ __all__ = [
     "list_offset_history",
     "report_watermarks",
     "group_generation",
+    "lock_offsets",
+    "reset_count",
     "lag_columns",
 ]
 
@@ -228,6 +230,31 @@ def commit_offsets(
         for c in commits
         for r in (by_key[(c.topic, c.partition)],)
     ]
+
+
+def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dict[TopicPartition, int]:
+    """Locks the group for writing (creating it), checks ``generation`` and returns its stored offsets.
+
+    For writers that decide under the lock what to write, as the Spark sink does:
+    until the caller's transaction ends, no other writer, reset or delete can
+    change the group's offsets or generation.
+    """
+    check.group_id(group_id)
+    if generation < 0:
+        raise InvalidArgumentError.field("generation", "must be >= 0")
+    current = _lock_group(conn, group_id, create=True)
+    assert current is not None
+    _check_generation(group_id, generation, current)
+    rows = conn.execute(
+        select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(offsets.c.group_id == group_id)
+    )
+    return {TopicPartition(r.topic, r.partition): r.offset for r in rows}
+
+
+def reset_count(conn: Connection, group_id: str) -> int:
+    """How many resets the group has had; 0 for an unknown group."""
+    value = conn.execute(select(groups.c.reset_count).where(groups.c.group_id == group_id)).scalar_one_or_none()
+    return value or 0
 
 
 def _check_generation(group_id: str, requested: int, current: int) -> None:

@@ -1,0 +1,1 @@
+"""The offsetstore server: storage core (``storage``), gRPC service (``app``), configuration and CLI."""

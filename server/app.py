@@ -1,0 +1,179 @@
+"""Assembles and runs the gRPC server: servicer, health, reflection, graceful shutdown."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+
+from . import migrate
+from ._logging import configure_logging
+from .config import Settings
+from .servicer import OffsetStoreServicer
+from .store import Store, create_store_engine
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
+
+# Large enough for 10,000 partitions with full metadata, small enough to bound memory.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class HealthWatcher:
+    """Keeps grpc.health.v1 at SERVING exactly while the database answers."""
+
+    def __init__(self, store: Store, servicer: health.HealthServicer, interval: float = 1.0) -> None:
+        self.store = store
+        self.servicer = servicer
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="offsetstore-health", daemon=True)
+        self._serving: bool | None = None
+
+    def start(self) -> None:
+        self.check()
+        self._thread.start()
+
+    def check(self) -> bool:
+        serving = self.store.ping()
+        if serving != self._serving:
+            status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in ("", SERVICE_NAME):
+                self.servicer.set(name, status)
+            log.info("health changed", extra={"outcome": "SERVING" if serving else "NOT_SERVING"})
+            self._serving = serving
+        return serving
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.check()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.servicer.enter_graceful_shutdown()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+class OffsetStoreServer:
+    """A running gRPC server over a Store; ``listen`` may use port 0 (see ``port``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        listen: str = "127.0.0.1:0",
+        *,
+        max_workers: int = 32,
+        interceptors: tuple[grpc.ServerInterceptor, ...] = (),
+        credentials: grpc.ServerCredentials | None = None,
+        health_interval: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+            # Beyond this many queued calls, new ones get RESOURCE_EXHAUSTED instead of waiting forever.
+            maximum_concurrent_rpcs=max_workers * 8,
+        )
+        pb_grpc.add_OffsetStoreServiceServicer_to_server(OffsetStoreServicer(store), self.server)
+        self.health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.health = HealthWatcher(store, self.health_servicer, health_interval)
+        if credentials is None:
+            self.port = self.server.add_insecure_port(listen)
+        else:
+            self.port = self.server.add_secure_port(listen, credentials)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        self.host = listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def address(self) -> str:
+        """A target clients can dial."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    def start(self) -> OffsetStoreServer:
+        self.health.start()
+        self.server.start()
+        return self
+
+    def stop(self, grace: float | None = 0) -> None:
+        """Refuses new calls, lets in-flight ones finish within ``grace`` seconds, then stops."""
+        self.health.stop()
+        self.server.stop(grace).wait()
+
+    def __enter__(self) -> OffsetStoreServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(settings: Settings) -> int:
+    """Runs until SIGTERM or SIGINT; returns the process exit code."""
+    configure_logging(settings.log_level, settings.log_format)
+    embedded = None
+    database_url = settings.database_url
+    if database_url is None:
+        from .embedded import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(settings.data_dir)
+        database_url = embedded.start()
+        log.info("embedded postgresql started", extra={"data_dir": str(settings.data_dir)})
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        if settings.migrate:
+            migrate.upgrade(database_url)
+        store = Store(
+            create_store_engine(
+                database_url, pool_size=settings.pool_size, statement_timeout_ms=settings.statement_timeout_ms
+            )
+        )
+        from . import metrics
+
+        registry = metrics.build_registry(store, group_limit=settings.group_metrics_limit)
+        server = OffsetStoreServer(
+            store,
+            settings.listen,
+            max_workers=settings.max_workers,
+            interceptors=metrics.interceptors(registry),
+        ).start()
+        metrics_server = metrics.serve_http(registry, settings.metrics_listen) if settings.metrics_listen else None
+        log.info(
+            "serving",
+            extra={"listen": server.address, "metrics_listen": settings.metrics_listen, "embedded": embedded is not None},
+        )
+        stopping.wait()
+        server.stop(settings.grace_seconds)
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        store.dispose()
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,84 @@
+"""The ``offsetstore`` command: ``serve``, ``migrate`` and the ``groups`` admin commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from offsetstore.client import cli as groups_cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="offsetstore", description="A transactional offset store for stream consumers.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the gRPC server and the metrics endpoint",
+        description="Run the gRPC server. With no database configured it starts an embedded PostgreSQL "
+        "under --data-dir. Every flag can also be set as OFFSETSTORE_<FLAG> (e.g. OFFSETSTORE_DATABASE_URL).",
+    )
+    serve.add_argument("--database-url", help="external PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
+    serve.add_argument("--data-dir", type=Path, help="data directory of the embedded PostgreSQL (env OFFSETSTORE_DATA_DIR)")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:50051)")
+    serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="Prometheus address (default 127.0.0.1:9464)")
+    serve.add_argument(
+        "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
+    )
+    serve.add_argument("--max-workers", type=int, help="RPCs served at once (default 32)")
+    serve.add_argument("--pool-size", type=int, help="database connections (default 16)")
+    serve.add_argument("--statement-timeout-ms", type=int, help="bound of one SQL statement (default 5000)")
+    serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
+    serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
+    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (default INFO)")
+    serve.add_argument("--log-format", choices=("text", "json"), help="log line format (default text)")
+
+    migrate = sub.add_parser("migrate", help="apply the database migrations")
+    migrate.add_argument("--database-url", help="PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
+    migrate.add_argument("--data-dir", type=Path, help="data directory of the embedded PostgreSQL")
+    migrate.add_argument("--revision", default="head", help="target revision (default head)")
+
+    groups = sub.add_parser("groups", help="inspect and manage consumer groups (like kafka-consumer-groups)")
+    groups_cli.configure_parser(groups)
+    return parser
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from . import migrate
+    from .config import Settings
+
+    settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
+    if settings.database_url is not None:
+        migrate.upgrade(settings.database_url, args.revision)
+        print(f"migrated to {migrate.current(settings.database_url)}")
+        return 0
+    from .embedded import EmbeddedPostgres
+
+    with EmbeddedPostgres(settings.data_dir) as pg:
+        migrate.upgrade(pg.url, args.revision)
+        print(f"migrated the embedded database in {settings.data_dir} to {migrate.current(pg.url)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "groups":
+        return groups_cli.run(args)
+    if args.command == "migrate":
+        return _migrate(args)
+    from .app import serve
+    from .config import Settings
+
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        settings = Settings.load(flags)
+    except ValueError as error:
+        print(f"offsetstore: {error}", file=sys.stderr)
+        return 2
+    return serve(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,567 @@
+"""Prometheus metrics of the server, on a registry of its own so tests can build and read theirs.
+
+Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
+
+- one gRPC server interceptor records go-grpc-prometheus' ``grpc_server_*`` series and the
+  store counters (commits, offsets committed, rejections by reason, resets), derived from
+  the method, the request and the final status code;
+- ``Store.run`` is timed per storage operation (``offsetstore_database_query_seconds``);
+- a collector reads the database at scrape time, in ONE statement, for the per-group
+  series, the group count and ``offsetstore_database_up``; so offsets that the Spark sink
+  commits straight into PostgreSQL show up as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.registry import Collector
+from sqlalchemy import Connection, and_, bindparam, exists, extract, func, select, true
+
+from offsetstore.v1 import offset_store_pb2 as pb
+
+from . import storage
+from .config import split_host_port
+from .schema import groups, offsets, watermarks
+from .store import Store
+
+__all__ = [
+    "GroupCollector",
+    "MetricsHTTPServer",
+    "MetricsInterceptor",
+    "ServerMetrics",
+    "build_registry",
+    "interceptors",
+    "serve_http",
+]
+
+log = logging.getLogger(__name__)
+
+_OFFSET_STORE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
+#: Every service the server registers; their methods get zero-valued series at start.
+SERVICES: tuple[ServiceDescriptor, ...] = (
+    _OFFSET_STORE,
+    health_pb2.DESCRIPTOR.services_by_name["Health"],
+    reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+)
+
+# go-grpc-prometheus labels codes with Go's codes.Code.String(), which dashboards match on.
+GRPC_CODES: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.OK: "OK",
+    grpc.StatusCode.CANCELLED: "Canceled",
+    grpc.StatusCode.UNKNOWN: "Unknown",
+    grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "DeadlineExceeded",
+    grpc.StatusCode.NOT_FOUND: "NotFound",
+    grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
+    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "ResourceExhausted",
+    grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
+    grpc.StatusCode.ABORTED: "Aborted",
+    grpc.StatusCode.OUT_OF_RANGE: "OutOfRange",
+    grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",
+    grpc.StatusCode.INTERNAL: "Internal",
+    grpc.StatusCode.UNAVAILABLE: "Unavailable",
+    grpc.StatusCode.DATA_LOSS: "DataLoss",
+    grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated",
+}
+
+# The contract's error table: each rejection of a commit has its own status code.
+REJECTION_REASONS: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.FAILED_PRECONDITION: "STALE_GENERATION",
+    grpc.StatusCode.ABORTED: "OFFSET_MISMATCH",
+    grpc.StatusCode.INVALID_ARGUMENT: "INVALID_ARGUMENT",
+}
+
+_COMMIT_METHOD = f"/{_OFFSET_STORE.full_name}/CommitOffsets"
+_RESET_METHOD = f"/{_OFFSET_STORE.full_name}/ResetOffsets"
+
+# Store operations get zero-valued latency series at start (the names Store.run sees).
+OPERATIONS = (
+    "commit_offsets",
+    "fetch_offsets",
+    "reset_offsets",
+    "delete_offsets",
+    "join_group",
+    "list_groups",
+    "describe_group",
+    "list_offset_history",
+    "report_watermarks",
+    "group_metrics",
+)
+
+# Store round trips are milliseconds; Prometheus' defaults start at 5 ms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _grpc_type(client_streaming: bool, server_streaming: bool) -> str:
+    if client_streaming:
+        return "bidi_stream" if server_streaming else "client_stream"
+    return "server_stream" if server_streaming else "unary"
+
+
+def _build_version() -> str:
+    try:
+        return metadata.version("offsetstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# --- gRPC and store counters -------------------------------------------------------
+
+
+class ServerMetrics:
+    """The metric objects the interceptor records into, created on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry, services: Iterable[ServiceDescriptor] = SERVICES) -> None:
+        labels = ("grpc_type", "grpc_service", "grpc_method")
+        self.started = Counter(
+            "grpc_server_started", "Total number of RPCs started on the server.", labels, registry=registry
+        )
+        self.handled = Counter(
+            "grpc_server_handled",
+            "Total number of RPCs completed on the server, regardless of success or failure.",
+            (*labels, "grpc_code"),
+            registry=registry,
+        )
+        self.handling_seconds = Histogram(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.commits = Counter(
+            "offsetstore_commits", "CommitOffsets calls that committed.", registry=registry
+        )
+        self.offsets_committed = Counter(
+            "offsetstore_offsets_committed", "Partition offsets written by CommitOffsets calls.", registry=registry
+        )
+        self.rejections = Counter(
+            "offsetstore_commit_rejections",
+            "CommitOffsets calls rejected, by ErrorInfo reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self.resets = Counter(
+            "offsetstore_resets", "ResetOffsets calls applied (dry runs excluded).", registry=registry
+        )
+        self._methods: dict[str, _MethodMetrics] = {}
+        self._lock = threading.Lock()
+        for service in services:
+            for method in service.methods:
+                kind = _grpc_type(method.client_streaming, method.server_streaming)
+                self.method(f"/{service.full_name}/{method.name}", kind)
+        for reason in REJECTION_REASONS.values():
+            self.rejections.labels(reason)
+
+    def method(self, full_method: str, kind: str) -> _MethodMetrics:
+        """The series of one method, created (every code at zero) on first use."""
+        found = self._methods.get(full_method)
+        if found is not None and found.kind == kind:
+            return found
+        with self._lock:
+            service, _, name = full_method.lstrip("/").rpartition("/")
+            labels = (kind, service, name)
+            found = _MethodMetrics(
+                kind,
+                self.started.labels(*labels),
+                {code: self.handled.labels(*labels, text) for code, text in GRPC_CODES.items()},
+                self.handling_seconds.labels(*labels),
+            )
+            self._methods[full_method] = found
+            return found
+
+    def record_store_outcome(self, full_method: str, request: Any, code: grpc.StatusCode) -> None:
+        """Counts commits, rejections and resets from a finished unary call."""
+        if full_method == _COMMIT_METHOD:
+            if code == grpc.StatusCode.OK:
+                self.commits.inc()
+                self.offsets_committed.inc(len(request.offsets))
+            elif (reason := REJECTION_REASONS.get(code)) is not None:
+                self.rejections.labels(reason).inc()
+        elif full_method == _RESET_METHOD and code == grpc.StatusCode.OK and not request.dry_run:
+            self.resets.inc()
+
+
+@dataclass(frozen=True)
+class _MethodMetrics:
+    kind: str
+    started: Any
+    handled: dict[grpc.StatusCode, Any]
+    seconds: Any
+
+    def done(self, code: grpc.StatusCode, started_at: float) -> None:
+        self.handled.get(code, self.handled[grpc.StatusCode.UNKNOWN]).inc()
+        self.seconds.observe(time.perf_counter() - started_at)
+
+
+def _final_code(context: grpc.ServicerContext, raised: bool) -> grpc.StatusCode:
+    # abort()/abort_with_status() set the code and then raise; an exception without
+    # a code set becomes UNKNOWN on the wire, and a return without one is OK.
+    code = context.code()
+    if code is None:
+        return grpc.StatusCode.UNKNOWN if raised else grpc.StatusCode.OK
+    return code
+
+
+class MetricsInterceptor(grpc.ServerInterceptor):
+    """Records go-grpc-prometheus' server metrics and the store counters for every call.
+
+    The series are recorded before the response leaves the server, so a client that has
+    its answer reads metrics that already count its call.
+    """
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None], details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None:
+            return None  # unknown method: gRPC answers UNIMPLEMENTED; no unbounded labels
+        full_method: str = details.method  # type: ignore[attr-defined]
+        kind = _grpc_type(handler.request_streaming, handler.response_streaming)
+        m = self.metrics.method(full_method, kind)
+        options = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if kind == "unary":
+            return grpc.unary_unary_rpc_method_handler(self._unary(full_method, m, handler.unary_unary), **options)
+        if kind == "client_stream":
+            return grpc.stream_unary_rpc_method_handler(self._unary(full_method, m, handler.stream_unary), **options)
+        behaviour = handler.unary_stream if kind == "server_stream" else handler.stream_stream
+        if getattr(behaviour, "experimental_non_blocking", False):
+            wrapped = self._non_blocking(m, behaviour)
+        else:
+            wrapped = self._streaming(m, behaviour)
+        if kind == "server_stream":
+            return grpc.unary_stream_rpc_method_handler(wrapped, **options)
+        return grpc.stream_stream_rpc_method_handler(wrapped, **options)
+
+    def _unary(self, full_method: str, m: _MethodMetrics, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        def run(request: Any, context: grpc.ServicerContext) -> Any:
+            m.started.inc()
+            started_at = time.perf_counter()
+            raised = True
+            try:
+                response = behaviour(request, context)
+                raised = False
+                return response
+            finally:
+                code = _final_code(context, raised)
+                m.done(code, started_at)
+                if m.kind == "unary":
+                    self.metrics.record_store_outcome(full_method, request, code)
+
+        return run
+
+    @staticmethod
+    def _streaming(m: _MethodMetrics, behaviour: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            m.started.inc()
+            started_at = time.perf_counter()
+            code: grpc.StatusCode | None = None
+            try:
+                yield from behaviour(request, context)
+                code = _final_code(context, raised=False)
+            except GeneratorExit:
+                code = context.code() or grpc.StatusCode.CANCELLED  # the call ended while streaming
+                raise
+            except BaseException:
+                code = _final_code(context, raised=True)
+                raise
+            finally:
+                m.done(code or grpc.StatusCode.UNKNOWN, started_at)
+
+        return run
+
+    @staticmethod
+    def _non_blocking(m: _MethodMetrics, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        # gRPC's callback streaming (health's Watch): the behaviour returns at once and
+        # the stream ends later, either by the server (a None response) or by the client.
+        def run(request: Any, context: grpc.ServicerContext, send_response_callback: Callable[[Any], None]) -> Any:
+            m.started.inc()
+            started_at = time.perf_counter()
+            state = {"ended": False, "raised": False}
+
+            def send(response: Any) -> None:
+                if response is None:
+                    state["ended"] = True
+                send_response_callback(response)
+
+            def on_termination() -> None:
+                code = context.code()
+                if code is None:
+                    if state["raised"]:
+                        code = grpc.StatusCode.UNKNOWN
+                    else:
+                        code = grpc.StatusCode.OK if state["ended"] else grpc.StatusCode.CANCELLED
+                m.done(code, started_at)
+
+            context.add_callback(on_termination)
+            try:
+                return behaviour(request, context, send)
+            except BaseException:
+                state["raised"] = True
+                raise
+
+        run.experimental_non_blocking = True  # type: ignore[attr-defined]
+        run.experimental_thread_pool = getattr(behaviour, "experimental_thread_pool", None)  # type: ignore[attr-defined]
+        return run
+
+
+# --- the database at scrape time -----------------------------------------------------
+
+
+def _with_offsets():
+    return exists().where(offsets.c.group_id == groups.c.group_id)
+
+
+def _build_group_query():
+    # ONE statement per scrape, whatever the number of groups: the first `limit` groups
+    # (by id) that have offsets, their partitions with lag, each group's newest commit,
+    # and the count of all groups with offsets, left-joined so it comes back even when
+    # the page is empty.
+    page = (
+        select(groups.c.group_id)
+        .where(_with_offsets())
+        .order_by(groups.c.group_id)
+        .limit(bindparam("limit"))
+        .cte("page")
+    )
+    total = select(func.count().label("groups")).select_from(groups).where(_with_offsets()).cte("total")
+    _, lag = storage.lag_columns()
+    newest = func.max(offsets.c.commit_time).over(partition_by=offsets.c.group_id)
+    partitions = (
+        select(
+            offsets.c.group_id,
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            lag.label("lag"),
+            extract("epoch", func.now() - newest).label("age"),
+        )
+        .select_from(
+            page.join(offsets, offsets.c.group_id == page.c.group_id).outerjoin(
+                watermarks,
+                and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition),
+            )
+        )
+        .subquery("partitions")
+    )
+    p = partitions.c
+    return (
+        select(total.c.groups, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age)
+        .select_from(total.outerjoin(partitions, true()))
+        .order_by(p.group_id, p.topic, p.partition)
+    )
+
+
+_GROUP_QUERY = _build_group_query()
+
+
+def group_metrics(conn: Connection, limit: int) -> list[Any]:
+    """The rows of one scrape (a storage-style operation, so ``Store.run`` runs and times it)."""
+    return conn.execute(_GROUP_QUERY, {"limit": limit}).all()
+
+
+class GroupCollector(Collector):
+    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time."""
+
+    def __init__(self, store: Store, group_limit: int) -> None:
+        if group_limit < 0:
+            raise ValueError("group_limit must be >= 0")
+        self.store = store
+        self.group_limit = group_limit
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        return {
+            "up": GaugeMetricFamily(
+                "offsetstore_database_up", "1 when the last scrape's query of the database succeeded, else 0."
+            ),
+            "groups": GaugeMetricFamily("offsetstore_groups", "Groups that have committed offsets."),
+            "omitted": GaugeMetricFamily(
+                "offsetstore_groups_omitted",
+                "Groups with offsets left out of the per-group series by the group metrics limit.",
+            ),
+            "offset": GaugeMetricFamily(
+                "offsetstore_group_offset",
+                "Committed offset (the next to consume; -2/-1 are the earliest/latest sentinels).",
+                labels=("group", "topic", "partition"),
+            ),
+            "lag": GaugeMetricFamily(
+                "offsetstore_group_lag",
+                "Log end offset minus committed offset, where a log end has been reported.",
+                labels=("group", "topic", "partition"),
+            ),
+            "max_lag": GaugeMetricFamily(
+                "offsetstore_group_max_lag",
+                "Largest partition lag of the group, over partitions with a known log end.",
+                labels=("group",),
+            ),
+            "age": GaugeMetricFamily(
+                "offsetstore_group_last_commit_age_seconds",
+                "Seconds since the group's most recent offset change.",
+                labels=("group",),
+            ),
+        }
+
+    def describe(self) -> Iterable[Metric]:
+        # Names only, so registering the collector never queries the database.
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        f = self._families()
+        try:
+            rows = self.store.run(group_metrics, self.group_limit)
+        except Exception as error:  # a scrape reports the outage, it never fails
+            log.warning("metrics query failed", extra={"error": type(error).__name__})
+            f["up"].add_metric([], 0)
+            return [f["up"]]
+        f["up"].add_metric([], 1)
+        total = rows[0].groups if rows else 0
+        f["groups"].add_metric([], total)
+        f["omitted"].add_metric([], max(0, total - self.group_limit))
+        max_lag: dict[str, int] = {}
+        age: dict[str, float] = {}
+        for r in rows:
+            if r.group_id is None:
+                continue
+            labels = [r.group_id, r.topic, str(r.partition)]
+            f["offset"].add_metric(labels, r.offset)
+            if r.lag >= 0:
+                f["lag"].add_metric(labels, r.lag)
+                max_lag[r.group_id] = max(max_lag.get(r.group_id, 0), r.lag)
+            age[r.group_id] = max(0.0, float(r.age))
+        for group, value in max_lag.items():
+            f["max_lag"].add_metric([group], value)
+        for group, seconds in age.items():
+            f["age"].add_metric([group], seconds)
+        return list(f.values())
+
+
+def time_operations(store: Store, histogram: Histogram) -> None:
+    """Makes ``store.run`` observe each operation's duration (failures included) into ``histogram``.
+
+    Replaces an earlier wrapper instead of nesting, so building a second registry over
+    the same store moves the timing to the new one.
+    """
+    inner = getattr(store.run, "__offsetstore_untimed__", store.run)
+
+    @functools.wraps(inner)
+    def run(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        started_at = time.perf_counter()
+        try:
+            return inner(operation, *args, **kwargs)
+        finally:
+            histogram.labels(getattr(operation, "__name__", "other")).observe(time.perf_counter() - started_at)
+
+    run.__offsetstore_untimed__ = inner  # type: ignore[attr-defined]
+    store.run = run  # type: ignore[method-assign]
+
+
+# --- assembly --------------------------------------------------------------------------
+
+_SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
+_SERVER_METRICS_LOCK = threading.Lock()
+
+
+def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
+    """The :class:`ServerMetrics` of ``registry``, created on first use."""
+    with _SERVER_METRICS_LOCK:
+        found = _SERVER_METRICS.get(registry)
+        if found is None:
+            found = _SERVER_METRICS[registry] = ServerMetrics(registry)
+        return found
+
+
+def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistry:
+    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`."""
+    registry = CollectorRegistry()
+    server_metrics(registry)
+    Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
+        {"version": _build_version()}
+    )
+    query_seconds = Histogram(
+        "offsetstore_database_query_seconds",
+        "Duration of store operations, each one transaction, including retries and failures.",
+        ("operation",),
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    for operation in OPERATIONS:
+        query_seconds.labels(operation)
+    time_operations(store, query_seconds)
+    pool = store.engine.pool
+    Gauge(
+        "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
+    ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
+    registry.register(GroupCollector(store, group_limit))
+    return registry
+
+
+def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, ...]:
+    """The server interceptors that record into ``registry``."""
+    return (MetricsInterceptor(server_metrics(registry)),)
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class' name
+        pass  # one line per scrape is noise
+
+
+class MetricsHTTPServer:
+    """``/metrics`` over HTTP in a thread of its own; ``listen`` may use port 0 (see ``port``)."""
+
+    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+        host, port = split_host_port(listen)
+        server_class = type("_Server", (_ThreadingWSGIServer,), {})
+        if ":" in host:
+            server_class.address_family = socket.AF_INET6
+        self._httpd = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_QuietHandler)
+        self.host = host
+        self.port: int = self._httpd.server_port
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="offsetstore-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}/metrics"
+
+    def shutdown(self) -> None:
+        """Stops serving and closes the listening socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+def serve_http(registry: CollectorRegistry, listen: str) -> MetricsHTTPServer:
+    """Serves ``registry`` on ``http://listen/metrics`` until ``.shutdown()``."""
+    return MetricsHTTPServer(registry, listen)

@@ -1,0 +1,164 @@
+"""The gRPC servicer: a thin adapter from offsetstore.v1 messages to the Store, errors mapped in one place."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from offsetstore.client import _convert as convert
+from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError
+from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
+    """Turns typed errors into rich statuses and anything else into a bare INTERNAL, and logs the call."""
+
+    @functools.wraps(method)
+    def handle(self: OffsetStoreServicer, request: Request, context: grpc.ServicerContext) -> Response:
+        started = time.perf_counter()
+        group = getattr(request, "group_id", "")
+        try:
+            response = method(self, request, context)
+        except OffsetStoreError as error:
+            log.info(
+                "rpc failed",
+                extra={"rpc": method.__name__, "group": group, "outcome": error.code.name, "reason": error.reason,
+                       "ms": round((time.perf_counter() - started) * 1000, 2)},
+            )
+            context.abort_with_status(error.to_status())
+        except Exception:
+            # The traceback goes to the log, never to the client.
+            log.exception("rpc crashed", extra={"rpc": method.__name__, "group": group, "outcome": "INTERNAL"})
+            context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        log.debug(
+            "rpc",
+            extra={"rpc": method.__name__, "group": group, "outcome": "OK", "ms": round((time.perf_counter() - started) * 1000, 2)},
+        )
+        return response
+
+    return handle
+
+
+def _actor(context: grpc.ServicerContext) -> str:
+    """Who a change is recorded as: the authenticated principal once auth exists, else the peer."""
+    principal = getattr(context, "offsetstore_principal", None)
+    return principal or context.peer()
+
+
+def _time(request: Any, field: str) -> datetime | None:
+    if not request.HasField(field):
+        return None
+    try:
+        return convert.timestamp_to_datetime(getattr(request, field))
+    except (ValueError, OverflowError, OSError):
+        raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
+
+
+def _selections(messages) -> list[tuple[str, list[int]]]:
+    # Kept as a list of pairs (not a dict) so that errors can name topics[i] exactly.
+    return [(s.topic, list(s.partitions)) for s in messages]
+
+
+class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
+    """Implements offsetstore.v1.OffsetStoreService over a :class:`Store`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @_rpc
+    def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext) -> pb.CommitOffsetsResponse:
+        committed = self.store.commit_offsets(
+            request.group_id,
+            [convert.offset_commit_from_proto(c) for c in request.offsets],
+            generation=request.generation,
+            actor=_actor(context),
+        )
+        return pb.CommitOffsetsResponse(offsets=[convert.committed_offset_to_proto(c) for c in committed])
+
+    @_rpc
+    def FetchOffsets(self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext) -> pb.FetchOffsetsResponse:
+        return convert.fetch_result_to_proto(self.store.fetch_offsets(request.group_id, _selections(request.topics)))
+
+    @_rpc
+    def ResetOffsets(self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext) -> pb.ResetOffsetsResponse:
+        target = request.WhichOneof("target")
+        kwargs: dict[str, Any] = {}
+        if target == "to_offset":
+            kwargs["to_offset"] = request.to_offset
+        elif target == "shift_by":
+            kwargs["shift_by"] = request.shift_by
+        elif target == "to_boundary":
+            try:
+                kwargs["to_boundary"] = convert.boundary_from_proto(request.to_boundary)
+            except ValueError:
+                raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST") from None
+        elif target == "to_commit_time":
+            kwargs["to_commit_time"] = _time(request, "to_commit_time")
+        result = self.store.reset_offsets(
+            request.group_id,
+            _selections(request.topics),
+            all_topics=request.all_topics,
+            dry_run=request.dry_run,
+            actor=_actor(context),
+            **kwargs,
+        )
+        return convert.reset_result_to_proto(result)
+
+    @_rpc
+    def DeleteOffsets(self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext) -> pb.DeleteOffsetsResponse:
+        deleted = self.store.delete_offsets(
+            request.group_id, _selections(request.topics), all_topics=request.all_topics, actor=_actor(context)
+        )
+        return pb.DeleteOffsetsResponse(deleted=[convert.topic_partition_to_proto(tp) for tp in deleted])
+
+    @_rpc
+    def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.ServicerContext) -> pb.JoinGroupResponse:
+        return pb.JoinGroupResponse(generation=self.store.join_group(request.group_id, request.member_id))
+
+    @_rpc
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        page = self.store.list_groups(request.prefix, page_size=request.page_size, page_token=request.page_token)
+        return pb.ListGroupsResponse(
+            groups=[convert.group_summary_to_proto(g) for g in page.items], next_page_token=page.next_page_token
+        )
+
+    @_rpc
+    def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext) -> pb.DescribeGroupResponse:
+        return convert.group_description_to_proto(self.store.describe_group(request.group_id))
+
+    @_rpc
+    def ListOffsetHistory(
+        self, request: pb.ListOffsetHistoryRequest, context: grpc.ServicerContext
+    ) -> pb.ListOffsetHistoryResponse:
+        page = self.store.list_offset_history(
+            request.group_id,
+            _selections(request.topics),
+            since=_time(request, "since"),
+            until=_time(request, "until"),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListOffsetHistoryResponse(
+            changes=[convert.offset_change_to_proto(c) for c in page.items], next_page_token=page.next_page_token
+        )
+
+    @_rpc
+    def ReportWatermarks(
+        self, request: pb.ReportWatermarksRequest, context: grpc.ServicerContext
+    ) -> pb.ReportWatermarksResponse:
+        self.store.report_watermarks([convert.watermark_from_proto(w) for w in request.watermarks])
+        return pb.ReportWatermarksResponse()
