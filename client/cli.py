@@ -1,0 +1,873 @@
+"""The ``offsetstore groups`` commands: kafka-consumer-groups' experience over the gRPC client.
+
+``offsetstore.server.cli`` mounts them with `configure_parser` and `run`; ``python -m
+offsetstore.client.cli list ...`` runs them on their own (the same commands without the
+leading ``groups``). They talk to the server only through `OffsetStoreClient`.
+
+Exit codes: 0 success, 1 an error (from the server, the connection or an input file),
+2 a usage error (argparse's own code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, TextIO
+
+import grpc
+from grpc_status import rpc_status
+
+from ._sync import OffsetStoreClient
+from .errors import (
+    GroupNotFoundError,
+    InternalError,
+    InvalidArgumentError,
+    OffsetMismatchError,
+    OffsetStoreError,
+    StaleGenerationError,
+    StoreUnavailableError,
+)
+from .types import EARLIEST, LATEST, NO_OFFSET, Boundary, ChangeKind, OffsetChange, TopicPartition
+
+__all__ = ["configure_parser", "main", "run"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+SERVER_ENV = "OFFSETSTORE_SERVER"
+DEFAULT_SERVER = "127.0.0.1:50051"
+IMPORT_MEMBER_ID = "offsetstore-cli-import"
+
+# The server caps a page at its own maximum; asking for more only saves round trips.
+_HISTORY_PAGE = 1000
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_CSV_HEADER = ("topic", "partition", "offset")
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+# java.time.Duration.parse's PnDTnHnMn.nS, which kafka-consumer-groups --by-duration takes.
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:[.,]\d{1,9})?)S)?)?",
+    re.IGNORECASE,
+)
+# Lower case only: "1M" could be read as a month.
+_SHORT_DURATION = re.compile(r"(?:(?P<days>\d+)d)?(?:(?P<hours>\d+)h)?(?:(?P<minutes>\d+)m)?(?:(?P<seconds>\d+)s)?")
+
+
+# --- parsing of option values ---------------------------------------------------------
+#
+# Each raises argparse.ArgumentTypeError, so argparse reports a bad value as a usage error.
+
+
+def _parse_topic_spec(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``orders`` -> ("orders", ()) (the whole topic); ``orders:0,1`` -> ("orders", (0, 1))."""
+    topic, colon, parts = spec.partition(":")
+    if not _TOPIC.fullmatch(topic):
+        raise argparse.ArgumentTypeError(
+            f"invalid topic {spec!r}: a topic is 1 to 249 of the characters A-Z a-z 0-9 . _ - "
+            "(write TOPIC or TOPIC:P,P,...)"
+        )
+    if not colon:
+        return topic, ()
+    partitions: set[int] = set()
+    for item in parts.split(","):
+        item = item.strip()
+        if not item.isascii() or not item.isdigit() or int(item) > _INT32_MAX:
+            raise argparse.ArgumentTypeError(
+                f"invalid partition {item!r} in {spec!r}: partitions are integers >= 0 (write TOPIC:0,1,2)"
+            )
+        partitions.add(int(item))
+    return topic, tuple(sorted(partitions))
+
+
+def _merge_topic_specs(specs: Iterable[tuple[str, tuple[int, ...]]]) -> dict[str, list[int]]:
+    """The client's topic selection of repeated --topic options; an empty list is the whole topic."""
+    whole: set[str] = set()
+    merged: dict[str, set[int]] = {}
+    for topic, partitions in specs:
+        merged.setdefault(topic, set()).update(partitions)
+        if not partitions:
+            whole.add(topic)
+    # A whole topic wins over some of its partitions: the operator asked for all of them.
+    return {topic: [] if topic in whole else sorted(parts) for topic, parts in merged.items()}
+
+
+def _parse_duration(text: str) -> timedelta:
+    """A duration as kafka writes it (``PT1H30M``, ``P1D``) or shortly (``90s``, ``15m``, ``2h``, ``1d``)."""
+    value = text.strip()
+    match = _ISO_DURATION.fullmatch(value) or _SHORT_DURATION.fullmatch(value)
+    parts = match.groupdict() if match else {}
+    # Both patterns match strings with no number at all ("", "P", "PT"); so does "P1DT".
+    if not any(parts.values()) or value.upper().endswith("T"):
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: write PnDTnHnMnS (e.g. PT1H30M, P1D) or 90s, 15m, 2h, 1d"
+        )
+    try:
+        duration = timedelta(
+            days=int(parts["days"] or 0),
+            hours=int(parts["hours"] or 0),
+            minutes=int(parts["minutes"] or 0),
+            seconds=float((parts["seconds"] or "0").replace(",", ".")),
+        )
+        datetime.now(timezone.utc) - duration
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is too long") from None
+    return duration
+
+
+def _parse_datetime(text: str) -> datetime:
+    """An ISO 8601 instant as kafka-consumer-groups takes it; without a UTC offset it is UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid date-time {text!r}: write ISO 8601, e.g. 2024-01-31T10:00:00.000, "
+            "2024-01-31T10:00:00Z or 2024-01-31T12:00:00+02:00 (no offset means UTC)"
+        ) from None
+    if value.tzinfo is None:
+        # kafka-consumer-groups reads a time without an offset as UTC; so do we.
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if not 0 <= value <= _INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def _int64(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+# --- the import file ------------------------------------------------------------------
+
+
+class _OffsetsFileError(ValueError):
+    """An offsets file that cannot be imported; ``problems`` are (line number, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[int, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: line {n}: {message}" if n else f"{source}: {message}" for n, message in problems]
+        super().__init__("\n".join(lines))
+
+
+def _parse_offsets_csv(lines: Iterable[str], source: str = "<input>") -> dict[TopicPartition, int]:
+    """The ``topic,partition,offset`` lines of kafka-consumer-groups' export, in file order.
+
+    Blank lines are skipped and a ``topic,partition,offset`` header is tolerated as the first
+    line. Every problem of the file is reported with its line number, and any problem rejects
+    the whole file, so that nothing is imported from a file that is partly wrong.
+    """
+    offsets: dict[TopicPartition, int] = {}
+    seen_on: dict[TopicPartition, int] = {}
+    problems: list[tuple[int, str]] = []
+    first = True
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if first and tuple(f.lower() for f in fields) == _CSV_HEADER:
+            first = False
+            continue
+        first = False
+        if len(fields) != 3:
+            problems.append((number, f"expected topic,partition,offset, got {line!r}"))
+            continue
+        topic, partition_text, offset_text = fields
+        if not _TOPIC.fullmatch(topic):
+            problems.append((number, f"invalid topic {topic!r}"))
+            continue
+        if not partition_text.isascii() or not partition_text.isdigit() or int(partition_text) > _INT32_MAX:
+            problems.append((number, f"invalid partition {partition_text!r}: must be an integer >= 0"))
+            continue
+        try:
+            offset = int(offset_text)
+        except ValueError:
+            problems.append((number, f"invalid offset {offset_text!r}: must be an integer >= 0"))
+            continue
+        if offset in (EARLIEST, LATEST):
+            name = "earliest" if offset == EARLIEST else "latest"
+            problems.append(
+                (
+                    number,
+                    f"offset {offset} is the {name} sentinel, which an import cannot commit (a commit takes "
+                    f"offsets >= 0); give a real offset, or use 'groups reset --to-{name}' for that partition",
+                )
+            )
+            continue
+        if not 0 <= offset <= _INT64_MAX:
+            problems.append((number, f"invalid offset {offset_text!r}: must be an integer >= 0"))
+            continue
+        tp = TopicPartition(topic, int(partition_text))
+        if tp in seen_on:
+            problems.append((number, f"{tp.topic}:{tp.partition} already given on line {seen_on[tp]}"))
+            continue
+        seen_on[tp] = number
+        offsets[tp] = offset
+    if not problems and not offsets:
+        problems.append((0, "no offsets to import"))
+    if problems:
+        raise _OffsetsFileError(source, problems)
+    return offsets
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+def _format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart, headers first, as kafka-consumer-groups prints them."""
+    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _table_time(value: datetime | None) -> str:
+    """Milliseconds in UTC, the form --to-datetime takes back."""
+    if value is None:
+        return "-"
+    value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _json_time(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _offset_cell(value: int, *, stored: bool = False) -> str:
+    """An offset for a table. -1 is "none" in changes, but the latest sentinel in a stored offset."""
+    if value == EARLIEST:
+        return "earliest"
+    if value == NO_OFFSET:
+        return "latest" if stored else "-"
+    return str(value)
+
+
+def _unknown_cell(value: int) -> str:
+    return "-" if value == -1 else str(value)
+
+
+def _text_cell(value: str) -> str:
+    # Metadata is free text; a newline or tab in it would break the table's rows.
+    if not value:
+        return "-"
+    return value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
+
+
+def _change_json(change: OffsetChange) -> dict[str, Any]:
+    return {
+        "topic": change.topic,
+        "partition": change.partition,
+        "previous_offset": change.previous_offset,
+        "new_offset": change.new_offset,
+        "kind": f"CHANGE_KIND_{change.kind.name}",
+        "generation": change.generation,
+        "change_time": _json_time(change.change_time),
+        "actor": change.actor,
+    }
+
+
+class _Output:
+    """Where a command writes: its result to ``out``, notes and errors to ``err``."""
+
+    def __init__(self, fmt: str, out: TextIO, err: TextIO) -> None:
+        self.json = fmt == "json"
+        self.out = out
+        self.err = err
+
+    def document(self, value: object) -> None:
+        self.out.write(json.dumps(value, indent=2) + "\n")
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        self.out.write(_format_table(headers, rows) + "\n")
+
+    def line(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+
+    def error(self, text: str) -> None:
+        self.err.write(text + "\n")
+
+
+# --- the commands ---------------------------------------------------------------------
+
+
+def _cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    groups = list(client.iter_groups(args.prefix))
+    if out.json:
+        out.document(
+            [
+                {
+                    "group_id": g.group_id,
+                    "generation": g.generation,
+                    "partition_count": g.partition_count,
+                    "last_commit_time": _json_time(g.last_commit_time),
+                    "total_lag": g.total_lag,
+                }
+                for g in groups
+            ]
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG"),
+        (
+            (g.group_id, g.generation, g.partition_count, _table_time(g.last_commit_time), _unknown_cell(g.total_lag))
+            for g in groups
+        ),
+    )
+    return EXIT_OK
+
+
+def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    group = client.describe_group(args.group)
+    partitions = sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+    if out.json:
+        out.document(
+            {
+                "group_id": group.group_id,
+                "generation": group.generation,
+                "partitions": [
+                    {
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "offset": p.offset,
+                        "metadata": p.metadata,
+                        "commit_time": _json_time(p.commit_time),
+                        "log_end_offset": p.log_end_offset,
+                        "lag": p.lag,
+                    }
+                    for p in partitions
+                ],
+            }
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "METADATA", "COMMIT-TIME"),
+        (
+            (
+                group.group_id,
+                p.topic,
+                p.partition,
+                _offset_cell(p.offset, stored=True),
+                _unknown_cell(p.log_end_offset),
+                _unknown_cell(p.lag),
+                _text_cell(p.metadata),
+                _table_time(p.commit_time),
+            )
+            for p in partitions
+        ),
+    )
+    return EXIT_OK
+
+
+def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | None]:
+    """The reset_offsets keyword of the chosen target, and the instant a time target resolved to."""
+    if args.to_offset is not None:
+        return {"to_offset": args.to_offset}, None
+    if args.shift_by is not None:
+        return {"shift_by": args.shift_by}, None
+    if args.to_boundary is not None:
+        return {"to_boundary": args.to_boundary}, None
+    instant = args.to_datetime
+    if instant is None:
+        # Resolved now, not at parse time, so the instant is as close as can be to the call.
+        instant = datetime.now(timezone.utc) - args.by_duration
+    return {"to_commit_time": instant}, instant
+
+
+def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    target, instant = _reset_target(args)
+    result = client.reset_offsets(
+        args.group,
+        topics=_merge_topic_specs(args.topics) if args.topics else None,
+        all_topics=args.all_topics,
+        dry_run=not args.execute,
+        **target,
+    )
+    changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
+    if out.json:
+        out.document(
+            {
+                "group_id": args.group,
+                "generation": result.generation,
+                "dry_run": result.dry_run,
+                "changes": [_change_json(c) for c in changes],
+            }
+        )
+        return EXIT_OK
+    # A reset to the latest end with no known watermark stores the -1 sentinel.
+    new_is_stored_latest = args.to_boundary == Boundary.LATEST
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
+        (
+            (
+                args.group,
+                c.topic,
+                c.partition,
+                _offset_cell(c.previous_offset),
+                _offset_cell(c.new_offset, stored=new_is_stored_latest),
+            )
+            for c in changes
+        ),
+    )
+    out.line()
+    if instant is not None:
+        out.line(f"Target: the offsets the group had committed at {_table_time(instant)}.")
+    if not changes:
+        out.line(f"No partition selected: group {args.group} has no offsets for that selection.")
+    if result.dry_run:
+        out.line("Dry run: nothing changed. Run again with --execute to apply.")
+    else:
+        out.line(
+            f"Applied: group {args.group} is now at generation {result.generation}; "
+            "writers of older generations are fenced."
+        )
+    return EXIT_OK
+
+
+def _cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    deleted = sorted(
+        client.delete_offsets(
+            args.group,
+            topics=_merge_topic_specs(args.topics) if args.topics else None,
+            all_topics=args.all_topics,
+        )
+    )
+    if out.json:
+        out.document({"group_id": args.group, "deleted": [{"topic": t, "partition": p} for t, p in deleted]})
+        return EXIT_OK
+    out.table(("GROUP", "TOPIC", "PARTITION"), ((args.group, t, p) for t, p in deleted))
+    out.line()
+    if not deleted:
+        out.line(f"Nothing deleted: group {args.group} has no offsets for that selection.")
+    elif args.all_topics:
+        out.line(f"Deleted group {args.group} and its {len(deleted)} offset(s).")
+    else:
+        out.line(f"Deleted {len(deleted)} offset(s) of group {args.group}.")
+    return EXIT_OK
+
+
+def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    changes: list[OffsetChange] = []
+    token = ""
+    while True:
+        wanted = _HISTORY_PAGE if args.limit == 0 else min(_HISTORY_PAGE, args.limit - len(changes))
+        page = client.list_offset_history(
+            args.group,
+            topics=_merge_topic_specs(args.topics) if args.topics else None,
+            since=args.since,
+            until=args.until,
+            page_size=wanted,
+            page_token=token,
+        )
+        changes.extend(page.items)
+        token = page.next_page_token
+        if not token or (args.limit and len(changes) >= args.limit):
+            break
+    if args.limit:
+        del changes[args.limit :]
+    if out.json:
+        out.document({"group_id": args.group, "changes": [_change_json(c) for c in changes]})
+        return EXIT_OK
+    out.table(
+        ("TIME", "KIND", "TOPIC", "PARTITION", "PREVIOUS", "NEW", "GENERATION", "ACTOR"),
+        (
+            (
+                _table_time(c.change_time),
+                ChangeKind(c.kind).name,
+                c.topic,
+                c.partition,
+                _offset_cell(c.previous_offset),
+                _offset_cell(c.new_offset),
+                c.generation,
+                c.actor or "-",
+            )
+            for c in changes
+        ),
+    )
+    return EXIT_OK
+
+
+def _cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    fetched = client.fetch_offsets(args.group)
+    if not fetched.offsets and fetched.generation == 0:
+        out.error(f"Error: group {args.group} does not exist.")
+        return EXIT_ERROR
+    rows = sorted((tp.topic, tp.partition, o.offset) for tp, o in fetched.offsets.items())
+    if out.json:
+        text = json.dumps([{"topic": t, "partition": p, "offset": o} for t, p, o in rows], indent=2) + "\n"
+    else:
+        text = "".join(f"{t},{p},{o}\n" for t, p, o in rows)
+    if args.file in (None, "-"):
+        out.out.write(text)
+        return EXIT_OK
+    try:
+        with open(args.file, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        out.error(f"Error: cannot write {args.file}: {e.strerror or e}")
+        return EXIT_ERROR
+    out.error(f"Exported {len(rows)} offset(s) of group {args.group} to {args.file}.")
+    return EXIT_OK
+
+
+def _read_offsets_file(path: str) -> dict[TopicPartition, int]:
+    if path == "-":
+        return _parse_offsets_csv(sys.stdin, "<stdin>")
+    # utf-8-sig: a file saved by a spreadsheet may start with a byte order mark.
+    with open(path, encoding="utf-8-sig") as f:
+        return _parse_offsets_csv(f, path)
+
+
+def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    try:
+        new = _read_offsets_file(args.file)
+    except _OffsetsFileError as e:
+        out.error(f"Error: {e}\nNothing was imported.")
+        return EXIT_ERROR
+    except OSError as e:
+        out.error(f"Error: cannot read {args.file}: {e.strerror or e}")
+        return EXIT_ERROR
+    except UnicodeDecodeError as e:
+        out.error(f"Error: {args.file} is not UTF-8 text: {e.reason}")
+        return EXIT_ERROR
+    selection: dict[str, list[int]] = {}
+    for tp in new:
+        selection.setdefault(tp.topic, []).append(tp.partition)
+    before = client.fetch_offsets(args.group, selection)
+    # A named partition without an offset comes back as -1 with no commit time; a stored
+    # -1 (the latest sentinel) has one.
+    stored = {tp: o for tp, o in before.offsets.items() if o.commit_time is not None}
+    previous = {tp: stored[tp].offset if tp in stored else NO_OFFSET for tp in new}
+    generation = before.generation
+    if args.execute:
+        # Joining first bumps the generation like a reset does, so a live fenced writer
+        # cannot overwrite the imported offsets with its older generation afterwards.
+        generation = client.join_group(args.group, IMPORT_MEMBER_ID)
+        client.commit_offsets(args.group, new, generation=generation)
+    rows = sorted((tp.topic, tp.partition, previous[tp], offset) for tp, offset in new.items())
+    if out.json:
+        out.document(
+            {
+                "group_id": args.group,
+                "generation": generation,
+                "dry_run": not args.execute,
+                "changes": [
+                    {"topic": t, "partition": p, "previous_offset": old, "new_offset": off} for t, p, old, off in rows
+                ],
+            }
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
+        (
+            (args.group, t, p, _offset_cell(old, stored=TopicPartition(t, p) in stored), off)
+            for t, p, old, off in rows
+        ),
+    )
+    out.line()
+    if args.execute:
+        out.line(
+            f"Applied: imported {len(rows)} offset(s); group {args.group} is now at generation {generation}; "
+            "writers of older generations are fenced."
+        )
+    else:
+        out.line("Dry run: nothing changed. Run again with --execute to apply.")
+    return EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[OffsetStoreClient, argparse.Namespace, _Output], int]] = {
+    "list": _cmd_list,
+    "describe": _cmd_describe,
+    "reset": _cmd_reset,
+    "delete": _cmd_delete,
+    "history": _cmd_history,
+    "export": _cmd_export,
+    "import": _cmd_import,
+}
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+def _server_answered(error: OffsetStoreError) -> bool:
+    """Whether the server sent this error, rather than gRPC failing to reach it.
+
+    The server attaches a google.rpc.Status to every error it sends; a connection failure
+    has none. The client chains the gRPC error it converted as the cause.
+    """
+    cause = error.__cause__
+    if not isinstance(cause, grpc.Call):
+        return True
+    try:
+        return rpc_status.from_call(cause) is not None
+    except ValueError:
+        return True
+
+
+def _error_message(error: OffsetStoreError, args: argparse.Namespace, server: str) -> str:
+    group = getattr(args, "group", None)
+    if isinstance(error, GroupNotFoundError) and group is not None:
+        return f"Error: group {group} does not exist."
+    if isinstance(error, InvalidArgumentError):
+        lines = [f"Error: {error.message}"]
+        # A one-field error's message already is "field: description".
+        violations = (f"{v.field}: {v.description}" for v in error.violations)
+        lines += [f"  {v}" for v in violations if v not in error.message]
+        return "\n".join(lines)
+    if isinstance(error, StaleGenerationError):
+        current = error.current_generation
+        suffix = f" (current generation {current})" if current is not None else ""
+        return f"Error: {error.message}{suffix}. Another writer or a reset changed the group meanwhile."
+    if isinstance(error, OffsetMismatchError):
+        stored = error.stored_offset
+        return f"Error: {error.message}" + (f" (stored offset {stored})" if stored is not None else "")
+    if isinstance(error, StoreUnavailableError):
+        if not _server_answered(error):
+            return (
+                f"Error: cannot reach the offsetstore server at {server}: {error.message}\n"
+                f"Is it running? Point to another one with --server or {SERVER_ENV}."
+            )
+        return f"Error: the offsetstore server at {server} is unavailable: {error.message}"
+    if isinstance(error, InternalError) and error.status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"Error: no answer from the offsetstore server at {server} in time (see --timeout)."
+    return f"Error: {error.message}"
+
+
+# --- the parser -----------------------------------------------------------------------
+
+
+def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    # The options are accepted both before and after the subcommand. On the subcommand they
+    # default to SUPPRESS, because a subparser's defaults would overwrite a value given before it.
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "--server",
+        metavar="HOST:PORT",
+        default=default(None),
+        help=f"offsetstore server to talk to (env {SERVER_ENV}, default {DEFAULT_SERVER})",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        default=default(None),
+        help="deadline of each call to the server (default: the client's, 10 seconds)",
+    )
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default=default("table"),
+        help="a readable table (default), or one JSON document with the contract's field names",
+    )
+
+
+def _add_selection(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    topic = {
+        "dest": "topics",
+        "action": "append",
+        "type": _parse_topic_spec,
+        "metavar": "TOPIC[:P,...]",
+        "help": "TOPIC or TOPIC:P,P,... (repeatable); a topic alone selects all of its partitions",
+    }
+    if not required:
+        parser.add_argument("--topic", **{**topic, "help": topic["help"] + " (default: every topic)"})
+        return
+    selection = parser.add_mutually_exclusive_group(required=True)
+    selection.add_argument("--topic", **topic)
+    selection.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+
+
+def _add_execute(parser: argparse.ArgumentParser) -> None:
+    # One dest with explicit constants: a store_true and a store_false on one dest would
+    # fight over its default.
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run",
+        dest="execute",
+        action="store_const",
+        const=False,
+        default=False,
+        help="show what would change and change nothing (the default)",
+    )
+    mode.add_argument("--execute", dest="execute", action="store_const", const=True, help="apply the change")
+
+
+_RESET_HELP = (
+    "Reset the selected partitions to one target, like kafka-consumer-groups --reset-offsets. As there, "
+    "nothing changes without --execute. An applied reset bumps the group's generation, so live fenced "
+    "consumers stop instead of overwriting it: unlike Kafka, resetting a live group is safe."
+)
+_TO_DATETIME_HELP = (
+    "the offsets the group had committed at that instant, from its history (e.g. 2024-01-31T10:00:00.000, "
+    "2024-01-31T10:00:00Z or ...+02:00; a time without a UTC offset is taken as UTC). offsetstore has no "
+    "broker timestamp index, so this is the group's own past position; a partition that had no offset "
+    "then loses its offset"
+)
+_BY_DURATION_HELP = (
+    "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
+    "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d"
+)
+_HISTORY_HELP = (
+    "The group's audit trail, newest first. In PREVIOUS and NEW, - is -1: no offset, or the latest "
+    "sentinel left by a reset --to-latest with no known log end."
+)
+_EXPORT_HELP = (
+    "Write the group's offsets as topic,partition,offset lines with no header, the format of "
+    "kafka-consumer-groups --reset-offsets --export, which 'import' and kafka-consumer-groups --from-file "
+    "read back. Sentinel offsets (-2 earliest, -1 latest) are written as they are. --output json writes "
+    "a JSON list instead."
+)
+_IMPORT_HELP = (
+    "Set the offsets of a topic,partition,offset file (kafka-consumer-groups --from-file; FILE - reads "
+    "standard input). Blank lines and a topic,partition,offset header are skipped; a malformed line "
+    "rejects the whole file. Offsets must be >= 0: the sentinels -2 and -1 are refused, because the "
+    "offsets are committed and a commit takes real offsets (use 'reset --to-earliest' or '--to-latest' "
+    f"for those partitions). With --execute the group is first joined as '{IMPORT_MEMBER_ID}', which "
+    "bumps its generation and so fences live writers as a reset does, then every offset of the file is "
+    "committed with that generation in one transaction. Partitions not in the file keep their offsets."
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Adds the ``groups`` subcommands and their options to `parser`; `run` executes the result."""
+    parser.description = "Inspect and manage consumer groups, like kafka-consumer-groups, through an offsetstore."
+    _add_common_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common_options(common, suppress=True)
+    sub = parser.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=summary, description=description)
+
+    p = command("list", "list the groups", "List the groups with their generation, partitions, last commit and lag.")
+    p.add_argument("--prefix", default="", help="only groups whose id starts with this")
+
+    p = command(
+        "describe",
+        "show a group's offsets and lag",
+        "Show each partition's committed offset, log end, lag, metadata and commit time (- where unknown). "
+        "An unknown group is an error.",
+    )
+    p.add_argument("group", metavar="GROUP")
+
+    p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)
+    p.add_argument("group", metavar="GROUP")
+    _add_selection(p, required=True)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-offset", type=_nonnegative_int, metavar="N", help="set every selected partition to N")
+    target.add_argument(
+        "--shift-by",
+        type=_int64,
+        metavar="N",
+        help="move each offset by N (negative allowed), floored at 0 and capped at the log end where it is known",
+    )
+    target.add_argument(
+        "--to-earliest",
+        dest="to_boundary",
+        action="store_const",
+        const=Boundary.EARLIEST,
+        help="the log start where a watermark is known, else the -2 (earliest) sentinel",
+    )
+    target.add_argument(
+        "--to-latest",
+        dest="to_boundary",
+        action="store_const",
+        const=Boundary.LATEST,
+        help="the log end where a watermark is known, else the -1 (latest) sentinel",
+    )
+    target.add_argument("--to-datetime", type=_parse_datetime, metavar="ISO8601", help=_TO_DATETIME_HELP)
+    target.add_argument("--by-duration", type=_parse_duration, metavar="DURATION", help=_BY_DURATION_HELP)
+    _add_execute(p)
+
+    p = command(
+        "delete",
+        "delete a group's offsets",
+        "Delete the selected offsets (--all-topics deletes the group). There is no dry run, as in "
+        "kafka-consumer-groups, but a selection is required.",
+    )
+    p.add_argument("group", metavar="GROUP")
+    _add_selection(p, required=True)
+
+    p = command("history", "show a group's commits, resets and deletes", _HISTORY_HELP)
+    p.add_argument("group", metavar="GROUP")
+    _add_selection(p, required=False)
+    p.add_argument("--since", type=_parse_datetime, metavar="ISO8601", help="changes from this on (no offset = UTC)")
+    p.add_argument("--until", type=_parse_datetime, metavar="ISO8601", help="changes before this (no offset = UTC)")
+    p.add_argument(
+        "--limit", type=_nonnegative_int, default=100, metavar="N", help="at most N changes (default 100, 0 = all)"
+    )
+
+    p = command("export", "write a group's offsets as CSV", _EXPORT_HELP)
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--file", metavar="FILE", help="write to FILE instead of standard output")
+
+    p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--group", required=True, metavar="GROUP", help="the group to set the offsets of")
+    _add_execute(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Executes the parsed ``groups`` command; returns the process exit code."""
+    out = _Output(args.output, sys.stdout, sys.stderr)
+    server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+    options = {} if args.timeout is None else {"timeout": args.timeout}
+    try:
+        with OffsetStoreClient(server, **options) as client:
+            return _COMMANDS[args.groups_command](client, args, out)
+    except OffsetStoreError as error:
+        out.error(_error_message(error, args, server))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (| head); say nothing, and keep Python from complaining at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m offsetstore.client.cli COMMAND ...``: the groups commands on their own."""
+    parser = argparse.ArgumentParser(prog="python -m offsetstore.client.cli")
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
