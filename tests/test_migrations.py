@@ -1,0 +1,166 @@
+"""The migrations build exactly the models' schema, revert cleanly and survive concurrent runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.pool import NullPool
+
+from offsetstore.migrations import context_options
+from offsetstore.server import migrate, schema
+
+
+def head_revision() -> str:
+    config = migrate.alembic_config("postgresql://unused")
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
+def inspect_database(url: str) -> tuple[list[str], list[str]]:
+    """Return the schema names and the tables in ``offsetstore``."""
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            schemas = inspector.get_schema_names()
+            if schema.SCHEMA not in schemas:
+                return schemas, []
+            tables = inspector.get_table_names(schema=schema.SCHEMA)
+            return schemas, sorted(tables)
+    finally:
+        engine.dispose()
+
+
+def model_differences(url: str) -> list[object]:
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts=context_options())
+            return compare_metadata(context, schema.metadata)
+    finally:
+        engine.dispose()
+
+
+def test_normalize_url() -> None:
+    url = "postgresql://u:p%40ss@h/db"
+    assert migrate.normalize_url(url) == "postgresql+psycopg://u:p%40ss@h/db"
+    assert migrate.normalize_url("postgres://h/db") == "postgresql+psycopg://h/db"
+    assert migrate.normalize_url("postgresql+psycopg://h/db") == "postgresql+psycopg://h/db"
+
+
+def test_models_match_migrations(scratch_database_url: str) -> None:
+    migrate.upgrade(scratch_database_url)
+    assert model_differences(scratch_database_url) == []
+
+
+def test_upgrade_downgrade_upgrade(scratch_database_url: str) -> None:
+    url = scratch_database_url
+    assert migrate.current(url) is None
+
+    migrate.upgrade(url)
+    assert migrate.current(url) == head_revision()
+    schemas, tables = inspect_database(url)
+    model_tables = sorted(t.name for t in schema.metadata.tables.values())
+    assert tables == sorted([*model_tables, "alembic_version"])
+
+    migrate.downgrade(url, "base")
+    assert migrate.current(url) is None
+    schemas, tables = inspect_database(url)
+    assert tables == []
+    assert schema.SCHEMA not in schemas
+    # The user's own schema was never touched.
+    assert "public" in schemas
+
+    migrate.upgrade(url)
+    assert migrate.current(url) == head_revision()
+    assert model_differences(url) == []
+
+
+def test_upgrade_is_idempotent(scratch_database_url: str) -> None:
+    migrate.upgrade(scratch_database_url)
+    migrate.upgrade(scratch_database_url)
+    assert migrate.current(scratch_database_url) == head_revision()
+
+
+def test_downgrade_keeps_foreign_objects_in_the_schema(scratch_database_url: str) -> None:
+    url = scratch_database_url
+    migrate.upgrade(url)
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE TABLE {schema.SCHEMA}.not_ours (x int)")
+    finally:
+        engine.dispose()
+
+    migrate.downgrade(url, "base")
+    assert migrate.current(url) is None
+    assert inspect_database(url)[1] == ["not_ours"]
+
+
+def test_concurrent_upgrades_from_threads(scratch_database_url: str) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            migrate.upgrade(scratch_database_url)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert errors == []
+    assert migrate.current(scratch_database_url) == head_revision()
+    assert model_differences(scratch_database_url) == []
+
+
+def test_concurrent_upgrades_from_processes(scratch_database_url: str) -> None:
+    # Threads share one in-process lock; separate processes meet only at the
+    # database's advisory lock, which is what concurrent servers rely on.
+    # Each child imports first and then waits for "go", so that they really
+    # migrate at the same moment.
+    code = (
+        "import sys\n"
+        "from offsetstore.server.migrate import upgrade\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "upgrade(sys.argv[1])\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, scratch_database_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert migrate.current(scratch_database_url) == head_revision()
+    assert model_differences(scratch_database_url) == []

@@ -1,0 +1,76 @@
+"""The distribution ships every package folder of the repository, under its namespaced name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOTS = ("server", "client", "spark_integration", "migrations", "proto")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        cwd=out,
+    )
+    (path,) = out.glob("offsetstore-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def _package_dirs() -> list[Path]:
+    return sorted(
+        init.parent
+        for top in PACKAGE_ROOTS
+        for init in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    )
+
+
+def _import_name(folder: Path) -> str:
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for name, where in mapping.items():
+        if (ROOT / where).resolve() == folder:
+            return name
+    raise AssertionError(f"{folder.relative_to(ROOT)} has no entry in [tool.setuptools] package-dir")
+
+
+def test_every_package_folder_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    folders = _package_dirs()
+    assert folders, "found no package folders"
+    for folder in folders:
+        prefix = _import_name(folder).replace(".", "/")
+        for source in folder.glob("*.py"):
+            assert f"{prefix}/{source.name}" in names, f"{source.relative_to(ROOT)} is not packaged"
+
+
+def test_data_files_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for needed in (
+        "offsetstore/v1/offset_store.proto",
+        "offsetstore/v1/offset_store_pb2.pyi",
+        "offsetstore/migrations/script.py.mako",
+        "offsetstore/migrations/versions/0001_initial.py",
+    ):
+        assert needed in names
+
+
+def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -> None:
+    tops = {name.split("/")[0] for name in wheel.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"offsetstore"}
+    assert "offsetstore/__init__.py" not in wheel.namelist(), "offsetstore must stay a namespace package"
+
+
+def test_console_script(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "offsetstore = offsetstore.server.cli:main" in wheel.read(entry_points).decode()

@@ -1,0 +1,178 @@
+"""`offsetstore serve` as a user runs it: embedded PostgreSQL, health, a round trip, the CLI, SIGTERM."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from offsetstore.client import OffsetStoreClient, StaleGenerationError
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[bytes], address: str, metrics: str, log: Path) -> None:
+        self.process = process
+        self.address = address
+        self.metrics = metrics
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 30) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+def start_serve(data_dir: Path, *extra: str) -> Served:
+    address, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "OFFSETSTORE_DATA_DIR": str(data_dir)}
+    env.pop("OFFSETSTORE_DATABASE_URL", None)
+    # A file, not a pipe: a server that logs more than a pipe holds must never block.
+    log = data_dir.parent / f"serve-{address.rpartition(':')[2]}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "offsetstore.server.cli", "serve", "--listen", address, "--metrics-listen", metrics, *extra],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    served = Served(process, address, metrics, log)
+    with OffsetStoreClient(address, timeout=2) as client:
+        deadline = time.monotonic() + 90
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"offsetstore serve exited with {process.returncode}:\n{served.output()}")
+            try:
+                if client.health() == "SERVING":
+                    return served
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise AssertionError(f"offsetstore serve did not get healthy:\n{served.output()}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Under /tmp: as root the embedded server opens up the permissions of its parents.
+    path = Path(tempfile.mkdtemp(prefix="offsetstore-serve-"))
+    yield path / "pgdata"
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def cli(served: Served, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "offsetstore.server.cli", "groups", *args, "--server", served.address],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+    )
+
+
+def test_serve_on_the_embedded_default_round_trips_and_exits_0_on_sigterm(data_dir: Path) -> None:
+    served = start_serve(data_dir)
+    try:
+        with OffsetStoreClient(served.address) as client:
+            generation = client.join_group("orders-etl")
+            client.commit_offsets("orders-etl", {("orders", 0): 42, ("orders", 1): 7}, generation=generation)
+            fetched = client.fetch_offsets("orders-etl")
+            assert {tp: c.offset for tp, c in fetched.offsets.items()} == {("orders", 0): 42, ("orders", 1): 7}
+            assert fetched.generation == generation
+    finally:
+        code = served.terminate()
+    assert code == 0, served.output()
+
+    # Restarting on the same data directory finds the same offsets.
+    served = start_serve(data_dir)
+    try:
+        with OffsetStoreClient(served.address) as client:
+            fetched = client.fetch_offsets("orders-etl", {"orders": [0, 1]})
+            assert [c.offset for c in fetched.offsets.values()] == [42, 7]
+    finally:
+        assert served.terminate() == 0, served.output()
+
+
+def test_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None:
+    served = start_serve(data_dir)
+    try:
+        with OffsetStoreClient(served.address) as client:
+            generation = client.join_group("payments")
+            client.commit_offsets("payments", {("pay", 0): 100, ("pay", 1): 200}, generation=generation)
+
+        listed = cli(served, "list", "--output", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [g["group_id"] for g in json.loads(listed.stdout)] == ["payments"]
+
+        described = cli(served, "describe", "payments")
+        assert described.returncode == 0, described.stderr
+        assert "pay" in described.stdout and "100" in described.stdout and "200" in described.stdout
+
+        # Dry run by default: nothing changes.
+        dry = cli(served, "reset", "payments", "--topic", "pay:0", "--to-offset", "10")
+        assert dry.returncode == 0, dry.stderr
+        with OffsetStoreClient(served.address) as client:
+            assert client.fetch_offsets("payments", {"pay": [0]}).offsets[("pay", 0)].offset == 100
+
+        applied = cli(served, "reset", "payments", "--topic", "pay:0", "--to-offset", "10", "--execute")
+        assert applied.returncode == 0, applied.stderr
+        with OffsetStoreClient(served.address) as client:
+            assert client.fetch_offsets("payments", {"pay": [0]}).offsets[("pay", 0)].offset == 10
+            # The reset fenced the writer that joined before it.
+            with pytest.raises(StaleGenerationError):
+                client.commit_offsets("payments", {("pay", 0): 101}, generation=generation)
+
+        exported = cli(served, "export", "payments")
+        assert exported.returncode == 0, exported.stderr
+        rows = list(csv.reader(io.StringIO(exported.stdout)))
+        assert rows == [["pay", "0", "10"], ["pay", "1", "200"]]
+
+        plan = tmp_path / "offsets.csv"
+        plan.write_text("pay,0,55\npay,1,66\n")
+        imported = cli(served, "import", str(plan), "--group", "payments", "--execute")
+        assert imported.returncode == 0, imported.stderr
+        with OffsetStoreClient(served.address) as client:
+            offsets = client.fetch_offsets("payments").offsets
+            assert {tp: c.offset for tp, c in offsets.items()} == {("pay", 0): 55, ("pay", 1): 66}
+
+        history = cli(served, "history", "payments", "--output", "json")
+        assert history.returncode == 0, history.stderr
+        assert json.loads(history.stdout)["changes"][0]["new_offset"] in (55, 66)
+
+        missing = cli(served, "describe", "no-such-group")
+        assert missing.returncode == 1
+        assert "no-such-group" in missing.stderr and "Traceback" not in missing.stderr
+
+        deleted = cli(served, "delete", "payments", "--all-topics")
+        assert deleted.returncode == 0, deleted.stderr
+        assert cli(served, "describe", "payments").returncode == 1
+    finally:
+        assert served.terminate() == 0, served.output()
