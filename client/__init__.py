@@ -3,6 +3,7 @@
 from ._async import AsyncOffsetStoreClient
 from ._sync import OffsetStoreClient
 from .errors import (
+    DeadlineExceededError,
     FieldViolation,
     GroupNotFoundError,
     InternalError,
@@ -56,6 +57,7 @@ __all__ = [
     # errors
     "OffsetStoreError",
     "FieldViolation",
+    "DeadlineExceededError",
     "GroupNotFoundError",
     "InternalError",
     "InvalidArgumentError",

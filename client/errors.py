@@ -9,6 +9,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
      ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE
+     ├── DeadlineExceededError  DEADLINE_EXCEEDED    (the call's deadline passed; outcome unknown)
      ├── UnauthenticatedError   UNAUTHENTICATED
      ├── PermissionDeniedError  PERMISSION_DENIED
      └── InternalError          INTERNAL, and any status not listed above
@@ -25,6 +26,7 @@ from grpc_status import rpc_status
 
 __all__ = [
     "DOMAIN",
+    "DeadlineExceededError",
     "FieldViolation",
     "GroupNotFoundError",
     "InternalError",
@@ -153,6 +155,12 @@ class StoreUnavailableError(OffsetStoreError):
     reason = "STORE_UNAVAILABLE"
 
 
+class DeadlineExceededError(OffsetStoreError):
+    """The call's deadline passed before the server answered; a write may or may not have landed."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class UnauthenticatedError(OffsetStoreError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
@@ -189,6 +197,7 @@ _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
         OffsetMismatchError,
         GroupNotFoundError,
         StoreUnavailableError,
+        DeadlineExceededError,
         UnauthenticatedError,
         PermissionDeniedError,
     )

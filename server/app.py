@@ -151,7 +151,8 @@ def serve(settings: Settings) -> int:
         store = Store(
             create_store_engine(
                 database_url, pool_size=settings.pool_size, statement_timeout_ms=settings.statement_timeout_ms
-            )
+            ),
+            statement_timeout_ms=settings.statement_timeout_ms,
         )
         from . import metrics
 

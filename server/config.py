@@ -66,7 +66,7 @@ class Settings:
             raw = flags.get(f.name)
             if raw is None:
                 raw = environ.get(f"OFFSETSTORE_{f.name.upper()}")
-            if raw is None or raw == "" and f.name == "database_url":
+            if raw is None or (raw == "" and f.name == "database_url"):
                 continue
             values[f.name] = _coerce(f.name, f.type, raw)
         return cls(**values)

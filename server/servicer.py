@@ -16,7 +16,7 @@ from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
-from .store import Store
+from .store import Store, deadline
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,8 @@ def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
         started = time.perf_counter()
         group = getattr(request, "group_id", "")
         try:
-            response = method(self, request, context)
+            with deadline(context.time_remaining(), context.is_active):
+                response = method(self, request, context)
         except OffsetStoreError as error:
             log.info(
                 "rpc failed",

@@ -35,6 +35,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.client.errors import (
@@ -542,7 +543,7 @@ def _offsets_at(
     h = offset_history
     latest = (
         select(h.c.topic, h.c.partition, h.c.new_offset)
-        .distinct(h.c.topic, h.c.partition)
+        .ext(distinct_on(h.c.topic, h.c.partition))
         .where(h.c.group_id == group_id, h.c.change_time <= instant, _selected(h, sels))
         .order_by(h.c.topic, h.c.partition, h.c.id.desc())
     )

@@ -7,14 +7,17 @@ request under its own savepoint so that one request's failure cannot touch anoth
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
 
 import psycopg
 import sqlalchemy.exc
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from offsetstore.client.errors import StoreUnavailableError
 from offsetstore.client.types import (
@@ -42,6 +45,27 @@ R = TypeVar("R")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _ATTEMPTS = 3
 
+# When the current caller gives up (time.monotonic()), and whether it is still there.
+_deadline: contextvars.ContextVar[tuple[float, Callable[[], bool]] | None] = contextvars.ContextVar(
+    "offsetstore_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None, is_active: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """Bounds the database work of the operations run inside by the caller's ``seconds``.
+
+    Each transaction's statement timeout becomes the smaller of the engine's and a
+    little less than the time left, so the database gives up before the caller does
+    and the caller hears UNAVAILABLE rather than a bare deadline; a transaction whose
+    caller is gone is rolled back instead of committed.
+    """
+    token = _deadline.set(None if seconds is None else (time.monotonic() + seconds, is_active))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
 
 def create_store_engine(
     database_url: str, *, pool_size: int = 16, statement_timeout_ms: int = 5000, connect_timeout_s: int = 5
@@ -63,15 +87,37 @@ def create_store_engine(
 class Store:
     """Runs each storage operation in its own transaction and classifies database failures."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, statement_timeout_ms: int = 5000) -> None:
         self.engine = engine
+        self.statement_timeout_ms = statement_timeout_ms
+
+    def _bound(self, conn: Connection) -> None:
+        bound = _deadline.get()
+        if bound is None:
+            return
+        # Keep a margin for the reply to reach the caller.
+        ms = int((bound[0] - time.monotonic()) * 900)
+        if ms <= 0:
+            raise StoreUnavailableError("the caller's deadline passed before the database answered")
+        if ms < self.statement_timeout_ms:
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
+
+    @staticmethod
+    def _caller_gone() -> bool:
+        bound = _deadline.get()
+        return bound is not None and not bound[1]()
 
     def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` in a transaction of its own."""
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 with self.engine.begin() as conn:
-                    return operation(conn, *args, **kwargs)
+                    self._bound(conn)
+                    result = operation(conn, *args, **kwargs)
+                    if self._caller_gone():
+                        # Rolled back: nobody would hear that it landed.
+                        raise StoreUnavailableError("the caller went away before the transaction committed")
+                    return result
             except sqlalchemy.exc.DBAPIError as error:
                 cause = error.orig
                 if isinstance(cause, _RETRYABLE) and attempt < _ATTEMPTS:
