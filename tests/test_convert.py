@@ -14,6 +14,7 @@ from offsetstore.client import _base, _convert
 from offsetstore.client.errors import (
     FieldViolation,
     GroupNotFoundError,
+    DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     OffsetMismatchError,
@@ -439,6 +440,11 @@ def test_status_without_details_maps_by_code() -> None:
 
 
 def test_unknown_status_is_internal_and_keeps_the_code() -> None:
-    error = from_rpc_error(FakeCall(grpc.StatusCode.DEADLINE_EXCEEDED, "late", None))
+    error = from_rpc_error(FakeCall(grpc.StatusCode.UNIMPLEMENTED, "no such method", None))
     assert type(error) is InternalError
-    assert error.status_code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert error.status_code == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_deadline_exceeded_is_its_own_error() -> None:
+    error = from_rpc_error(FakeCall(grpc.StatusCode.DEADLINE_EXCEEDED, "late", None))
+    assert type(error) is DeadlineExceededError
