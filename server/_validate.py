@@ -31,7 +31,11 @@ def _text(value: str, field: str, max_bytes: int) -> None:
     # PostgreSQL text cannot hold NUL; refuse it here rather than fail in the driver.
     if "\x00" in value:
         raise _bad(field, "must not contain NUL characters")
-    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _bad(field, "must be valid UTF-8") from None
+    if size > max_bytes:
         raise _bad(field, f"must be at most {max_bytes} bytes")
 
 

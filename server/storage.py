@@ -24,6 +24,7 @@ from sqlalchemy import (
     Integer,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     delete,
@@ -157,6 +158,17 @@ def _build_commit_statement():
 _COMMIT = _build_commit_statement()
 
 
+def _among(table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
+    """(topic, partition) is one of ``pairs``, as two array parameters.
+
+    A row-value IN list of thousands of pairs exhausts PostgreSQL's stack; unnest does not.
+    """
+    rows = func.unnest(
+        literal([t for t, _ in pairs], ARRAY(Text)), literal([p for _, p in pairs], ARRAY(Integer))
+    ).table_valued("topic", "partition").render_derived(with_types=False)
+    return tuple_(table.c.topic, table.c.partition).in_(select(rows.c.topic, rows.c.partition))
+
+
 def _selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
     if not sels:
         return true()
@@ -164,17 +176,35 @@ def _selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
     pairs = [(t, p) for t, parts in sels for p in parts]
     clauses = []
     if whole:
-        clauses.append(table.c.topic.in_(whole))
+        clauses.append(table.c.topic == any_(literal(whole, ARRAY(Text))))
     if pairs:
-        clauses.append(tuple_(table.c.topic, table.c.partition).in_(pairs))
+        clauses.append(_among(table, pairs))
     return or_(*clauses)
+
+
+def _last_generation(group_id: str):
+    """The generation of the group's newest history entry, 0 if none.
+
+    A group deleted and created again continues from there, so a writer that still
+    holds a generation of the deleted group can never match the new one.
+    """
+    newest = (
+        select(offset_history.c.generation)
+        .where(offset_history.c.group_id == group_id)
+        .order_by(offset_history.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return func.coalesce(newest, 0)
 
 
 def _lock_group(conn: Connection, group_id: str, *, create: bool) -> int | None:
     """Locks the group's row for writing and returns its generation (None: no such group)."""
     generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one_or_none()
     if generation is None and create:
-        conn.execute(pg_insert(groups).values(group_id=group_id).on_conflict_do_nothing())
+        conn.execute(
+            pg_insert(groups).values(group_id=group_id, generation=_last_generation(group_id)).on_conflict_do_nothing()
+        )
         generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one()
     return generation
 
@@ -273,7 +303,7 @@ def _compare(conn: Connection, group_id: str, commits: Sequence[OffsetCommit]) -
         for r in conn.execute(
             select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
                 offsets.c.group_id == group_id,
-                tuple_(offsets.c.topic, offsets.c.partition).in_([(c.topic, c.partition) for c in expected]),
+                _among(offsets, [(c.topic, c.partition) for c in expected]),
             )
         )
     }
@@ -373,7 +403,15 @@ def _decode_token(token: str, kind: type) -> object:
         value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         value = None
-    if not isinstance(value, kind) or isinstance(value, bool):
+    valid = isinstance(value, kind) and not isinstance(value, bool)
+    if isinstance(value, int):
+        valid = valid and 0 < value <= check.INT64_MAX
+    if isinstance(value, str):
+        try:
+            check.group_id(value)
+        except InvalidArgumentError:
+            valid = False
+    if not valid:
         raise InvalidArgumentError.field("page_token", "is not a token this server issued")
     return value
 
@@ -483,7 +521,7 @@ def join_group(conn: Connection, group_id: str, member_id: str = "") -> int:
     """Increments and returns the group's generation, creating the group at generation 1."""
     check.group_id(group_id)
     check.member_id(member_id)
-    stmt = pg_insert(groups).values(group_id=group_id, generation=1)
+    stmt = pg_insert(groups).values(group_id=group_id, generation=_last_generation(group_id) + 1)
     stmt = stmt.on_conflict_do_update(
         index_elements=[groups.c.group_id], set_={"generation": groups.c.generation + 1}
     ).returning(groups.c.generation)
@@ -520,7 +558,7 @@ def _watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicP
         return {}
     rows = conn.execute(
         select(watermarks.c.topic, watermarks.c.partition, watermarks.c.log_start_offset, watermarks.c.log_end_offset).where(
-            tuple_(watermarks.c.topic, watermarks.c.partition).in_(keys)
+            _among(watermarks, keys)
         )
     )
     return {TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset) for r in rows}
@@ -612,7 +650,7 @@ def reset_offsets(
             base = {EARLIEST: start, LATEST: end}.get(old, old) if old is not None else None
             if base is None:
                 continue  # nothing to shift from: no offset, or a sentinel with no watermark
-            moved = max(0, base + shift_by)
+            moved = min(max(0, base + shift_by), check.INT64_MAX)
             new[tp] = min(moved, end) if end is not None else moved
         else:
             new[tp] = past.get(tp)
@@ -635,7 +673,9 @@ def reset_offsets(
 
 
 def _bump_generation(conn: Connection, group_id: str, *, reset: bool) -> int:
-    stmt = pg_insert(groups).values(group_id=group_id, generation=1, reset_count=int(reset))
+    stmt = pg_insert(groups).values(
+        group_id=group_id, generation=_last_generation(group_id) + 1, reset_count=int(reset)
+    )
     stmt = stmt.on_conflict_do_update(
         index_elements=[groups.c.group_id],
         set_={"generation": groups.c.generation + 1, "reset_count": groups.c.reset_count + int(reset)},
@@ -666,7 +706,7 @@ def _apply_reset(
     if removals:
         conn.execute(
             delete(offsets).where(
-                offsets.c.group_id == group_id, tuple_(offsets.c.topic, offsets.c.partition).in_(removals)
+                offsets.c.group_id == group_id, _among(offsets, removals)
             )
         )
     _record(
@@ -735,10 +775,13 @@ def delete_offsets(
         .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
     ).all()
     deleted = sorted(TopicPartition(r.topic, r.partition) for r in rows)
+    # Like a reset, the delete moves the generation on; for a deleted group the history
+    # keeps that generation, and a re-created group continues above it.
+    generation += 1
     if all_topics:
         conn.execute(delete(groups).where(groups.c.group_id == group_id))
-    elif deleted:
-        conn.execute(update(groups).where(groups.c.group_id == group_id).values(generation=groups.c.generation + 1))
+    elif rows:
+        conn.execute(update(groups).where(groups.c.group_id == group_id).values(generation=generation))
     _record(
         conn,
         group_id,

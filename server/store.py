@@ -44,6 +44,24 @@ R = TypeVar("R")
 # Conflicts PostgreSQL resolves by aborting one side; the whole transaction is safe to rerun.
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _ATTEMPTS = 3
+# The database is gone, restarting, timed out or overloaded: the caller may try again later.
+# Not every OperationalError qualifies (a statement too complex fails the same way each time).
+_UNAVAILABLE = (
+    psycopg.InterfaceError,  # the connection died between statements
+    psycopg.errors.ConnectionException,  # SQLSTATE class 08
+    psycopg.errors.OperatorIntervention,  # 57: statement timeout, admin/crash shutdown, starting up
+    psycopg.errors.InsufficientResources,  # 53: too many connections, out of memory, disk full
+    psycopg.errors.LockNotAvailable,
+    *_RETRYABLE,
+)
+
+
+def _unavailable(error: sqlalchemy.exc.DBAPIError) -> bool:
+    cause = error.orig
+    if error.connection_invalidated or isinstance(cause, _UNAVAILABLE):
+        return True
+    # No SQLSTATE at all: the failure happened in reaching the server, not in a statement.
+    return isinstance(cause, psycopg.OperationalError) and cause.sqlstate is None
 
 # When the current caller gives up (time.monotonic()), and whether it is still there.
 _deadline: contextvars.ContextVar[tuple[float, Callable[[], bool]] | None] = contextvars.ContextVar(
@@ -78,7 +96,8 @@ def create_store_engine(
         pool_timeout=connect_timeout_s,
         connect_args={
             "connect_timeout": connect_timeout_s,
-            "options": f"-c statement_timeout={statement_timeout_ms}",
+            # An acknowledged commit must survive a crash, whatever the server's default.
+            "options": f"-c statement_timeout={statement_timeout_ms} -c synchronous_commit=on",
             "application_name": "offsetstore",
         },
     )
@@ -122,7 +141,7 @@ class Store:
                 cause = error.orig
                 if isinstance(cause, _RETRYABLE) and attempt < _ATTEMPTS:
                     continue
-                if isinstance(cause, (psycopg.OperationalError, *_RETRYABLE)) or error.connection_invalidated:
+                if _unavailable(error):
                     # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
                     log.warning("database unavailable", extra={"operation": operation.__name__, "error": type(cause).__name__})
                     raise StoreUnavailableError("the offset store's database is unavailable") from error

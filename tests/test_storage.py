@@ -1,0 +1,635 @@
+"""The storage core on its own: each operation over a caller's Connection, inside the caller's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+import sqlalchemy as sa
+
+from offsetstore.client.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    OffsetMismatchError,
+    StaleGenerationError,
+)
+from offsetstore.client.types import (
+    EARLIEST,
+    LATEST,
+    NO_OFFSET,
+    Boundary,
+    ChangeKind,
+    OffsetChange,
+    OffsetCommit,
+    TopicPartition,
+    Watermark,
+)
+from offsetstore.server import storage
+from offsetstore.server.schema import groups, offset_history, offsets
+
+# --- fixtures and helpers ---
+
+
+@pytest.fixture
+def topic() -> str:
+    """A topic no other test uses: watermarks are shared by all groups."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection in a transaction that is rolled back after the test."""
+    with engine.connect() as conn:
+        tx = conn.begin()
+        try:
+            yield conn
+        finally:
+            tx.rollback()
+
+
+def committed(engine: sa.Engine, operation, *args, **kwargs):
+    """Runs ``operation(conn, ...)`` in a transaction of its own that commits."""
+    with engine.begin() as conn:
+        return operation(conn, *args, **kwargs)
+
+
+def db_now(engine: sa.Engine) -> datetime:
+    """The database's clock, read in a transaction of its own (now() is the transaction's start)."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.now())).scalar_one()
+
+
+def stored(conn: sa.Connection, group_id: str) -> dict[tuple[str, int], int]:
+    return {tp: o.offset for tp, o in storage.fetch_offsets(conn, group_id).offsets.items()}
+
+
+def history(conn: sa.Connection, group_id: str) -> list[OffsetChange]:
+    return storage.list_offset_history(conn, group_id, page_size=1000).items
+
+
+def moves(changes: list[OffsetChange]) -> list[tuple[str, int, int, int, ChangeKind]]:
+    """What a list of changes did, without times and actors."""
+    return [(c.topic, c.partition, c.previous_offset, c.new_offset, c.kind) for c in changes]
+
+
+def group_row(conn: sa.Connection, group_id: str) -> tuple[int, int] | None:
+    """(generation, reset_count) of the group's row, None if there is none."""
+    row = conn.execute(
+        sa.select(groups.c.generation, groups.c.reset_count).where(groups.c.group_id == group_id)
+    ).one_or_none()
+    return None if row is None else (row.generation, row.reset_count)
+
+
+def violated_fields(error: InvalidArgumentError) -> list[str]:
+    return [v.field for v in error.violations]
+
+
+# --- the caller owns the transaction ---
+
+
+def test_a_rolled_back_commit_leaves_no_offset_no_history_and_no_group(engine, group_id, topic):
+    with engine.connect() as conn:
+        tx = conn.begin()
+        result = storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 7)])
+        assert [(c.topic, c.partition, c.offset) for c in result] == [(topic, 0, 5), (topic, 1, 7)]
+        assert stored(conn, group_id) == {(topic, 0): 5, (topic, 1): 7}  # visible inside the transaction
+        tx.rollback()
+
+    with engine.connect() as conn:
+        assert stored(conn, group_id) == {}
+        assert history(conn, group_id) == []
+        assert group_row(conn, group_id) is None
+        with pytest.raises(GroupNotFoundError):
+            storage.describe_group(conn, group_id)
+
+
+def test_operations_never_commit_on_their_own(engine, group_id, topic):
+    with engine.connect() as writer:
+        tx = writer.begin()
+        storage.commit_offsets(writer, group_id, [OffsetCommit(topic, 0, 5)])
+        storage.join_group(writer, group_id)
+        # Another connection does not see uncommitted work.
+        assert committed(engine, stored, group_id) == {}
+        assert committed(engine, group_row, group_id) is None
+        tx.commit()
+    assert committed(engine, stored, group_id) == {(topic, 0): 5}
+    assert committed(engine, group_row, group_id) == (1, 0)
+
+
+def test_failed_compare_and_set_in_a_multi_partition_commit_writes_nothing(engine, group_id, topic):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5)])
+    before = committed(engine, history, group_id)
+
+    with pytest.raises(OffsetMismatchError) as caught, engine.begin() as conn:
+        storage.commit_offsets(
+            conn,
+            group_id,
+            [
+                OffsetCommit(topic, 0, 6, expected_offset=5),  # would succeed alone
+                OffsetCommit(topic, 1, 3),
+                OffsetCommit(topic, 2, 9, expected_offset=4),  # nothing stored: fails
+            ],
+        )
+    assert caught.value.stored_offset == NO_OFFSET
+    assert caught.value.metadata["partition"] == "2"
+
+    assert committed(engine, stored, group_id) == {(topic, 0): 5}
+    assert committed(engine, history, group_id) == before
+
+
+def test_failed_commit_to_a_new_group_leaves_no_group_after_rollback(engine, group_id, topic):
+    with pytest.raises(OffsetMismatchError), engine.begin() as conn:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1, expected_offset=0)])
+    assert committed(engine, group_row, group_id) is None
+
+
+# --- commit ---
+
+
+def test_commit_returns_offsets_in_request_order_with_commit_time(conn, group_id, topic):
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+    result = storage.commit_offsets(
+        conn, group_id, [OffsetCommit(topic, 3, 30, "c"), OffsetCommit(topic, 1, 10, "a"), OffsetCommit(topic, 2, 20)]
+    )
+    assert [(c.partition, c.offset, c.metadata) for c in result] == [(3, 30, "c"), (1, 10, "a"), (2, 20, "")]
+    assert {c.commit_time for c in result} == {now}
+
+
+def test_commit_records_history_only_for_offsets_that_changed(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 5)])
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5, "new metadata"), OffsetCommit(topic, 1, 6)])
+
+    newest, *first_commit = history(conn, group_id)
+    assert moves([newest]) == [(topic, 1, 5, 6, ChangeKind.COMMIT)]
+    assert sorted(moves(first_commit)) == [
+        (topic, 0, NO_OFFSET, 5, ChangeKind.COMMIT),
+        (topic, 1, NO_OFFSET, 5, ChangeKind.COMMIT),
+    ]
+    assert storage.fetch_offsets(conn, group_id).offsets[TopicPartition(topic, 0)].metadata == "new metadata"
+
+
+def test_commit_records_the_group_generation_and_the_actor(conn, group_id, topic):
+    storage.join_group(conn, group_id)
+    storage.join_group(conn, group_id)
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1)], actor="unfenced")
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 2)], generation=2, actor="fenced")
+    assert [(c.generation, c.actor) for c in history(conn, group_id)] == [(2, "fenced"), (2, "unfenced")]
+
+
+def test_commit_with_a_stale_generation_raises_with_the_current_one(conn, group_id, topic):
+    storage.join_group(conn, group_id)
+    storage.join_group(conn, group_id)
+    with pytest.raises(StaleGenerationError) as caught:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1)], generation=1)
+    assert caught.value.current_generation == 2
+
+
+def test_commit_with_a_generation_to_an_unknown_group_is_stale(engine, group_id, topic):
+    with pytest.raises(StaleGenerationError) as caught, engine.begin() as conn:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1)], generation=1)
+    assert caught.value.current_generation == 0
+    assert committed(engine, group_row, group_id) is None
+
+
+def test_empty_commit_checks_the_generation_and_creates_nothing(conn, group_id):
+    assert storage.commit_offsets(conn, group_id, []) == []
+    assert group_row(conn, group_id) is None
+
+    with pytest.raises(StaleGenerationError) as caught:
+        storage.commit_offsets(conn, group_id, [], generation=1)
+    assert caught.value.current_generation == 0
+
+    storage.join_group(conn, group_id)
+    assert storage.commit_offsets(conn, group_id, [], generation=1) == []
+    assert history(conn, group_id) == []
+
+
+def test_compare_and_set(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5, expected_offset=NO_OFFSET)])
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 8, expected_offset=5)])
+    with pytest.raises(OffsetMismatchError) as caught:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 9, expected_offset=5)])
+    assert caught.value.stored_offset == 8
+    with pytest.raises(OffsetMismatchError) as caught:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 9, expected_offset=NO_OFFSET)])
+    assert caught.value.stored_offset == 8
+    assert stored(conn, group_id) == {(topic, 0): 8}
+
+
+@pytest.mark.parametrize(
+    ("commit", "field"),
+    [
+        pytest.param(OffsetCommit("ok", 2**31, 0), "offsets[0].partition", id="partition-over-int32"),
+        pytest.param(OffsetCommit("ok", 0, 2**63), "offsets[0].offset", id="offset-over-int64"),
+        pytest.param(OffsetCommit("ok", 0, 0, expected_offset=2**63), "offsets[0].expected_offset", id="expected-over-int64"),
+    ],
+)
+def test_commit_rejects_values_beyond_the_wire_types(conn, group_id, commit, field):
+    with pytest.raises(InvalidArgumentError) as caught:
+        storage.commit_offsets(conn, group_id, [commit])
+    assert violated_fields(caught.value) == [field]
+
+
+# --- fetch and describe ---
+
+
+def test_fetch_names_partitions_without_offsets_and_reports_generation(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5, "m")])
+    storage.join_group(conn, group_id)
+    result = storage.fetch_offsets(conn, group_id, {topic: (0, 1)})
+    assert result.generation == 1
+    assert [(o.partition, o.offset, o.metadata) for o in result.offsets.values()] == [(0, 5, "m"), (1, NO_OFFSET, "")]
+    assert result.offsets[TopicPartition(topic, 1)].commit_time is None
+
+
+def test_fetch_of_an_unknown_group_is_empty_with_generation_0(conn, group_id):
+    result = storage.fetch_offsets(conn, group_id)
+    assert (result.offsets, result.generation) == ({}, 0)
+
+
+def test_describe_resolves_lag_from_watermarks_and_sentinels(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 120), OffsetCommit(topic, 4, 7)])
+    storage.reset_offsets(conn, group_id, {topic: (2,)}, to_boundary=Boundary.EARLIEST)
+    storage.reset_offsets(conn, group_id, {topic: (3,)}, to_boundary=Boundary.LATEST)
+    storage.report_watermarks(
+        conn,
+        [Watermark(topic, 0, 10, 100), Watermark(topic, 1, 10, 100), Watermark(topic, 2, 10, 100), Watermark(topic, 3, 10, 100)],
+    )
+    description = storage.describe_group(conn, group_id)
+    assert description.generation == 2
+    assert [(p.partition, p.offset, p.log_end_offset, p.lag) for p in description.partitions] == [
+        (0, 40, 100, 60),
+        (1, 120, 100, 0),  # beyond the log end: no negative lag
+        (2, EARLIEST, 100, 90),  # the earliest sentinel counts from the log start
+        (3, LATEST, 100, 0),
+        (4, 7, NO_OFFSET, NO_OFFSET),  # no watermark reported
+    ]
+
+
+def test_describe_of_an_unknown_group_raises(conn, group_id):
+    with pytest.raises(GroupNotFoundError):
+        storage.describe_group(conn, group_id)
+
+
+# --- join ---
+
+
+def test_join_creates_the_group_at_generation_1_then_increments(conn, group_id):
+    assert [storage.join_group(conn, group_id, f"member-{i}") for i in range(3)] == [1, 2, 3]
+    assert group_row(conn, group_id) == (3, 0)
+
+
+# --- reset ---
+
+
+def test_reset_to_offset_bumps_generation_and_reset_count(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5, "kept?")])
+    storage.join_group(conn, group_id)
+
+    result = storage.reset_offsets(conn, group_id, {topic: (0, 1)}, to_offset=100, actor="operator")
+
+    assert (result.generation, result.dry_run) == (2, False)
+    assert moves(result.changes) == [(topic, 0, 5, 100, ChangeKind.RESET), (topic, 1, NO_OFFSET, 100, ChangeKind.RESET)]
+    assert {(c.generation, c.actor) for c in result.changes} == {(2, "operator")}
+    assert group_row(conn, group_id) == (2, 1)
+    fetched = storage.fetch_offsets(conn, group_id).offsets
+    assert [(o.offset, o.metadata) for o in fetched.values()] == [(100, ""), (100, "")]
+    assert sorted(moves(history(conn, group_id)[:2])) == moves(result.changes)
+
+
+def test_reset_to_offset_does_not_clamp_to_watermarks(conn, group_id, topic):
+    storage.report_watermarks(conn, [Watermark(topic, 0, 10, 50)])
+    storage.reset_offsets(conn, group_id, {topic: (0,)}, to_offset=500)
+    assert stored(conn, group_id) == {(topic, 0): 500}
+
+
+def test_reset_of_an_unknown_group_creates_it(conn, group_id, topic):
+    result = storage.reset_offsets(conn, group_id, {topic: (0,)}, to_offset=3)
+    assert result.generation == 1
+    assert group_row(conn, group_id) == (1, 1)
+
+
+def test_reset_of_an_existing_group_bumps_the_generation_even_with_nothing_selected(conn, group_id, topic):
+    storage.join_group(conn, group_id)
+    result = storage.reset_offsets(conn, group_id, {topic: ()}, shift_by=1)
+    assert (result.changes, result.generation) == ([], 2)
+
+
+def test_dry_run_changes_nothing_and_reports_the_generation_it_would_establish(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5)])
+    storage.join_group(conn, group_id)
+    before = (stored(conn, group_id), history(conn, group_id), group_row(conn, group_id))
+
+    result = storage.reset_offsets(conn, group_id, {topic: (0, 1)}, to_offset=0, dry_run=True)
+
+    assert (result.generation, result.dry_run) == (1, True)
+    assert moves(result.changes) == [(topic, 0, 5, 0, ChangeKind.RESET), (topic, 1, NO_OFFSET, 0, ChangeKind.RESET)]
+    assert {c.generation for c in result.changes} == {2}
+    assert (stored(conn, group_id), history(conn, group_id), group_row(conn, group_id)) == before
+
+
+def test_dry_run_on_an_unknown_group_creates_nothing(conn, group_id, topic):
+    result = storage.reset_offsets(conn, group_id, {topic: (0,)}, to_offset=1, dry_run=True)
+    assert result.generation == 0
+    assert [c.generation for c in result.changes] == [1]
+    assert group_row(conn, group_id) is None
+
+
+def test_shift_by_floors_at_zero_caps_at_log_end_and_skips_what_has_no_base(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, p, 20) for p in range(3)])
+    storage.reset_offsets(conn, group_id, {topic: (3,)}, to_boundary=Boundary.LATEST)  # sentinel, no watermark
+    storage.report_watermarks(conn, [Watermark(topic, 1, 0, 25)])
+
+    down = storage.reset_offsets(conn, group_id, {topic: (0, 3, 4)}, shift_by=-50)
+    assert moves(down.changes) == [(topic, 0, 20, 0, ChangeKind.RESET)]  # 3: sentinel, 4: no offset
+
+    up = storage.reset_offsets(conn, group_id, {topic: (1, 2)}, shift_by=10)
+    assert moves(up.changes) == [(topic, 1, 20, 25, ChangeKind.RESET), (topic, 2, 20, 30, ChangeKind.RESET)]
+    assert stored(conn, group_id) == {(topic, 0): 0, (topic, 1): 25, (topic, 2): 30, (topic, 3): LATEST}
+
+
+def test_shift_by_resolves_a_sentinel_through_a_known_watermark(conn, group_id, topic):
+    storage.reset_offsets(conn, group_id, {topic: (0,)}, to_boundary=Boundary.EARLIEST)
+    assert stored(conn, group_id) == {(topic, 0): EARLIEST}
+    storage.report_watermarks(conn, [Watermark(topic, 0, 10, 100)])
+    storage.reset_offsets(conn, group_id, {topic: ()}, shift_by=5)
+    assert stored(conn, group_id) == {(topic, 0): 15}
+
+
+def test_to_boundary_uses_watermarks_else_sentinels(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 50), OffsetCommit(topic, 1, 50)])
+    storage.report_watermarks(conn, [Watermark(topic, 0, 10, 100)])
+
+    storage.reset_offsets(conn, group_id, {topic: ()}, to_boundary=Boundary.EARLIEST)
+    assert stored(conn, group_id) == {(topic, 0): 10, (topic, 1): EARLIEST}
+    storage.reset_offsets(conn, group_id, {topic: ()}, to_boundary=Boundary.LATEST)
+    assert stored(conn, group_id) == {(topic, 0): 100, (topic, 1): LATEST}
+
+
+def test_to_commit_time_restores_offsets_of_that_instant(engine, group_id, topic):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5)])
+    instant = db_now(engine)
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 9), OffsetCommit(topic, 1, 3)])
+
+    result = committed(engine, storage.reset_offsets, group_id, {topic: ()}, to_commit_time=instant)
+
+    assert moves(result.changes) == [(topic, 0, 9, 5, ChangeKind.RESET), (topic, 1, 3, NO_OFFSET, ChangeKind.RESET)]
+    assert committed(engine, stored, group_id) == {(topic, 0): 5}  # 1 did not exist yet: deleted
+    assert sorted(moves(committed(engine, history, group_id)[:2])) == moves(result.changes)
+
+
+def test_to_commit_time_with_a_history_change_time(engine, group_id, topic):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5)])
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 9)])
+    first = committed(engine, history, group_id)[-1]
+
+    committed(engine, storage.reset_offsets, group_id, {topic: (0,)}, to_commit_time=first.change_time)
+    assert committed(engine, stored, group_id) == {(topic, 0): 5}
+
+
+@pytest.mark.parametrize("all_topics", [False, True], ids=["whole-topic", "all-topics"])
+def test_to_commit_time_recreates_partitions_deleted_since(engine, group_id, topic, all_topics):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 6)])
+    instant = db_now(engine)
+    committed(engine, storage.delete_offsets, group_id, {topic: (1,)})
+
+    selection = None if all_topics else {topic: ()}
+    committed(engine, storage.reset_offsets, group_id, selection, all_topics=all_topics, to_commit_time=instant)
+    assert committed(engine, stored, group_id) == {(topic, 0): 5, (topic, 1): 6}
+
+
+def test_to_commit_time_before_a_delete_of_the_partition_deletes_it(engine, group_id, topic):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 1)])
+    committed(engine, storage.delete_offsets, group_id, {topic: (0,)})
+    instant = db_now(engine)
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 7)])
+
+    committed(engine, storage.reset_offsets, group_id, {topic: ()}, to_commit_time=instant)
+    assert committed(engine, stored, group_id) == {(topic, 1): 1}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        pytest.param({"to_offset": 1}, "topics", id="no-selection"),
+        pytest.param({"topics": {"t": ()}, "all_topics": True, "to_offset": 1}, "all_topics", id="both-selections"),
+        pytest.param({"topics": {"t": ()}}, "target", id="no-target"),
+        pytest.param({"topics": {"t": ()}, "to_offset": 1, "shift_by": 1}, "target", id="two-targets"),
+        pytest.param({"topics": {"t": ()}, "to_offset": -1}, "to_offset", id="negative-to-offset"),
+    ],
+)
+def test_reset_argument_rules(conn, group_id, kwargs, field):
+    with pytest.raises(InvalidArgumentError) as caught:
+        storage.reset_offsets(conn, group_id, **kwargs)
+    assert violated_fields(caught.value) == [field]
+    assert group_row(conn, group_id) is None
+
+
+# --- delete ---
+
+
+def test_delete_topics_deletes_offsets_records_history_and_bumps_generation(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, p, 10 + p) for p in range(3)])
+    storage.join_group(conn, group_id)
+
+    deleted = storage.delete_offsets(conn, group_id, {topic: (0, 2)}, actor="operator")
+
+    assert deleted == [TopicPartition(topic, 0), TopicPartition(topic, 2)]
+    assert stored(conn, group_id) == {(topic, 1): 11}
+    assert group_row(conn, group_id)[0] == 2
+    assert sorted(moves(history(conn, group_id)[:2])) == [
+        (topic, 0, 10, NO_OFFSET, ChangeKind.DELETE),
+        (topic, 2, 12, NO_OFFSET, ChangeKind.DELETE),
+    ]
+    with pytest.raises(StaleGenerationError):
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1)], generation=1)
+
+
+def test_delete_all_topics_deletes_the_group_but_keeps_history(conn, group_id, topic):
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 6)])
+    storage.join_group(conn, group_id)
+    storage.join_group(conn, group_id)
+
+    deleted = storage.delete_offsets(conn, group_id, all_topics=True)
+
+    assert deleted == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    assert group_row(conn, group_id) is None
+    assert storage.fetch_offsets(conn, group_id).generation == 0
+    with pytest.raises(GroupNotFoundError):
+        storage.describe_group(conn, group_id)
+    entries = history(conn, group_id)  # newest first; one operation's entries in no particular order
+    assert sorted(moves(entries[:2])) == [
+        (topic, 0, 5, NO_OFFSET, ChangeKind.DELETE),
+        (topic, 1, 6, NO_OFFSET, ChangeKind.DELETE),
+    ]
+    assert sorted(moves(entries[2:])) == [
+        (topic, 0, NO_OFFSET, 5, ChangeKind.COMMIT),
+        (topic, 1, NO_OFFSET, 6, ChangeKind.COMMIT),
+    ]
+
+
+def test_delete_of_an_unknown_group_deletes_nothing(conn, group_id, topic):
+    assert storage.delete_offsets(conn, group_id, all_topics=True) == []
+    assert storage.delete_offsets(conn, group_id, {topic: ()}) == []
+    assert group_row(conn, group_id) is None
+
+
+# --- listings and their page tokens ---
+
+
+def _insert_groups(conn: sa.Connection, prefix: str, count: int) -> None:
+    conn.execute(
+        sa.text(
+            "INSERT INTO offsetstore.groups (group_id) "
+            "SELECT :prefix || lpad(i::text, 5, '0') FROM generate_series(1, :count) AS i"
+        ),
+        {"prefix": prefix, "count": count},
+    )
+
+
+def test_list_groups_pages_through_a_prefix_in_order(conn, group_id):
+    _insert_groups(conn, group_id, 7)
+    expected = [f"{group_id}{i:05d}" for i in range(1, 8)]
+
+    pages, token = [], ""
+    while True:
+        page = storage.list_groups(conn, group_id, page_size=3, page_token=token)
+        pages.append([g.group_id for g in page.items])
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages == [expected[0:3], expected[3:6], expected[6:7]]
+
+
+def test_list_groups_page_size_default_and_maximum(conn, group_id):
+    _insert_groups(conn, group_id, 1001)
+    default = storage.list_groups(conn, group_id)
+    assert (len(default.items), bool(default.next_page_token)) == (100, True)
+    biggest = storage.list_groups(conn, group_id, page_size=5000)
+    assert (len(biggest.items), bool(biggest.next_page_token)) == (1000, True)
+    rest = storage.list_groups(conn, group_id, page_size=5000, page_token=biggest.next_page_token)
+    assert ([g.group_id for g in rest.items], rest.next_page_token) == ([f"{group_id}01001"], "")
+
+
+def test_list_groups_summaries(conn, group_id, topic):
+    known, unknown, empty = f"{group_id}-a", f"{group_id}-b", f"{group_id}-c"
+    storage.commit_offsets(conn, known, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 90)])
+    storage.commit_offsets(conn, unknown, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 2, 1)])
+    storage.join_group(conn, empty)
+    storage.report_watermarks(conn, [Watermark(topic, 0, 0, 100), Watermark(topic, 1, 0, 100)])
+    now = conn.execute(sa.select(sa.func.now())).scalar_one()
+
+    summaries = storage.list_groups(conn, group_id).items
+    assert [(g.group_id, g.generation, g.partition_count) for g in summaries] == [(known, 0, 2), (unknown, 0, 2), (empty, 1, 0)]
+    assert summaries[0].total_lag == 60 + 10
+    assert summaries[1].total_lag == NO_OFFSET  # partition 2 has no log end
+    assert [g.last_commit_time for g in summaries] == [now, now, None]
+
+
+def test_list_groups_prefix_is_literal(conn, group_id):
+    storage.join_group(conn, f"{group_id}%_x")
+    storage.join_group(conn, f"{group_id}ab")
+    assert [g.group_id for g in storage.list_groups(conn, f"{group_id}%").items] == [f"{group_id}%_x"]
+    assert [g.group_id for g in storage.list_groups(conn, f"{group_id}_").items] == []
+
+
+@pytest.mark.parametrize("token", ["garbage!", "bm90IGpzb24", "MTIz", "dHJ1ZQ"], ids=["not-base64", "not-json", "a-number", "true"])
+def test_list_groups_rejects_a_token_it_did_not_issue(conn, token):
+    with pytest.raises(InvalidArgumentError) as caught:
+        storage.list_groups(conn, page_token=token)
+    assert violated_fields(caught.value) == ["page_token"]
+
+
+def test_list_groups_rejects_a_negative_page_size(conn):
+    with pytest.raises(InvalidArgumentError) as caught:
+        storage.list_groups(conn, page_size=-1)
+    assert violated_fields(caught.value) == ["page_size"]
+
+
+def test_history_pages_newest_first(conn, group_id, topic):
+    for offset in range(1, 8):
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, offset)])
+
+    pages, token = [], ""
+    while True:
+        page = storage.list_offset_history(conn, group_id, page_size=3, page_token=token)
+        pages.append([c.new_offset for c in page.items])
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages == [[7, 6, 5], [4, 3, 2], [1]]
+
+
+def test_history_page_token_of_an_exact_last_page(conn, group_id, topic):
+    for offset in range(1, 7):
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, offset)])
+    first = storage.list_offset_history(conn, group_id, page_size=3)
+    second = storage.list_offset_history(conn, group_id, page_size=3, page_token=first.next_page_token)
+    assert [c.new_offset for c in second.items] == [3, 2, 1]
+    assert second.next_page_token == ""
+
+
+def test_history_since_is_inclusive_and_until_exclusive(engine, group_id, topic):
+    for offset in (1, 2, 3):
+        committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, offset)])
+    third, second, first = committed(engine, history, group_id)
+    assert first.change_time < second.change_time < third.change_time
+
+    with engine.connect() as conn:
+        since = storage.list_offset_history(conn, group_id, since=second.change_time).items
+        until = storage.list_offset_history(conn, group_id, until=second.change_time).items
+        both = storage.list_offset_history(conn, group_id, since=second.change_time, until=third.change_time).items
+    assert [c.new_offset for c in since] == [3, 2]
+    assert [c.new_offset for c in until] == [1]
+    assert [c.new_offset for c in both] == [2]
+
+
+def test_history_filters_by_topic_selection(conn, group_id, topic):
+    other = f"{topic}-other"
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1), OffsetCommit(topic, 1, 1), OffsetCommit(other, 0, 1)])
+    by_partition = storage.list_offset_history(conn, group_id, {topic: (1,)}).items
+    by_topic = storage.list_offset_history(conn, group_id, {other: ()}).items
+    assert [(c.topic, c.partition) for c in by_partition] == [(topic, 1)]
+    assert [(c.topic, c.partition) for c in by_topic] == [(other, 0)]
+
+
+def test_history_rejects_a_group_token(conn, group_id):
+    a_group_token = "ImEi"  # base64 of the JSON string "a", as list_groups issues them
+    with pytest.raises(InvalidArgumentError) as caught:
+        storage.list_offset_history(conn, group_id, page_token=a_group_token)
+    assert violated_fields(caught.value) == ["page_token"]
+
+
+def test_the_store_tables_hold_what_the_functions_wrote(conn, group_id, topic):
+    # The schema is the contract with the Spark sink: check the rows themselves once.
+    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5, "m")], actor="me")
+    row = conn.execute(sa.select(offsets).where(offsets.c.group_id == group_id)).one()
+    assert (row.topic, row.partition, row.offset, row.metadata) == (topic, 0, 5, "m")
+    entry = conn.execute(sa.select(offset_history).where(offset_history.c.group_id == group_id)).one()
+    assert (entry.previous_offset, entry.new_offset, entry.kind, entry.actor) == (None, 5, int(ChangeKind.COMMIT), "me")
+
+
+def test_to_commit_time_restores_a_deleted_group(engine, group_id, topic):
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 6)])
+    instant = db_now(engine)
+    committed(engine, storage.delete_offsets, group_id, all_topics=True)
+
+    result = committed(engine, storage.reset_offsets, group_id, all_topics=True, to_commit_time=instant)
+
+    # The delete moved the generation to 1; the re-created group continues above it.
+    assert result.generation == 2
+    assert committed(engine, stored, group_id) == {(topic, 0): 5, (topic, 1): 6}
+
+
+def test_a_recreated_group_never_reuses_a_generation_of_the_deleted_one(engine, group_id, topic):
+    old = committed(engine, storage.join_group, group_id)
+    committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5)], generation=old)
+    committed(engine, storage.delete_offsets, group_id, all_topics=True)
+
+    new = committed(engine, storage.join_group, group_id)
+
+    assert new > old
+    with pytest.raises(StaleGenerationError):
+        committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 6)], generation=old)
