@@ -1,0 +1,46 @@
+# offsetstore serve: the gRPC service on :50051 and Prometheus metrics on :9464.
+#
+#   docker build -t offsetstore .
+#   docker run -e OFFSETSTORE_DATABASE_URL=postgresql://user:pass@db/offsets -p 50051:50051 -p 9464:9464 offsetstore
+#
+# The image has no embedded PostgreSQL: OFFSETSTORE_DATABASE_URL is required. Migrations
+# run at start (OFFSETSTORE_MIGRATE=false turns that off). tests/test_container.py runs
+# this file's ENV, ENTRYPOINT, CMD and HEALTHCHECK from a clean virtualenv.
+
+ARG PYTHON_IMAGE=python:3.12-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY proto/ proto/
+COPY server/ server/
+COPY client/ client/
+COPY spark_integration/ spark_integration/
+COPY migrations/ migrations/
+# A regular (non-editable) install into a virtualenv that the final stage copies whole.
+RUN python -m venv /opt/offsetstore \
+    && /opt/offsetstore/bin/pip install --no-cache-dir . \
+    && /opt/offsetstore/bin/offsetstore --help >/dev/null
+
+FROM ${PYTHON_IMAGE}
+RUN useradd --system --user-group --uid 10001 --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin offsetstore
+COPY --from=build /opt/offsetstore /opt/offsetstore
+ENV PATH=/opt/offsetstore/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    OFFSETSTORE_LISTEN=0.0.0.0:50051 \
+    OFFSETSTORE_METRICS_LISTEN=0.0.0.0:9464 \
+    OFFSETSTORE_LOG_FORMAT=json
+# Numeric, so that a runtime can tell the user is not root without reading /etc/passwd.
+USER 10001:10001
+EXPOSE 50051 9464
+# grpc.health.v1 on the port of OFFSETSTORE_LISTEN, with the grpcio-health-checking the
+# package already depends on: nothing to download at run time. SERVING only while the
+# database answers.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; port = os.environ.get('OFFSETSTORE_LISTEN', '').rpartition(':')[2] or '50051'; r = g.HealthStub(grpc.insecure_channel('127.0.0.1:' + port)).Check(h.HealthCheckRequest(), timeout=3); sys.exit(r.status != h.HealthCheckResponse.SERVING)"]
+ENTRYPOINT ["offsetstore"]
+CMD ["serve"]
