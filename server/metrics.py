@@ -27,6 +27,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
+import psycopg
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
@@ -34,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, and_, bindparam, exists, extract, func, select, true
+from sqlalchemy import Connection, and_, bindparam, extract, func, select, true
 
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -334,25 +335,15 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 # --- the database at scrape time -----------------------------------------------------
 
 
-def _with_offsets():
-    return exists().where(offsets.c.group_id == groups.c.group_id)
-
-
 def _build_group_query():
     # ONE statement per scrape, whatever the number of groups: the first `limit` groups
-    # (by id) that have offsets, their partitions with lag, each group's newest commit,
-    # and the count of all groups with offsets, left-joined so it comes back even when
-    # the page is empty.
-    page = (
-        select(groups.c.group_id)
-        .where(_with_offsets())
-        .order_by(groups.c.group_id)
-        .limit(bindparam("limit"))
-        .cte("page")
-    )
-    total = select(func.count().label("groups")).select_from(groups).where(_with_offsets()).cte("total")
+    # by id (an index range), their partitions with lag and commit age, and the number of
+    # all groups, left-joined so that it comes back even when the page is empty. No ORDER
+    # BY and no window: sorting every partition of a thousand groups would cost more than
+    # the scrape itself, and Prometheus does not care about the order.
+    page = select(groups.c.group_id).order_by(groups.c.group_id).limit(bindparam("limit")).cte("page")
+    total = select(func.count().label("groups")).select_from(groups).cte("total")
     _, lag = storage.lag_columns()
-    newest = func.max(offsets.c.commit_time).over(partition_by=offsets.c.group_id)
     partitions = (
         select(
             offsets.c.group_id,
@@ -360,7 +351,7 @@ def _build_group_query():
             offsets.c.partition,
             offsets.c.offset,
             lag.label("lag"),
-            extract("epoch", func.now() - newest).label("age"),
+            extract("epoch", func.now() - offsets.c.commit_time).label("age"),
         )
         .select_from(
             page.join(offsets, offsets.c.group_id == page.c.group_id).outerjoin(
@@ -371,10 +362,8 @@ def _build_group_query():
         .subquery("partitions")
     )
     p = partitions.c
-    return (
-        select(total.c.groups, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age)
-        .select_from(total.outerjoin(partitions, true()))
-        .order_by(p.group_id, p.topic, p.partition)
+    return select(total.c.groups, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age).select_from(
+        total.outerjoin(partitions, true())
     )
 
 
@@ -398,12 +387,12 @@ class GroupCollector(Collector):
     def _families(self) -> dict[str, GaugeMetricFamily]:
         return {
             "up": GaugeMetricFamily(
-                "offsetstore_database_up", "1 when the last scrape's query of the database succeeded, else 0."
+                "offsetstore_database_up", "1 when the database answered this scrape's query, else 0."
             ),
-            "groups": GaugeMetricFamily("offsetstore_groups", "Groups that have committed offsets."),
+            "groups": GaugeMetricFamily("offsetstore_groups", "Groups in the store."),
             "omitted": GaugeMetricFamily(
                 "offsetstore_groups_omitted",
-                "Groups with offsets left out of the per-group series by the group metrics limit.",
+                "Groups without per-group series: all but the first (by id) of the group metrics limit.",
             ),
             "offset": GaugeMetricFamily(
                 "offsetstore_group_offset",
@@ -435,9 +424,15 @@ class GroupCollector(Collector):
         f = self._families()
         try:
             rows = self.store.run(group_metrics, self.group_limit)
-        except Exception as error:  # a scrape reports the outage, it never fails
-            log.warning("metrics query failed", extra={"error": type(error).__name__})
-            f["up"].add_metric([], 0)
+        except Exception as error:  # a scrape reports the failure, it never fails itself
+            answered = _timed_out(error)
+            log.warning(
+                "group metrics query timed out; consider a lower group metrics limit"
+                if answered
+                else "group metrics query failed",
+                extra={"error": type(getattr(error.__cause__, "orig", error)).__name__},
+            )
+            f["up"].add_metric([], 1 if answered else 0)
             return [f["up"]]
         f["up"].add_metric([], 1)
         total = rows[0].groups if rows else 0
@@ -447,18 +442,29 @@ class GroupCollector(Collector):
         age: dict[str, float] = {}
         for r in rows:
             if r.group_id is None:
-                continue
+                continue  # the one row of a page without offsets
             labels = [r.group_id, r.topic, str(r.partition)]
             f["offset"].add_metric(labels, r.offset)
             if r.lag >= 0:
                 f["lag"].add_metric(labels, r.lag)
                 max_lag[r.group_id] = max(max_lag.get(r.group_id, 0), r.lag)
-            age[r.group_id] = max(0.0, float(r.age))
+            # The group's last commit is its newest partition's, i.e. the smallest age.
+            seconds = max(0.0, float(r.age))
+            age[r.group_id] = min(age.get(r.group_id, seconds), seconds)
         for group, value in max_lag.items():
             f["max_lag"].add_metric([group], value)
         for group, seconds in age.items():
             f["age"].add_metric([group], seconds)
         return list(f.values())
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    """True when the database answered, but cancelled the query at its statement timeout."""
+    while error is not None:  # a DBAPIError itself, or one wrapped in a StoreUnavailableError
+        if isinstance(getattr(error, "orig", None), psycopg.errors.QueryCanceled):
+            return True
+        error = error.__cause__
+    return False
 
 
 def time_operations(store: Store, histogram: Histogram) -> None:
@@ -527,7 +533,11 @@ def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, .
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+    daemon_threads = True  # a scrape in flight never holds up shutdown
+
+
+class _ThreadingWSGIServer6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -540,9 +550,7 @@ class MetricsHTTPServer:
 
     def __init__(self, registry: CollectorRegistry, listen: str) -> None:
         host, port = split_host_port(listen)
-        server_class = type("_Server", (_ThreadingWSGIServer,), {})
-        if ":" in host:
-            server_class.address_family = socket.AF_INET6
+        server_class = _ThreadingWSGIServer6 if ":" in host else _ThreadingWSGIServer
         self._httpd = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_QuietHandler)
         self.host = host
         self.port: int = self._httpd.server_port

@@ -49,8 +49,9 @@ _ATTEMPTS = 3
 _UNAVAILABLE = (
     psycopg.InterfaceError,  # the connection died between statements
     psycopg.errors.ConnectionException,  # SQLSTATE class 08
-    psycopg.errors.OperatorIntervention,  # 57: statement timeout, admin/crash shutdown, starting up
+    psycopg.errors.OperatorIntervention,  # 57: admin/crash shutdown, starting up
     psycopg.errors.InsufficientResources,  # 53: too many connections, out of memory, disk full
+    psycopg.errors.QueryCanceled,  # statement timeout (not an OperatorIntervention in psycopg)
     psycopg.errors.LockNotAvailable,
     *_RETRYABLE,
 )
@@ -97,7 +98,8 @@ def create_store_engine(
         connect_args={
             "connect_timeout": connect_timeout_s,
             # An acknowledged commit must survive a crash, whatever the server's default.
-            "options": f"-c statement_timeout={statement_timeout_ms} -c synchronous_commit=on",
+            # JIT compiling costs more than the short statements of this store ever save.
+            "options": f"-c statement_timeout={statement_timeout_ms} -c synchronous_commit=on -c jit=off",
             "application_name": "offsetstore",
         },
     )
