@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -59,13 +60,9 @@ def group_id() -> str:
     return f"g-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def scratch_database_url(database_url: str) -> Iterator[str]:
-    """URL of a new, empty database on the session's server, dropped after the test.
-
-    For tests that change the schema itself (migrations), which must not touch
-    the database the other tests share.
-    """
+@contextlib.contextmanager
+def new_database(database_url: str) -> Iterator[str]:
+    """A new, empty database on the server of ``database_url``, dropped afterwards."""
     name = f"offsetstore_scratch_{uuid.uuid4().hex[:12]}"
     server_url = sa.make_url(database_url)
     admin = sa.create_engine(
@@ -82,6 +79,25 @@ def scratch_database_url(database_url: str) -> Iterator[str]:
                 conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         admin.dispose()
+
+
+@pytest.fixture
+def scratch_database_url(database_url: str) -> Iterator[str]:
+    """URL of a new, empty database on the session's server, dropped after the test.
+
+    For tests that change the schema itself (migrations), which must not touch
+    the database the other tests share.
+    """
+    with new_database(database_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(database_url: str) -> Iterator[str]:
+    """A migrated database of the test module's own, for tests that read every group."""
+    with new_database(database_url) as url:
+        migrate.upgrade(url)
+        yield url
 
 
 # --- server ---

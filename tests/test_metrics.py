@@ -84,27 +84,10 @@ def stop_metered(m: Metered) -> None:
 
 
 @pytest.fixture(scope="module")
-def metrics_database_url(database_url: str) -> Iterator[str]:
-    """A migrated database of this module's own.
-
-    Scrapes read every group; the session's database holds all the other tests' groups
-    (some with 10,000 partitions), which would make each scrape slow and big.
-    """
-    server_url = sa.make_url(database_url)
-    name = f"offsetstore_metrics_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(server_url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            url = server_url.set(database=name).render_as_string(hide_password=False)
-            migrate.upgrade(url)
-            yield url
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+def metrics_database_url(module_database_url: str) -> str:
+    """A database of this module's own: scrapes read every group, and the session's
+    database holds all the other tests' groups."""
+    return module_database_url
 
 
 @pytest.fixture(scope="module")
