@@ -50,8 +50,9 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
         metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
     ) -> None:
-        super().__init__(target, timeout=timeout, metadata=metadata)
+        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
         opts = channel_options(options)
         if credentials is None:
             self._channel = grpc.aio.insecure_channel(target, options=opts)

@@ -7,6 +7,7 @@ between the two clients.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -29,6 +30,8 @@ from .types import (
     Watermark,
 )
 
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+
 #: The offsets ``commit_offsets`` takes: OffsetCommit values, or {(topic, partition): offset}.
 Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
 
@@ -36,9 +39,15 @@ Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
 class ClientBase:
     """Settings common to both clients."""
 
-    def __init__(self, target: str, *, timeout: float, metadata: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, target: str, *, timeout: float, metadata: Sequence[tuple[str, str]], token: str | None = None
+    ) -> None:
         self._target = target
         self._default_timeout = timeout
+        if token is not None:
+            if not _TOKEN.fullmatch(token):
+                raise ValueError("a bearer token is one or more printable ASCII characters, no spaces")
+            metadata = (*metadata, ("authorization", f"Bearer {token}"))
         self._metadata = tuple(metadata)
 
     def __repr__(self) -> str:

@@ -44,8 +44,10 @@ class OffsetStoreClient(_base.ClientBase):
     """A client of an offsetstore server; use it as a context manager, or call `close()`.
 
     `timeout` is the default deadline of each call in seconds. `credentials` make the
-    channel secure. `metadata` is sent with every call. `options` are extra channel options.
-    Failed calls raise the `OffsetStoreError` subclass of the server's error.
+    channel secure (``grpc.ssl_channel_credentials(...)``; with a client certificate for
+    mutual TLS). `token` is sent as ``authorization: Bearer <token>`` with every call, and
+    so is `metadata`. `options` are extra channel options. Failed calls raise the
+    `OffsetStoreError` subclass of the server's error.
     """
 
     def __init__(
@@ -56,8 +58,9 @@ class OffsetStoreClient(_base.ClientBase):
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
         metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
     ) -> None:
-        super().__init__(target, timeout=timeout, metadata=metadata)
+        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
         opts = channel_options(options)
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=opts)

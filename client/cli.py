@@ -29,8 +29,10 @@ from .errors import (
     InvalidArgumentError,
     OffsetMismatchError,
     OffsetStoreError,
+    PermissionDeniedError,
     StaleGenerationError,
     StoreUnavailableError,
+    UnauthenticatedError,
 )
 from .types import EARLIEST, LATEST, NO_OFFSET, Boundary, ChangeKind, OffsetChange, TopicPartition
 
@@ -41,6 +43,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 SERVER_ENV = "OFFSETSTORE_SERVER"
+TOKEN_ENV = "OFFSETSTORE_TOKEN"
 DEFAULT_SERVER = "127.0.0.1:50051"
 IMPORT_MEMBER_ID = "offsetstore-cli-import"
 
@@ -652,11 +655,16 @@ def _error_message(error: OffsetStoreError, args: argparse.Namespace, server: st
     if isinstance(error, OffsetMismatchError):
         stored = error.stored_offset
         return f"Error: {error.message}" + (f" (stored offset {stored})" if stored is not None else "")
+    if isinstance(error, UnauthenticatedError):
+        return f"Error: {error.message}\nGive a token with {TOKEN_ENV}, --token-file or --token."
+    if isinstance(error, PermissionDeniedError):
+        return f"Error: {error.message}. Ask for a grant on the group's prefix in the server's tokens file."
     if isinstance(error, StoreUnavailableError):
         if not _server_answered(error):
             return (
                 f"Error: cannot reach the offsetstore server at {server}: {error.message}\n"
-                f"Is it running? Point to another one with --server or {SERVER_ENV}."
+                f"Is it running? Point to another one with --server or {SERVER_ENV}; "
+                "a server that serves TLS needs --tls or --tls-ca (and --tls-cert/--tls-key for mutual TLS)."
             )
         return f"Error: the offsetstore server at {server} is unavailable: {error.message}"
     if isinstance(error, InternalError) and error.status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -691,6 +699,24 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
         choices=("table", "json"),
         default=default("table"),
         help="a readable table (default), or one JSON document with the contract's field names",
+    )
+    parser.add_argument(
+        "--tls", action="store_true", default=default(False), help="talk TLS, trusting the system's CA certificates"
+    )
+    parser.add_argument(
+        "--tls-ca", metavar="PEM", default=default(None), help="talk TLS, trusting the CA certificates in this file"
+    )
+    parser.add_argument(
+        "--tls-cert", metavar="PEM", default=default(None), help="client certificate for mutual TLS (with --tls-key)"
+    )
+    parser.add_argument("--tls-key", metavar="PEM", default=default(None), help="private key of --tls-cert")
+    parser.add_argument(
+        "--token",
+        default=default(None),
+        help=f"bearer token to send (env {TOKEN_ENV}, which other users of the machine cannot see, unlike this option)",
+    )
+    parser.add_argument(
+        "--token-file", metavar="FILE", default=default(None), help="read the bearer token from the first line of FILE"
     )
 
 
@@ -840,11 +866,57 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
 
+class _SecurityOptionError(ValueError):
+    """A TLS or token option that cannot be used."""
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise _SecurityOptionError(f"cannot read the {what} {path}: {e.strerror or e}") from None
+
+
+def _security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The client's ``credentials`` and ``token`` from --tls*, --token, --token-file and OFFSETSTORE_TOKEN."""
+    options: dict[str, Any] = {}
+    tls_cert, tls_key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if (tls_cert is None) != (tls_key is None):
+        raise _SecurityOptionError("--tls-cert and --tls-key go together")
+    tls_ca = getattr(args, "tls_ca", None)
+    if getattr(args, "tls", False) or tls_ca or tls_cert:
+        options["credentials"] = grpc.ssl_channel_credentials(
+            root_certificates=_read_file(tls_ca, "CA file") if tls_ca else None,
+            private_key=_read_file(tls_key, "TLS key") if tls_key else None,
+            certificate_chain=_read_file(tls_cert, "TLS certificate") if tls_cert else None,
+        )
+    token = getattr(args, "token", None)
+    token_file = getattr(args, "token_file", None)
+    if token is not None and token_file is not None:
+        raise _SecurityOptionError("give --token or --token-file, not both")
+    if token_file is not None:
+        token = _read_file(token_file, "token file").decode("utf-8", "replace").partition("\n")[0].strip()
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    if token is not None:
+        token = token.strip()
+        if not token or not token.isascii() or not token.isprintable() or " " in token:
+            raise _SecurityOptionError("the bearer token must be printable ASCII without spaces")
+        options["token"] = token
+    return options
+
+
 def run(args: argparse.Namespace) -> int:
     """Executes the parsed ``groups`` command; returns the process exit code."""
     out = _Output(args.output, sys.stdout, sys.stderr)
     server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
-    options = {} if args.timeout is None else {"timeout": args.timeout}
+    options: dict[str, Any] = {} if args.timeout is None else {"timeout": args.timeout}
+    try:
+        options.update(_security_options(args))
+    except _SecurityOptionError as error:
+        out.error(f"Error: {error}")
+        return EXIT_ERROR
     try:
         with OffsetStoreClient(server, **options) as client:
             return _COMMANDS[args.groups_command](client, args, out)

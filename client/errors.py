@@ -10,8 +10,8 @@ so the server sends exactly what the client turns back into the same exception::
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
      ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE
      ├── DeadlineExceededError  DEADLINE_EXCEEDED    (the call's deadline passed; outcome unknown)
-     ├── UnauthenticatedError   UNAUTHENTICATED
-     ├── PermissionDeniedError  PERMISSION_DENIED
+     ├── UnauthenticatedError   UNAUTHENTICATED      reason UNAUTHENTICATED
+     ├── PermissionDeniedError  PERMISSION_DENIED    reason PERMISSION_DENIED
      └── InternalError          INTERNAL, and any status not listed above
 """
 
@@ -162,11 +162,17 @@ class DeadlineExceededError(OffsetStoreError):
 
 
 class UnauthenticatedError(OffsetStoreError):
+    """The call carried no credentials the server accepts (a missing, malformed or unknown token)."""
+
     code = grpc.StatusCode.UNAUTHENTICATED
+    reason = "UNAUTHENTICATED"
 
 
 class PermissionDeniedError(OffsetStoreError):
+    """The caller is known but may not do this to this group; nothing was read or written."""
+
     code = grpc.StatusCode.PERMISSION_DENIED
+    reason = "PERMISSION_DENIED"
 
 
 class InternalError(OffsetStoreError):
@@ -187,7 +193,15 @@ class InternalError(OffsetStoreError):
 
 _BY_REASON: dict[str, type[OffsetStoreError]] = {
     cls.reason: cls
-    for cls in (InvalidArgumentError, StaleGenerationError, OffsetMismatchError, GroupNotFoundError, StoreUnavailableError)
+    for cls in (
+        InvalidArgumentError,
+        StaleGenerationError,
+        OffsetMismatchError,
+        GroupNotFoundError,
+        StoreUnavailableError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+    )
 }
 _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
     cls.code: cls

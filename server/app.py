@@ -5,19 +5,23 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from offsetstore.client.errors import InvalidArgumentError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
 from . import migrate
 from ._logging import configure_logging
-from .config import Settings
+from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from .config import MAX_MESSAGE_BYTES, Settings
 from .servicer import OffsetStoreServicer
 from .store import Store, create_store_engine
 
@@ -25,8 +29,45 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 
-# Large enough for 10,000 partitions with full metadata, small enough to bound memory.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Responses are pages (<= 1000 items) or a group's offsets; the client takes up to this much.
+MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
+
+_UNDECODABLE = object()
+
+
+class RequestGuard(grpc.ServerInterceptor):
+    """Answers INVALID_ARGUMENT, not gRPC's bare INTERNAL, to bytes that are not the RPC's request message.
+
+    gRPC itself fails a call whose request does not decode with INTERNAL ("Exception
+    deserializing request!"); a client's garbage is bad input, not a server fault.
+    """
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        decode, inner = handler.request_deserializer, handler.unary_unary
+        name = details.method.rpartition("/")[2]  # type: ignore[attr-defined]
+
+        def deserialize(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except Exception:
+                return _UNDECODABLE
+
+        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            if request is _UNDECODABLE:
+                error = InvalidArgumentError(f"the request does not decode as a {name} request message")
+                context.abort_with_status(error.to_status())
+            return inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour, request_deserializer=deserialize, response_serializer=handler.response_serializer
+        )
 
 
 class HealthWatcher:
@@ -45,7 +86,12 @@ class HealthWatcher:
         self._thread.start()
 
     def check(self) -> bool:
-        serving = self.store.ping()
+        try:
+            serving = self.store.ping()
+        except Exception:
+            # Whatever went wrong, the database did not answer; the watcher must live on to see it return.
+            log.exception("health check failed")
+            serving = False
         if serving != self._serving:
             status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
             for name in ("", SERVICE_NAME):
@@ -66,7 +112,11 @@ class HealthWatcher:
 
 
 class OffsetStoreServer:
-    """A running gRPC server over a Store; ``listen`` may use port 0 (see ``port``)."""
+    """A running gRPC server over a Store; ``listen`` may use port 0 (see ``port``).
+
+    ``interceptors`` (metrics, say) see every call, also those refused as garbage or by
+    ``auth``, an :class:`~offsetstore.server.auth.AuthInterceptor`; ``credentials`` serve TLS.
+    """
 
     def __init__(
         self,
@@ -75,16 +125,20 @@ class OffsetStoreServer:
         *,
         max_workers: int = 32,
         interceptors: tuple[grpc.ServerInterceptor, ...] = (),
+        auth: grpc.ServerInterceptor | None = None,
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.store = store
+        # The first interceptor is the outermost: garbage is refused before auth reads the request.
+        chain = (*interceptors, RequestGuard(), *((auth,) if auth is not None else ()))
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
-            interceptors=interceptors,
+            interceptors=chain,
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
             # Beyond this many queued calls, new ones get RESOURCE_EXHAUSTED instead of waiting forever.
@@ -129,6 +183,11 @@ class OffsetStoreServer:
 def serve(settings: Settings) -> int:
     """Runs until SIGTERM or SIGINT; returns the process exit code."""
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        credentials, auth = _security(settings)
+    except AuthConfigError as error:
+        log.error("cannot start: %s", error)
+        return 2
     embedded = None
     database_url = settings.database_url
     if database_url is None:
@@ -162,11 +221,20 @@ def serve(settings: Settings) -> int:
             settings.listen,
             max_workers=settings.max_workers,
             interceptors=metrics.interceptors(registry),
+            auth=auth,
+            credentials=credentials,
+            max_message_bytes=settings.max_message_bytes,
         ).start()
         metrics_server = metrics.serve_http(registry, settings.metrics_listen) if settings.metrics_listen else None
         log.info(
             "serving",
-            extra={"listen": server.address, "metrics_listen": settings.metrics_listen, "embedded": embedded is not None},
+            extra={
+                "listen": server.address,
+                "metrics_listen": settings.metrics_listen,
+                "embedded": embedded is not None,
+                "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
+                "tokens": settings.tokens_file is not None,
+            },
         )
         stopping.wait()
         server.stop(settings.grace_seconds)
@@ -178,3 +246,17 @@ def serve(settings: Settings) -> int:
             embedded.stop()
     log.info("stopped")
     return 0
+
+
+def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInterceptor | None]:
+    """The TLS credentials and the authentication the settings ask for, files read and checked now."""
+    credentials = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        credentials = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+    mtls = settings.tls_client_ca_file is not None
+    config = AuthConfig.load(settings.tokens_file) if settings.tokens_file is not None else None
+    if config is not None and credentials is None:
+        log.warning("bearer tokens over plaintext: anyone on the network can read them; use TLS outside local testing")
+    if config is None and not mtls:
+        return credentials, None
+    return credentials, AuthInterceptor(config, mtls=mtls)

@@ -34,6 +34,39 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (default INFO)")
     serve.add_argument("--log-format", choices=("text", "json"), help="log line format (default text)")
+    serve.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help="largest request taken (default 48 MiB, which admits the largest valid one)",
+    )
+    security = serve.add_argument_group("security (off by default; see docs/security.md)")
+    security.add_argument(
+        "--tls-cert", dest="tls_cert_file", type=Path, metavar="PEM", help="server certificate chain: serve TLS"
+    )
+    security.add_argument(
+        "--tls-key", dest="tls_key_file", type=Path, metavar="PEM", help="private key of --tls-cert"
+    )
+    security.add_argument(
+        "--tls-client-ca",
+        dest="tls_client_ca_file",
+        type=Path,
+        metavar="PEM",
+        help="CA bundle that signs client certificates: require one of every client (mutual TLS)",
+    )
+    security.add_argument(
+        "--tokens-file",
+        type=Path,
+        metavar="TOML",
+        help="principals, SHA-256 of their bearer tokens, and grants by group prefix: require a token of every call",
+    )
+
+    token = sub.add_parser(
+        "token",
+        help="make a bearer token and the line of the tokens file that admits it",
+        description="Print a new random bearer token and its token_sha256 for the tokens file. With --hash, "
+        "read an existing token from standard input and print only its token_sha256.",
+    )
+    token.add_argument("--hash", action="store_true", help="hash the token read from standard input")
 
     migrate = sub.add_parser("migrate", help="apply the database migrations")
     migrate.add_argument("--database-url", help="PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
@@ -62,12 +95,33 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token(args: argparse.Namespace) -> int:
+    import secrets
+
+    from .auth import hash_token
+
+    if args.hash:
+        token = sys.stdin.readline().strip()
+        if not token:
+            print("offsetstore: no token on standard input", file=sys.stderr)
+            return 2
+        print(f'token_sha256 = "{hash_token(token)}"')
+        return 0
+    token = secrets.token_urlsafe(32)
+    # The token goes to the client (OFFSETSTORE_TOKEN); only its hash goes to the server's file.
+    print(f"token:          {token}")
+    print(f'token_sha256 = "{hash_token(token)}"')
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "groups":
         return groups_cli.run(args)
     if args.command == "migrate":
         return _migrate(args)
+    if args.command == "token":
+        return _token(args)
     from .app import serve
     from .config import Settings
 

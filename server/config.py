@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The largest valid request is a commit of 10,000 partitions, each with a 249-character
+# topic, 4096 bytes of metadata and every number at its widest: 4,381 bytes a partition,
+# ~43.8 MB in all. Larger requests are refused with RESOURCE_EXHAUSTED before they are read,
+# and at most max_workers requests are read at once, which bounds the memory they take.
+MAX_MESSAGE_BYTES = 48 * 1024 * 1024
+
 
 def _default_data_dir() -> Path:
     from .embedded import default_data_dir
@@ -56,6 +62,36 @@ class Settings:
     log_format: str = "text"
     """``text`` (key=value) or ``json`` (one object per line)."""
 
+    tls_cert_file: Path | None = None
+    """PEM certificate chain of the server; with ``tls_key_file`` it serves TLS instead of plaintext."""
+
+    tls_key_file: Path | None = None
+    """PEM private key of ``tls_cert_file``."""
+
+    tls_client_ca_file: Path | None = None
+    """PEM CA bundle client certificates must chain to; set, every client needs one (mutual TLS)."""
+
+    tokens_file: Path | None = None
+    """TOML file of principals, their token hashes and grants; set, every call needs a bearer token."""
+
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB)."""
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "OFFSETSTORE_TLS_CLIENT_CA_FILE (mutual TLS) needs the server's own TLS certificate and key"
+            )
+        if self.max_message_bytes < 1024:
+            raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server serves TLS."""
+        return self.tls_cert_file is not None
+
     @classmethod
     def load(cls, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
         """Builds settings from flags (None = not given) over ``OFFSETSTORE_<NAME>`` variables."""
@@ -75,6 +111,10 @@ class Settings:
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
+    if isinstance(kind, str) and kind.endswith(" | None"):
+        if raw == "":
+            return None  # an empty variable unsets an optional setting
+        kind = kind.removesuffix(" | None")
     try:
         if kind in ("bool", bool):
             lowered = raw.strip().lower()

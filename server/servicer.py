@@ -16,6 +16,7 @@ from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
+from .auth import current_principal
 from .store import Store, deadline
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,8 @@ def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
 
 
 def _actor(context: grpc.ServicerContext) -> str:
-    """Who a change is recorded as: the authenticated principal once auth exists, else the peer."""
-    principal = getattr(context, "offsetstore_principal", None)
-    return principal or context.peer()
+    """Who a change is recorded as: the authenticated principal, or the peer while authentication is off."""
+    return current_principal.get() or context.peer()
 
 
 def _time(request: Any, field: str) -> datetime | None:

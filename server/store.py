@@ -53,6 +53,10 @@ _UNAVAILABLE = (
     psycopg.errors.InsufficientResources,  # 53: too many connections, out of memory, disk full
     psycopg.errors.QueryCanceled,  # statement timeout (not an OperatorIntervention in psycopg)
     psycopg.errors.LockNotAvailable,
+    # 25006: a standby, or a primary demoted by a failover, takes no writes until one is promoted.
+    psycopg.errors.ReadOnlySqlTransaction,
+    # 25P03: the server ended the session (idle_in_transaction_session_timeout).
+    psycopg.errors.IdleInTransactionSessionTimeout,
     *_RETRYABLE,
 )
 

@@ -1,0 +1,329 @@
+"""Who is calling and what they may do: bearer tokens, mTLS identities, grants by group-id prefix.
+
+Off unless configured. A tokens file (TOML) names principals, the SHA-256 of their bearer
+tokens, and their grants; a grant gives a permission on every group whose id starts with its
+prefix (``""`` is every group), and admin implies commit implies read::
+
+    [principals.orders-etl]
+    token_sha256 = "3690a4a2ed3b26b46a696e9ab873a300d9da3ae56bc84352e2bf724885c91dfd"  # SHA-256 of its token
+    grants = [{ prefix = "orders-", permissions = ["commit"] }]
+
+    [principals."reporting.example.com"]   # an mTLS client, named by its certificate's subject CN
+    grants = [{ prefix = "", permissions = ["read"] }]
+
+:class:`AuthInterceptor` authenticates each call of the offset store service (health and
+reflection stay open) and checks its RPC's permission (:data:`RPC_PERMISSIONS`) on the
+request's group before the servicer runs; while the call runs, :data:`current_principal`
+holds the caller's name, which the history records as the actor.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import hashlib
+import hmac
+import logging
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from offsetstore.client.errors import OffsetStoreError, PermissionDeniedError, UnauthenticatedError
+from offsetstore.v1 import offset_store_pb2 as pb
+
+__all__ = [
+    "RPC_PERMISSIONS",
+    "AuthConfig",
+    "AuthConfigError",
+    "AuthInterceptor",
+    "Grant",
+    "Permission",
+    "Principal",
+    "current_principal",
+    "hash_token",
+    "server_credentials",
+]
+
+log = logging.getLogger(__name__)
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
+
+#: The authenticated principal of the call being served; None while authentication is off.
+current_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("offsetstore_principal", default=None)
+
+
+class Permission(enum.IntEnum):
+    """What a grant allows; each level includes the ones below it."""
+
+    READ = 1
+    COMMIT = 2
+    ADMIN = 3
+
+
+#: The permission each RPC needs. Group RPCs need it on the request's group_id, ListGroups
+#: on its prefix (so that every group it could list is covered), ReportWatermarks (which
+#: names no group) on any prefix. A method missing here is refused to everyone.
+RPC_PERMISSIONS: Mapping[str, Permission] = {
+    "FetchOffsets": Permission.READ,
+    "DescribeGroup": Permission.READ,
+    "ListOffsetHistory": Permission.READ,
+    "ListGroups": Permission.READ,
+    "CommitOffsets": Permission.COMMIT,
+    "JoinGroup": Permission.COMMIT,
+    "ReportWatermarks": Permission.COMMIT,
+    "ResetOffsets": Permission.ADMIN,
+    "DeleteOffsets": Permission.ADMIN,
+}
+
+
+class AuthConfigError(ValueError):
+    """A tokens file, certificate or key that cannot be used; the server does not start."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """``permission`` on every group whose id starts with ``prefix``."""
+
+    prefix: str
+    permission: Permission
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A caller, by the name its history entries carry, with what it may do."""
+
+    name: str
+    grants: tuple[Grant, ...] = ()
+
+    def may(self, permission: Permission, scope: str | None) -> bool:
+        """Whether a grant covers ``permission`` on the group (or prefix) ``scope``; None = on any."""
+        return any(g.permission >= permission and (scope is None or scope.startswith(g.prefix)) for g in self.grants)
+
+
+def hash_token(token: str) -> str:
+    """The ``token_sha256`` a tokens file stores for ``token`` (lower-case hex)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """The principals of a tokens file and the hashes of their tokens."""
+
+    principals: Mapping[str, Principal]
+    token_hashes: tuple[tuple[bytes, str], ...] = field(default=())  # (sha256 digest, principal name)
+
+    @classmethod
+    def load(cls, path: Path) -> AuthConfig:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise AuthConfigError(f"cannot read the tokens file {path}: {error}") from None
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "<tokens>") -> AuthConfig:
+        """Reads a tokens file's TOML; any mistake is an :class:`AuthConfigError` naming it."""
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise AuthConfigError(f"{source}: not valid TOML: {error}") from None
+        _keys(document, {"principals"}, source)
+        table = document.get("principals", {})
+        if not isinstance(table, dict):
+            raise AuthConfigError(f"{source}: [principals] must be a table")
+        principals: dict[str, Principal] = {}
+        hashes: list[tuple[bytes, str]] = []
+        owner: dict[bytes, str] = {}
+        for name, entry in table.items():
+            at = f"{source}: principals.{name}"
+            if not name or not isinstance(entry, dict):
+                raise AuthConfigError(f"{at}: each principal is a non-empty name with a table")
+            _keys(entry, {"token_sha256", "grants"}, at)
+            for digest in _digests(entry.get("token_sha256", []), at):
+                if digest in owner:
+                    raise AuthConfigError(f"{at}: the same token is also given to {owner[digest]}")
+                owner[digest] = name
+                hashes.append((digest, name))
+            principals[name] = Principal(name, tuple(_grants(entry.get("grants", []), at)))
+        return cls(principals, tuple(hashes))
+
+    def by_token(self, token: str) -> Principal | None:
+        """The principal holding ``token``, comparing with every stored hash in constant time."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for stored, name in self.token_hashes:
+            # No early exit: the time taken says nothing about which hash came close.
+            if hmac.compare_digest(stored, digest):
+                found = name
+        return None if found is None else self.principals[found]
+
+
+def _keys(table: Mapping[str, Any], allowed: set[str], at: str) -> None:
+    # A misspelt key ("permission", "token") must not silently grant or deny anything.
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise AuthConfigError(f"{at}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}")
+
+
+def _digests(value: object, at: str) -> Iterable[bytes]:
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list):
+        raise AuthConfigError(f"{at}: token_sha256 must be a hex string or a list of them")
+    for item in values:
+        digest = None
+        if isinstance(item, str) and len(item) == 64:
+            try:
+                digest = bytes.fromhex(item)
+            except ValueError:
+                pass
+        if digest is None:
+            # The value is not echoed: it may be a token pasted by mistake.
+            raise AuthConfigError(
+                f"{at}: token_sha256 must be 64 hex digits, the SHA-256 of the token "
+                "(`offsetstore token` prints one); never the token itself"
+            )
+        yield digest
+
+
+def _grants(value: object, at: str) -> Iterable[Grant]:
+    if not isinstance(value, list):
+        raise AuthConfigError(f"{at}: grants must be a list of {{ prefix = ..., permissions = [...] }}")
+    for i, grant in enumerate(value):
+        where = f"{at}.grants[{i}]"
+        if not isinstance(grant, dict):
+            raise AuthConfigError(f"{where}: must be a table {{ prefix = ..., permissions = [...] }}")
+        _keys(grant, {"prefix", "permissions"}, where)
+        prefix, permissions = grant.get("prefix"), grant.get("permissions")
+        if not isinstance(prefix, str):
+            raise AuthConfigError(f'{where}: prefix must be a string ("" for every group)')
+        if not isinstance(permissions, list) or not permissions:
+            raise AuthConfigError(f"{where}: permissions must be a non-empty list of read, commit, admin")
+        levels = []
+        for p in permissions:
+            if not isinstance(p, str) or p.upper() not in Permission.__members__:
+                raise AuthConfigError(f"{where}: unknown permission {p!r}; expected read, commit or admin")
+            levels.append(Permission[p.upper()])
+        yield Grant(prefix, max(levels))
+
+
+#: Every caller of a server with client certificates but no tokens file: the CA is the gate.
+_ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
+
+_VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Authenticates and authorises each call of the offset store service before it runs.
+
+    With ``config``, a call carries ``authorization: Bearer <token>`` of one of its
+    principals or, when ``mtls``, a client certificate whose subject CN names a principal
+    (a CN it does not list is known but may do nothing). A token, when sent, decides.
+    Without ``config`` (client certificates alone), every verified client may do everything.
+    """
+
+    def __init__(self, config: AuthConfig | None, *, mtls: bool = False) -> None:
+        if config is None and not mtls:
+            raise ValueError("authentication needs a tokens file, client certificates, or both")
+        self.config = config
+        self.mtls = mtls
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        service, _, method = details.method.lstrip("/").rpartition("/")  # type: ignore[attr-defined]
+        if handler is None or service != _SERVICE:
+            return handler  # health and reflection stay open; unknown methods get UNIMPLEMENTED
+        inner = handler.unary_unary
+        permission = RPC_PERMISSIONS.get(method)
+
+        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            principal: Principal | None = None
+            try:
+                principal = self.authenticate(context)
+                if inner is None or permission is None:
+                    raise PermissionDeniedError(f"{method} is not open to any principal")
+                scope = _scope(method, request)
+                if not principal.may(permission, scope):
+                    raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}")
+            except OffsetStoreError as error:
+                who = principal.name if principal is not None else None  # never the token
+                log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": who})
+                context.abort_with_status(error.to_status())
+            assert principal is not None and inner is not None  # abort_with_status raised otherwise
+            token = current_principal.set(principal.name)
+            try:
+                return inner(request, context)
+            finally:
+                current_principal.reset(token)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+        """The caller of ``context``, or UnauthenticatedError."""
+        values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+        if values:
+            if self.config is None:
+                raise UnauthenticatedError("this server takes no bearer tokens; it authenticates client certificates")
+            scheme, _, token = (values[0] if isinstance(values[0], str) else "").partition(" ")
+            token = token.strip()
+            if len(values) > 1 or scheme.lower() != "bearer" or not token:
+                raise UnauthenticatedError("the authorization metadata must be one 'Bearer <token>'")
+            principal = self.config.by_token(token)
+            if principal is None:
+                raise UnauthenticatedError("the bearer token is not valid")
+            return principal
+        if self.mtls:
+            common_names = context.auth_context().get("x509_common_name") or []
+            if common_names:
+                name = common_names[0].decode("utf-8", "replace")
+                if self.config is None:
+                    return Principal(name, _ANY_GROUP_ADMIN)
+                return self.config.principals.get(name) or Principal(name)
+            raise UnauthenticatedError("the client certificate has no subject common name to name a principal by")
+        raise UnauthenticatedError(
+            "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
+        )
+
+
+def _what(method: str, scope: str | None) -> str:
+    if scope is None:
+        return "any group"
+    # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
+    shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
+    return f"every group starting with {shown}" if method == "ListGroups" else f"group {shown}"
+
+
+def _scope(method: str, request: Any) -> str | None:
+    if method == "ListGroups":
+        return request.prefix
+    if method == "ReportWatermarks":
+        return None
+    return request.group_id
+
+
+def server_credentials(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> grpc.ServerCredentials:
+    """TLS credentials of the server; with ``client_ca_file`` clients must present a certificate it signed."""
+
+    def read(path: Path, what: str) -> bytes:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as error:
+            raise AuthConfigError(f"cannot read the {what} {path}: {error.strerror or error}") from None
+        if b"-----BEGIN" not in data:
+            raise AuthConfigError(f"the {what} {path} is not PEM")
+        return data
+
+    cert, key = read(cert_file, "TLS certificate"), read(key_file, "TLS key")
+    ca = None if client_ca_file is None else read(client_ca_file, "client CA bundle")
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)

@@ -1,0 +1,769 @@
+"""TLS, mutual TLS and bearer tokens: who may call, what each principal may do, who the history names.
+
+Certificates come from a throwaway CA made here with ``cryptography``; the servers run
+in-process over the session's store, one per security setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import io
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+import sqlalchemy as sa
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_status import rpc_status
+
+from offsetstore.client import (
+    AsyncOffsetStoreClient,
+    OffsetStoreClient,
+    PermissionDeniedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
+from offsetstore.client import cli as groups_cli
+from offsetstore.server import cli as server_cli
+from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.auth import (
+    RPC_PERMISSIONS,
+    AuthConfig,
+    AuthConfigError,
+    AuthInterceptor,
+    Grant,
+    Permission,
+    Principal,
+    hash_token,
+    server_credentials,
+)
+from offsetstore.server.config import Settings
+from offsetstore.server.store import Store
+from offsetstore.v1 import offset_store_pb2 as pb
+
+SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
+TOKENS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("reader", "committer", "admin", "root")}
+
+
+# --- a throwaway PKI -------------------------------------------------------------------
+
+
+@dataclass
+class Issued:
+    cert: Path
+    key: Path
+
+    def pem(self) -> tuple[bytes, bytes]:
+        return self.key.read_bytes(), self.cert.read_bytes()
+
+
+class CA:
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} test CA")])
+        self.subject = subject
+        self.certificate = (
+            self._builder(subject, self.key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.cert = directory / f"{name}-ca.pem"
+        self.cert.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
+
+    def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+        now = datetime.datetime.now(datetime.UTC)
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(getattr(self, "subject", subject))
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+
+    def issue(self, common_name: str, *, server: bool = False) -> Issued:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = self._builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]), key.public_key())
+        builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        else:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        certificate = builder.sign(self.key, hashes.SHA256())
+        stem = self.directory / f"{self.name}-{common_name}"
+        issued = Issued(stem.with_suffix(".crt.pem"), stem.with_suffix(".key.pem"))
+        issued.cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        issued.key.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        return issued
+
+
+@dataclass
+class PKI:
+    ca: CA
+    server: Issued
+    alice: Issued  # a client the tokens file names
+    mallory: Issued  # a client of the right CA the tokens file does not name
+    rogue_ca: CA
+    rogue_server: Issued
+    rogue_alice: Issued  # claims to be alice, signed by another CA
+    tokens_file: Path
+
+    def channel_credentials(self, client: Issued | None = None, ca: CA | None = None) -> grpc.ChannelCredentials:
+        key, cert = client.pem() if client else (None, None)
+        return grpc.ssl_channel_credentials((ca or self.ca).cert.read_bytes(), key, cert)
+
+
+TOKENS_FILE = """
+# Test principals: everything they may do is on groups starting with "t-".
+[principals.reader]
+token_sha256 = "{reader}"
+grants = [{{ prefix = "t-", permissions = ["read"] }}]
+
+[principals.committer]
+token_sha256 = ["{old}", "{committer}"]   # two tokens: one being rotated out
+grants = [{{ prefix = "t-", permissions = ["commit"] }}]
+
+[principals.admin]
+token_sha256 = "{admin}"
+grants = [{{ prefix = "t-", permissions = ["read", "admin"] }}, {{ prefix = "shared-", permissions = ["read"] }}]
+
+[principals.root]
+token_sha256 = "{root}"
+grants = [{{ prefix = "", permissions = ["admin"] }}]
+
+[principals.alice]   # an mTLS client, by its certificate's CN
+grants = [{{ prefix = "t-", permissions = ["commit"] }}]
+"""
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
+    directory = tmp_path_factory.mktemp("pki")
+    ca, rogue = CA(directory, "good"), CA(directory, "rogue")
+    tokens_file = directory / "tokens.toml"
+    tokens_file.write_text(
+        TOKENS_FILE.format(**{name: hash_token(token) for name, token in TOKENS.items()}, old=hash_token("old-token"))
+    )
+    return PKI(
+        ca=ca,
+        server=ca.issue("offsetstore.test", server=True),
+        alice=ca.issue("alice"),
+        mallory=ca.issue("mallory"),
+        rogue_ca=rogue,
+        rogue_server=rogue.issue("offsetstore.test", server=True),
+        rogue_alice=rogue.issue("alice"),
+        tokens_file=tokens_file,
+    )
+
+
+@pytest.fixture(scope="module")
+def token_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
+    """Plaintext with tokens: the local-testing setup."""
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    with OffsetStoreServer(store, max_workers=8, auth=auth) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tls_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
+    """TLS with tokens: the documented production setup."""
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    credentials = server_credentials(pki.server.cert, pki.server.key)
+    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mtls_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
+    """Mutual TLS with the tokens file: certificates name principals, tokens still work."""
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=True)
+    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
+    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mtls_only_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
+    """Mutual TLS alone: the CA is the only gate."""
+    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
+    with OffsetStoreServer(
+        store, max_workers=8, auth=AuthInterceptor(None, mtls=True), credentials=credentials
+    ) as server:
+        yield server
+
+
+# --- raw calls, to control exactly what is sent -----------------------------------------
+
+REQUESTS: dict[str, Callable[[str], object]] = {
+    "CommitOffsets": lambda g: pb.CommitOffsetsRequest(
+        group_id=g, offsets=[pb.OffsetCommit(topic="t", partition=0, offset=5)]
+    ),
+    "FetchOffsets": lambda g: pb.FetchOffsetsRequest(group_id=g),
+    "ResetOffsets": lambda g: pb.ResetOffsetsRequest(group_id=g, all_topics=True, to_offset=0),
+    "DeleteOffsets": lambda g: pb.DeleteOffsetsRequest(group_id=g, all_topics=True),
+    "JoinGroup": lambda g: pb.JoinGroupRequest(group_id=g, member_id="m"),
+    "ListGroups": lambda g: pb.ListGroupsRequest(prefix=g),
+    "DescribeGroup": lambda g: pb.DescribeGroupRequest(group_id=g),
+    "ListOffsetHistory": lambda g: pb.ListOffsetHistoryRequest(group_id=g),
+    # Not about a group: the topic is made unique by the caller's group id.
+    "ReportWatermarks": lambda g: pb.ReportWatermarksRequest(
+        watermarks=[pb.Watermark(topic=f"wm-{g}", partition=0, log_start_offset=0, log_end_offset=10)]
+    ),
+}
+# What each RPC needs, written out here rather than read from the server's table.
+NEEDS = {
+    "FetchOffsets": "read",
+    "DescribeGroup": "read",
+    "ListOffsetHistory": "read",
+    "ListGroups": "read",
+    "CommitOffsets": "commit",
+    "JoinGroup": "commit",
+    "ReportWatermarks": "commit",
+    "ResetOffsets": "admin",
+    "DeleteOffsets": "admin",
+}
+LEVEL = {"read": 1, "commit": 2, "admin": 3}
+GRANTED = {"reader": "read", "committer": "commit", "admin": "admin"}
+
+
+def call(
+    target: str,
+    method: str,
+    request: object,
+    metadata: tuple[tuple[str, str], ...] = (),
+    credentials: grpc.ChannelCredentials | None = None,
+) -> tuple[grpc.StatusCode, str | None, str]:
+    """(status code, ErrorInfo reason, message) of one raw call."""
+    channel = grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+    with channel:
+        stub = channel.unary_unary(
+            f"/{SERVICE.full_name}/{method}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=None,
+        )
+        try:
+            stub(request, metadata=metadata, timeout=20)
+        except grpc.RpcError as error:
+            return error.code(), reason_of(error), error.details() or ""  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, None, ""
+
+
+def reason_of(error: grpc.RpcError) -> str | None:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        return None
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(info.DESCRIPTOR):
+            detail.Unpack(info)
+            return info.reason
+    return None
+
+
+def bearer(name: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKENS[name]}"),)
+
+
+def nothing_written(engine: sa.Engine, group: str) -> bool:
+    with engine.connect() as conn:
+        counts = conn.execute(
+            sa.text(
+                "SELECT (SELECT count(*) FROM offsetstore.groups WHERE group_id = :g)"
+                " + (SELECT count(*) FROM offsetstore.offsets WHERE group_id = :g)"
+                " + (SELECT count(*) FROM offsetstore.offset_history WHERE group_id = :g)"
+                " + (SELECT count(*) FROM offsetstore.watermarks WHERE topic = :wm)"
+            ),
+            {"g": group, "wm": f"wm-{group}"},
+        ).scalar_one()
+    return counts == 0
+
+
+def fresh(prefix: str = "t-") -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+# --- the tokens file -----------------------------------------------------------------
+
+
+def test_the_permission_table_covers_every_rpc() -> None:
+    assert set(RPC_PERMISSIONS) == {m.name for m in SERVICE.methods} == set(NEEDS)
+    assert {m: p.name.lower() for m, p in RPC_PERMISSIONS.items()} == NEEDS
+
+
+def test_grants_imply_lower_permissions_on_their_prefix_only() -> None:
+    p = Principal("p", (Grant("orders-", Permission.COMMIT), Grant("", Permission.READ)))
+    assert p.may(Permission.READ, "anything")
+    assert p.may(Permission.COMMIT, "orders-eu") and not p.may(Permission.COMMIT, "payments")
+    assert not p.may(Permission.ADMIN, "orders-eu")
+    assert p.may(Permission.COMMIT, None) and not p.may(Permission.ADMIN, None)
+    assert not Principal("nobody").may(Permission.READ, "x")
+
+
+def test_tokens_are_looked_up_by_hash() -> None:
+    config = AuthConfig.parse(
+        f'[principals.a]\ntoken_sha256 = "{hash_token("secret-a")}"\ngrants = []\n'
+        f'[principals.b]\ntoken_sha256 = ["{hash_token("b1")}", "{hash_token("b2")}"]\n'
+        'grants = [{ prefix = "x", permissions = ["commit", "read"] }]\n'
+    )
+    assert config.by_token("secret-a") == Principal("a")
+    assert config.by_token("b2") == Principal("b", (Grant("x", Permission.COMMIT),))
+    assert config.by_token("secret-b") is None and config.by_token("") is None
+    # The SHA-256 test vector of "abc", as `sha256sum` prints it.
+    assert hash_token("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("[principals", "not valid TOML"),
+        ("[principals.a]\ntoken = 'plain'\n", "unknown key(s) token"),
+        ("[principals.a]\ntoken_sha256 = 'abc'\n", "64 hex digits"),
+        ("[principals.a]\ngrants = [{ prefix = 'x', permissions = ['write'] }]\n", "unknown permission 'write'"),
+        ("[principals.a]\ngrants = [{ prefix = 'x', permission = ['read'] }]\n", "unknown key(s) permission"),
+        ("[principals.a]\ngrants = [{ permissions = ['read'] }]\n", "prefix must be a string"),
+        ("[principals.a]\ngrants = [{ prefix = 'x', permissions = [] }]\n", "non-empty list"),
+        (
+            f"[principals.a]\ntoken_sha256 = '{'0' * 64}'\n[principals.b]\ntoken_sha256 = '{'0' * 64}'\n",
+            "also given to a",
+        ),
+        ("[users.a]\n", "unknown key(s) users"),
+    ],
+)
+def test_a_bad_tokens_file_is_refused_with_what_is_wrong(text: str, complaint: str) -> None:
+    with pytest.raises(AuthConfigError) as error:
+        AuthConfig.parse(text, "tokens.toml")
+    assert complaint in str(error.value)
+    assert str(error.value).startswith("tokens.toml")
+
+
+# --- tokens -------------------------------------------------------------------------
+
+
+def test_health_and_reflection_need_no_credentials(token_server: OffsetStoreServer) -> None:
+    with grpc.insecure_channel(token_server.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=20)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answers = list(
+            reflection.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=20
+            )
+        )
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert SERVICE.full_name in names
+
+
+@pytest.mark.parametrize("method", sorted(REQUESTS))
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (),
+        (("authorization", "Bearer not-a-token"),),
+        (("authorization", "Basic cmVhZGVyOnNlY3JldA=="),),
+        (("authorization", "Bearer "),),
+        (("authorization", f"Bearer {TOKENS['root']}"), ("authorization", f"Bearer {TOKENS['root']}")),
+    ],
+    ids=["missing", "unknown", "not-bearer", "empty", "twice"],
+)
+def test_missing_or_wrong_tokens_are_unauthenticated_and_write_nothing(
+    token_server: OffsetStoreServer, engine: sa.Engine, method: str, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    group = fresh()
+    code, reason, message = call(token_server.address, method, REQUESTS[method](group), metadata)
+    assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    assert TOKENS["root"] not in message
+    assert nothing_written(engine, group)
+
+
+@pytest.mark.parametrize("method", sorted(REQUESTS))
+@pytest.mark.parametrize("principal", sorted(GRANTED))
+def test_each_principal_may_do_what_its_grant_allows_on_its_prefix_only(
+    token_server: OffsetStoreServer, engine: sa.Engine, method: str, principal: str
+) -> None:
+    allowed = LEVEL[GRANTED[principal]] >= LEVEL[NEEDS[method]]
+    inside = fresh("t-")
+    code, reason, _ = call(token_server.address, method, REQUESTS[method](inside), bearer(principal))
+    if allowed:
+        # Authorised; the call itself may still fail for its own reasons (an unknown group is NOT_FOUND).
+        assert code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND), (code, reason)
+    else:
+        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+        assert nothing_written(engine, inside)
+
+    outside = fresh("u-")
+    code, reason, message = call(token_server.address, method, REQUESTS[method](outside), bearer(principal))
+    if method == "ReportWatermarks" and allowed:
+        assert code == grpc.StatusCode.OK  # names no group: commit on any prefix is enough
+    else:
+        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+        assert principal in message
+        assert nothing_written(engine, outside)
+
+
+def test_a_refusal_does_not_echo_a_huge_group_id(token_server: OffsetStoreServer) -> None:
+    request = pb.FetchOffsetsRequest(group_id="u-" + "x" * 1_000_000)
+    code, reason, message = call(token_server.address, "FetchOffsets", request, bearer("reader"))
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+    assert len(message) < 300
+
+
+def test_list_groups_needs_read_on_the_whole_prefix(token_server: OffsetStoreServer) -> None:
+    for prefix, expected in (
+        ("t-", grpc.StatusCode.OK),
+        ("t-abc", grpc.StatusCode.OK),
+        ("t", grpc.StatusCode.PERMISSION_DENIED),
+        ("", grpc.StatusCode.PERMISSION_DENIED),
+    ):
+        code, _, _ = call(token_server.address, "ListGroups", pb.ListGroupsRequest(prefix=prefix), bearer("reader"))
+        assert code == expected, prefix
+    code, _, _ = call(token_server.address, "ListGroups", pb.ListGroupsRequest(prefix=""), bearer("root"))
+    assert code == grpc.StatusCode.OK
+
+
+def test_the_history_names_the_principal(token_server: OffsetStoreServer) -> None:
+    group = fresh()
+    with OffsetStoreClient(token_server.address, token=TOKENS["committer"]) as committer:
+        committer.commit_offsets(group, {("orders", 0): 5})
+    with OffsetStoreClient(token_server.address, token="old-token") as committer_old:
+        committer_old.commit_offsets(group, {("orders", 0): 6})
+    with OffsetStoreClient(token_server.address, token=TOKENS["admin"]) as admin:
+        admin.reset_offsets(group, all_topics=True, to_offset=1)
+        history = admin.list_offset_history(group).items
+    assert [(c.new_offset, c.actor) for c in history] == [(1, "admin"), (6, "committer"), (5, "committer")]
+
+
+def test_the_client_raises_typed_errors(token_server: OffsetStoreServer) -> None:
+    group = fresh()
+    with OffsetStoreClient(token_server.address) as anonymous, pytest.raises(UnauthenticatedError):
+        anonymous.fetch_offsets(group)
+    with OffsetStoreClient(token_server.address, token=TOKENS["reader"]) as reader:
+        with pytest.raises(PermissionDeniedError) as denied:
+            reader.commit_offsets(group, {("orders", 0): 1})
+        assert denied.value.reason == "PERMISSION_DENIED"
+        assert reader.fetch_offsets(group).offsets == {}
+    with pytest.raises(ValueError):
+        OffsetStoreClient(token_server.address, token="two words")
+
+
+def test_the_asyncio_client_sends_its_token_too(tls_server: OffsetStoreServer, pki: PKI) -> None:
+    group = fresh()
+
+    async def run() -> list[str]:
+        credentials = pki.channel_credentials()
+        async with AsyncOffsetStoreClient(tls_server.address, credentials=credentials, token=TOKENS["committer"]) as c:
+            await c.commit_offsets(group, {("orders", 0): 1})
+            return [change.actor for change in (await c.list_offset_history(group)).items]
+
+    assert asyncio.run(run()) == ["committer"]
+
+
+# --- TLS ----------------------------------------------------------------------------
+
+
+def test_tls_with_a_token_round_trips(tls_server: OffsetStoreServer, pki: PKI) -> None:
+    group = fresh()
+    with OffsetStoreClient(
+        tls_server.address, credentials=pki.channel_credentials(), token=TOKENS["committer"]
+    ) as client:
+        assert client.health() == "SERVING"
+        client.commit_offsets(group, {("orders", 0): 7})
+        assert client.fetch_offsets(group).offsets[("orders", 0)].offset == 7  # committer may read too
+    with OffsetStoreClient(tls_server.address, credentials=pki.channel_credentials()) as anonymous:
+        assert anonymous.health() == "SERVING"
+        with pytest.raises(UnauthenticatedError):
+            anonymous.fetch_offsets(group)
+
+
+def test_tls_refuses_plaintext_and_clients_trusting_another_ca(tls_server: OffsetStoreServer, pki: PKI) -> None:
+    # No TLS handshake, no gRPC status from the server: the transport reports UNAVAILABLE.
+    for credentials in (None, pki.channel_credentials(ca=pki.rogue_ca)):
+        with OffsetStoreClient(tls_server.address, credentials=credentials, token=TOKENS["root"], timeout=10) as client:
+            with pytest.raises(StoreUnavailableError):
+                client.fetch_offsets(fresh())
+
+
+def test_mtls_refuses_clients_without_a_certificate_of_its_ca(
+    mtls_server: OffsetStoreServer, pki: PKI, engine: sa.Engine
+) -> None:
+    group = fresh()
+    for client_cert in (None, pki.rogue_alice):
+        credentials = pki.channel_credentials(client_cert)
+        with OffsetStoreClient(
+            mtls_server.address, credentials=credentials, token=TOKENS["root"], timeout=10
+        ) as client:
+            with pytest.raises(StoreUnavailableError):
+                client.commit_offsets(group, {("orders", 0): 1})
+    assert nothing_written(engine, group)
+
+
+def test_mtls_the_certificate_names_the_principal(mtls_server: OffsetStoreServer, pki: PKI, engine: sa.Engine) -> None:
+    group = fresh()
+    with OffsetStoreClient(mtls_server.address, credentials=pki.channel_credentials(pki.alice)) as alice:
+        alice.commit_offsets(group, {("orders", 0): 3})
+        with pytest.raises(PermissionDeniedError):
+            alice.commit_offsets(fresh("u-"), {("orders", 0): 3})
+        with pytest.raises(PermissionDeniedError):
+            alice.delete_offsets(group, all_topics=True)
+    # A certificate of the CA whose CN the tokens file does not name: known, allowed nothing.
+    with OffsetStoreClient(mtls_server.address, credentials=pki.channel_credentials(pki.mallory)) as mallory:
+        assert mallory.health() == "SERVING"
+        with pytest.raises(PermissionDeniedError):
+            mallory.fetch_offsets(group)
+        # A token, when sent, decides.
+    with OffsetStoreClient(
+        mtls_server.address, credentials=pki.channel_credentials(pki.mallory), token=TOKENS["admin"]
+    ) as mallory_as_admin:
+        mallory_as_admin.reset_offsets(group, all_topics=True, to_offset=0)
+        history = mallory_as_admin.list_offset_history(group).items
+    assert [c.actor for c in history] == ["admin", "alice"]
+
+
+def test_mtls_alone_admits_every_client_of_the_ca(mtls_only_server: OffsetStoreServer, pki: PKI) -> None:
+    group = fresh("anything-")
+    with OffsetStoreClient(mtls_only_server.address, credentials=pki.channel_credentials(pki.mallory)) as mallory:
+        mallory.commit_offsets(group, {("orders", 0): 1})
+        mallory.delete_offsets(group, topics={"orders": [0]})
+        assert [c.actor for c in mallory.list_offset_history(group).items] == ["mallory", "mallory"]
+    # Without a tokens file, a token is nothing the server can check.
+    with OffsetStoreClient(
+        mtls_only_server.address, credentials=pki.channel_credentials(pki.mallory), token="x"
+    ) as with_token:
+        with pytest.raises(UnauthenticatedError):
+            with_token.fetch_offsets(group)
+
+
+# --- settings, the serve flags and the groups CLI --------------------------------------
+
+
+def test_settings_read_the_security_files_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "OFFSETSTORE_TLS_CERT_FILE": str(tmp_path / "c.pem"),
+        "OFFSETSTORE_TLS_KEY_FILE": str(tmp_path / "k.pem"),
+        "OFFSETSTORE_TLS_CLIENT_CA_FILE": str(tmp_path / "ca.pem"),
+        "OFFSETSTORE_TOKENS_FILE": str(tmp_path / "t.toml"),
+    }
+    settings = Settings.load({}, env)
+    assert settings.tls_cert_file == tmp_path / "c.pem" and settings.tokens_file == tmp_path / "t.toml"
+    assert settings.tls and settings.tls_client_ca_file == tmp_path / "ca.pem"
+    assert Settings.load({}, {}).tokens_file is None and not Settings.load({}, {}).tls
+    with pytest.raises(ValueError, match="go together"):
+        Settings.load({}, {"OFFSETSTORE_TLS_CERT_FILE": "c.pem"})
+    with pytest.raises(ValueError, match="mutual TLS"):
+        Settings.load({}, {"OFFSETSTORE_TLS_CLIENT_CA_FILE": "ca.pem"})
+
+
+def test_server_credentials_name_the_file_that_is_wrong(tmp_path: Path, pki: PKI) -> None:
+    with pytest.raises(AuthConfigError, match="TLS key"):
+        server_credentials(pki.server.cert, tmp_path / "missing.pem")
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    with pytest.raises(AuthConfigError, match="not PEM"):
+        server_credentials(tmp_path / "junk.pem", pki.server.key)
+
+
+def test_offsetstore_token_prints_a_token_and_its_hash(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert server_cli.main(["token"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    token = lines[0].split()[-1]
+    assert lines[1] == f'token_sha256 = "{hash_token(token)}"'
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token + "\n"))
+    assert server_cli.main(["token", "--hash"]) == 0
+    assert capsys.readouterr().out.strip() == lines[1]
+
+
+def groups(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="offsetstore groups")
+    groups_cli.configure_parser(parser)
+    return groups_cli.run(parser.parse_args(list(argv)))
+
+
+def test_the_groups_cli_speaks_tls_and_tokens(
+    tls_server: OffsetStoreServer,
+    mtls_server: OffsetStoreServer,
+    pki: PKI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = fresh()
+    with OffsetStoreClient(tls_server.address, credentials=pki.channel_credentials(), token=TOKENS["committer"]) as c:
+        c.commit_offsets(group, {("orders", 0): 11})
+    monkeypatch.delenv("OFFSETSTORE_TOKEN", raising=False)
+
+    assert groups("describe", group, "--server", tls_server.address, "--tls-ca", str(pki.ca.cert)) == 1
+    assert "OFFSETSTORE_TOKEN" in capsys.readouterr().err
+
+    monkeypatch.setenv("OFFSETSTORE_TOKEN", TOKENS["reader"])
+    assert (
+        groups("describe", group, "--server", tls_server.address, "--tls-ca", str(pki.ca.cert), "--output", "json") == 0
+    )
+    assert '"offset": 11' in capsys.readouterr().out
+    assert groups("delete", group, "--all-topics", "--server", tls_server.address, "--tls-ca", str(pki.ca.cert)) == 1
+    assert "may not administer" in capsys.readouterr().err
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKENS["admin"] + "\n")
+    assert (
+        groups(
+            "list",
+            "--prefix",
+            "t-",
+            "--server",
+            tls_server.address,
+            "--tls-ca",
+            str(pki.ca.cert),
+            "--token-file",
+            str(token_file),
+        )
+        == 0
+    )
+    assert group in capsys.readouterr().out
+
+    monkeypatch.delenv("OFFSETSTORE_TOKEN")
+    mtls = (
+        "--server",
+        mtls_server.address,
+        "--tls-ca",
+        str(pki.ca.cert),
+        "--tls-cert",
+        str(pki.alice.cert),
+        "--tls-key",
+        str(pki.alice.key),
+    )
+    assert groups("describe", group, *mtls) == 0
+    assert "11" in capsys.readouterr().out
+    # Plaintext to a TLS server: the hint says how to speak TLS.
+    assert groups("describe", group, "--server", tls_server.address, "--timeout", "5") == 1
+    assert "--tls" in capsys.readouterr().err
+    assert groups("list", "--server", tls_server.address, "--tls-cert", str(pki.alice.cert)) == 1
+    assert "go together" in capsys.readouterr().err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_offsetstore_serve_with_tls_and_tokens(database_url: str, pki: PKI, tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "serve.log"
+    args = [
+        sys.executable,
+        "-m",
+        "offsetstore.server.cli",
+        "serve",
+        "--database-url",
+        database_url,
+        "--no-migrate",
+        "--listen",
+        address,
+        "--metrics-listen",
+        "",
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        "--tokens-file",
+        str(pki.tokens_file),
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OFFSETSTORE_DATA_DIR": str(tmp_path)}
+        )
+    try:
+        with OffsetStoreClient(address, credentials=pki.channel_credentials(), timeout=5) as anonymous:
+            stop_at = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, log.read_text()
+                try:
+                    if anonymous.health() == "SERVING":
+                        break
+                except StoreUnavailableError:
+                    pass
+                assert time.monotonic() < stop_at, log.read_text()
+                time.sleep(0.2)
+            with pytest.raises(UnauthenticatedError):
+                anonymous.list_groups("t-")
+        group = fresh()
+        with OffsetStoreClient(address, credentials=pki.channel_credentials(), token=TOKENS["committer"]) as client:
+            client.commit_offsets(group, {("orders", 0): 1})
+            assert client.list_offset_history(group).items[0].actor == "committer"
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0, log.read_text()
+    assert TOKENS["committer"] not in log.read_text()
+
+
+@pytest.mark.slow
+def test_offsetstore_serve_refuses_to_start_with_a_bad_tokens_file(database_url: str, tmp_path: Path) -> None:
+    bad = tmp_path / "tokens.toml"
+    bad.write_text("[principals.a]\ntoken_sha256 = 'plaintext-token'\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "offsetstore.server.cli",
+            "serve",
+            "--database-url",
+            database_url,
+            "--no-migrate",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--metrics-listen",
+            "",
+            "--tokens-file",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "64 hex digits" in result.stderr + result.stdout
+    assert "plaintext-token" not in result.stderr + result.stdout

@@ -1,0 +1,269 @@
+"""The caller's deadline bounds the database work; a caller that left gets nothing committed.
+
+A database "too slow to answer" is made by holding the group's row lock from another
+session, which every write of the group waits for; the store's own statement timeout is
+set far above the deadlines used here, so only the deadline can end the wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from offsetstore.client import (
+    DeadlineExceededError,
+    OffsetCommit,
+    OffsetStoreClient,
+    StoreUnavailableError,
+    TopicPartition,
+)
+from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.store import Store, create_store_engine, deadline
+from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+
+TOPIC = "orders"
+# The store's statement timeout in these tests: any wait that ends well before it was
+# ended by the caller's deadline.
+SLOW_MS = 120_000
+
+
+@pytest.fixture
+def slow_store(database_url: str) -> Iterator[Store]:
+    store = Store(
+        create_store_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS
+    )
+    yield store
+    store.dispose()
+
+
+def conninfo(database_url: str) -> str:
+    return sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class GroupLock:
+    """Another session holding a group's row lock, which every write of the group waits for."""
+
+    def __init__(self, database_url: str, group_id: str) -> None:
+        self.locker = psycopg.connect(conninfo(database_url))
+        self.watcher = psycopg.connect(conninfo(database_url), autocommit=True)
+        self.locker.execute("SELECT 1 FROM offsetstore.groups WHERE group_id = %s FOR UPDATE", (group_id,))
+        self.pid = self.locker.info.backend_pid
+
+    def waiting(self) -> int:
+        """How many sessions wait for the lock."""
+        row = self.watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (self.pid,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def release(self) -> None:
+        self.locker.rollback()
+
+    def close(self) -> None:
+        self.locker.close()
+        self.watcher.close()
+
+
+@contextlib.contextmanager
+def group_locked(database_url: str, group_id: str) -> Iterator[GroupLock]:
+    lock = GroupLock(database_url, group_id)
+    try:
+        yield lock
+    finally:
+        lock.close()
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 30) -> None:
+    stop_at = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < stop_at, "condition not met in time"
+        time.sleep(0.02)
+
+
+def offset_of(store: Store, group_id: str) -> int:
+    return store.fetch_offsets(group_id, {TOPIC: [0]}).offsets[TopicPartition(TOPIC, 0)].offset
+
+
+def test_the_deadline_ends_a_statement_long_before_the_stores_timeout(
+    slow_store: Store, database_url: str, group_id: str
+) -> None:
+    slow_store.commit_offsets(group_id, [_commit(1)])
+    with group_locked(database_url, group_id) as lock:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError), deadline(1.0):
+            slow_store.commit_offsets(group_id, [_commit(2)])
+        # Ended by the deadline, not by the two-minute statement timeout (a generous bound).
+        assert time.monotonic() - started < SLOW_MS / 1000 / 4
+        # And the database let go of it: nothing is left waiting on the lock.
+        assert lock.waiting() == 0
+    assert offset_of(slow_store, group_id) == 1
+
+
+def test_a_deadline_already_past_never_reaches_the_database(slow_store: Store, group_id: str) -> None:
+    for seconds in (0, -5):
+        with pytest.raises(StoreUnavailableError), deadline(seconds):
+            slow_store.commit_offsets(group_id, [_commit(1)])
+    assert slow_store.fetch_offsets(group_id).offsets == {}
+
+
+def test_no_deadline_leaves_the_stores_own_timeout(database_url: str, group_id: str) -> None:
+    store = Store(create_store_engine(database_url, pool_size=1, statement_timeout_ms=300), statement_timeout_ms=300)
+    try:
+        store.commit_offsets(group_id, [_commit(1)])
+        with group_locked(database_url, group_id), pytest.raises(StoreUnavailableError), deadline(None):
+            store.commit_offsets(group_id, [_commit(2)])
+        assert offset_of(store, group_id) == 1
+    finally:
+        store.dispose()
+
+
+def test_a_transaction_whose_caller_left_is_rolled_back_not_committed(
+    slow_store: Store, database_url: str, group_id: str
+) -> None:
+    slow_store.commit_offsets(group_id, [_commit(1)])
+    caller_there = threading.Event()
+    caller_there.set()
+    outcome: list[BaseException | None] = []
+
+    def commit() -> None:
+        try:
+            with deadline(60, caller_there.is_set):
+                slow_store.commit_offsets(group_id, [_commit(2)])
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    with group_locked(database_url, group_id) as lock:
+        worker = threading.Thread(target=commit)
+        worker.start()
+        wait_until(lambda: lock.waiting() == 1)
+        caller_there.clear()  # the caller gives up while the commit waits
+        lock.release()
+    worker.join(60)  # the lock is released: the commit's statements finish, its COMMIT must not happen
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreUnavailableError)
+    assert offset_of(slow_store, group_id) == 1
+    history = slow_store.list_offset_history(group_id).items
+    assert [c.new_offset for c in history] == [1]
+
+
+def test_waiting_for_a_connection_is_bounded_too(database_url: str, group_id: str) -> None:
+    """A pool used up by slow calls answers the next call UNAVAILABLE instead of queueing it forever."""
+    store = Store(
+        create_store_engine(database_url, pool_size=1, statement_timeout_ms=SLOW_MS, connect_timeout_s=1),
+        statement_timeout_ms=SLOW_MS,
+    )
+    try:
+        store.commit_offsets(group_id, [_commit(1)])
+        with group_locked(database_url, group_id) as lock:
+            holder = threading.Thread(
+                target=_swallow(lambda: _with_deadline(10, store.commit_offsets, group_id, [_commit(2)]))
+            )
+            holder.start()
+            wait_until(lambda: lock.waiting() == 1)
+            with pytest.raises(StoreUnavailableError) as busy:
+                store.fetch_offsets(group_id)
+            assert "busy" in busy.value.message
+        holder.join(60)
+    finally:
+        store.dispose()
+
+
+# --- through the server: the gRPC deadline is the caller's ------------------------------
+
+
+class CallEnded(grpc.ServerInterceptor):
+    """Sets ``ended`` when a call ends on the server, also by the client's cancellation."""
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+
+        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            context.add_callback(self.ended.set)
+            return inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+@pytest.fixture
+def slow_server(slow_store: Store) -> Iterator[tuple[OffsetStoreServer, CallEnded]]:
+    ended = CallEnded()
+    with OffsetStoreServer(slow_store, max_workers=4, interceptors=(ended,)) as server:
+        yield server, ended
+
+
+def test_the_callers_grpc_deadline_bounds_the_servers_database_work(
+    slow_server: tuple[OffsetStoreServer, CallEnded], slow_store: Store, database_url: str, group_id: str
+) -> None:
+    server, _ = slow_server
+    with OffsetStoreClient(server.address, timeout=30) as client:
+        client.commit_offsets(group_id, {(TOPIC, 0): 1})
+        with group_locked(database_url, group_id) as lock:
+            with pytest.raises((StoreUnavailableError, DeadlineExceededError)):
+                client.commit_offsets(group_id, {(TOPIC, 0): 2}, timeout=2)
+            # The server's statement gave up with the caller: no work piles up behind the lock
+            # (without the deadline it would wait for the store's two-minute timeout).
+            wait_until(lambda: lock.waiting() == 0, seconds=SLOW_MS / 1000 / 4)
+        assert client.fetch_offsets(group_id).offsets[(TOPIC, 0)].offset == 1
+        assert client.health() == "SERVING"
+
+
+def test_a_call_cancelled_by_its_client_commits_nothing(
+    slow_server: tuple[OffsetStoreServer, CallEnded], slow_store: Store, database_url: str, group_id: str
+) -> None:
+    server, ended = slow_server
+    slow_store.commit_offsets(group_id, [_commit(1)])
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.OffsetStoreServiceStub(channel)
+        request = pb.CommitOffsetsRequest(
+            group_id=group_id, offsets=[pb.OffsetCommit(topic=TOPIC, partition=0, offset=2)]
+        )
+        with group_locked(database_url, group_id) as lock:
+            ended.ended.clear()
+            call = stub.CommitOffsets.future(request, timeout=60)
+            wait_until(lambda: lock.waiting() == 1)
+            call.cancel()
+            assert ended.ended.wait(30)  # the server knows the caller left before the lock is released
+            lock.release()
+            # The commit's statements now finish; the transaction must be rolled back.
+            wait_until(lambda: lock.waiting() == 0)
+        with pytest.raises(grpc.FutureCancelledError):
+            call.result()
+    wait_until(lambda: slow_store.engine.pool.checkedout() == 0)  # type: ignore[attr-defined]
+    assert offset_of(slow_store, group_id) == 1
+    assert [c.new_offset for c in slow_store.list_offset_history(group_id).items] == [1]
+
+
+def _commit(offset: int) -> OffsetCommit:
+    return OffsetCommit(TOPIC, 0, offset)
+
+
+def _with_deadline(seconds: float, call: Callable[..., Any], *args: Any) -> Any:
+    with deadline(seconds):
+        return call(*args)
+
+
+def _swallow(call: Callable[[], Any]) -> Callable[[], None]:
+    def run() -> None:
+        with contextlib.suppress(StoreUnavailableError):
+            call()
+
+    return run
