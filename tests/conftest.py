@@ -28,11 +28,21 @@ from offsetstore.server.store import Store, create_store_engine
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    """URL of a database migrated to head, shared by the whole session."""
+    """URL of a database migrated to head, shared by the whole session.
+
+    On an external server the session works in a database of its own, created next
+    to the given one and dropped at the end, so runs never pile up data; where the
+    role may not create databases, it uses the given database itself.
+    """
     if url := os.environ.get("OFFSETSTORE_TEST_DATABASE_URL"):
         url = migrate.normalize_url(url)
-        migrate.upgrade(url)
-        yield url
+        with contextlib.ExitStack() as stack:
+            try:
+                session_url = stack.enter_context(new_database(url))
+            except sa.exc.ProgrammingError:  # no CREATEDB privilege
+                session_url = url
+            migrate.upgrade(session_url)
+            yield session_url
         return
 
     # Under /tmp rather than pytest's tmp_path: as root, the embedded server
