@@ -5,7 +5,7 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 - one gRPC server interceptor records go-grpc-prometheus' ``grpc_server_*`` series and the
   store counters (commits, offsets committed, rejections by reason, resets), derived from
   the method, the request and the final status code;
-- ``Store.run`` is timed per storage operation (``offsetstore_database_query_seconds``);
+- the Store reports each storage operation's duration (``offsetstore_database_query_seconds``);
 - a collector reads the database at scrape time, in ONE statement, for the per-group
   series, the group count and ``offsetstore_database_up``; so offsets that the Spark sink
   commits straight into PostgreSQL show up as well.
@@ -13,7 +13,6 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import threading
@@ -468,23 +467,11 @@ def _timed_out(error: BaseException | None) -> bool:
 
 
 def time_operations(store: Store, histogram: Histogram) -> None:
-    """Makes ``store.run`` observe each operation's duration (failures included) into ``histogram``.
+    """Makes ``store`` observe each operation's duration (failures included) into ``histogram``.
 
-    Replaces an earlier wrapper instead of nesting, so building a second registry over
-    the same store moves the timing to the new one.
+    A second registry built over the same store takes the timing over.
     """
-    inner = getattr(store.run, "__offsetstore_untimed__", store.run)
-
-    @functools.wraps(inner)
-    def run(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        started_at = time.perf_counter()
-        try:
-            return inner(operation, *args, **kwargs)
-        finally:
-            histogram.labels(getattr(operation, "__name__", "other")).observe(time.perf_counter() - started_at)
-
-    run.__offsetstore_untimed__ = inner  # type: ignore[attr-defined]
-    store.run = run  # type: ignore[method-assign]
+    store.observe = lambda operation, seconds: histogram.labels(operation).observe(seconds)
 
 
 # --- assembly --------------------------------------------------------------------------

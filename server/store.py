@@ -112,9 +112,17 @@ def create_store_engine(
 class Store:
     """Runs each storage operation in its own transaction and classifies database failures."""
 
-    def __init__(self, engine: Engine, *, statement_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        statement_timeout_ms: int = 5000,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.statement_timeout_ms = statement_timeout_ms
+        #: Called with each operation's name and duration in seconds, failures included (metrics).
+        self.observe = observe
 
     def _bound(self, conn: Connection) -> None:
         bound = _deadline.get()
@@ -134,6 +142,14 @@ class Store:
 
     def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` in a transaction of its own."""
+        started = time.perf_counter()
+        try:
+            return self._run(operation, *args, **kwargs)
+        finally:
+            if self.observe is not None:
+                self.observe(operation.__name__, time.perf_counter() - started)
+
+    def _run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 with self.engine.begin() as conn:
