@@ -1,1 +1,12 @@
-"""Exactly-once Spark Structured Streaming sink over the offset store (see issue: Spark integration)."""
+"""Exactly-once Spark Structured Streaming into PostgreSQL, with the offsets kept in the offset store.
+
+PySpark and pyarrow (the ``spark`` extra) are imported only when a batch is written;
+importing this package needs neither. The testing helper
+:mod:`offsetstore.spark_integration.testing` (a Kafka-shaped streaming source) is not
+imported here.
+"""
+
+from .offsets import checkpoint_location, starting_offsets
+from .sink import ExactlyOnceSink, Mode, WritePath
+
+__all__ = ["ExactlyOnceSink", "Mode", "WritePath", "checkpoint_location", "starting_offsets"]

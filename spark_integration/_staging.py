@@ -1,0 +1,127 @@
+"""The executors' half of the parallel write path: each task COPYs its partition into the staging table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from psycopg import sql
+
+from . import _arrow
+from . import _sql
+from ._sql import TableName
+
+#: What each task returns to the driver: per Kafka partition it staged, the offsets and rows.
+SUMMARY_SCHEMA = "task int, topic string, partition int, min_offset long, max_offset long, rows long"
+
+_SUMMARY_ARROW = pa.schema(
+    [
+        ("task", pa.int32()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("rows", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """Everything a staging task needs; small and picklable, shipped to every task."""
+
+    conninfo: str
+    stage: TableName
+    # The table's names of the batch's first len(columns) columns; the batch columns
+    # themselves go by position (Spark's mapInArrow mangles names with backticks).
+    columns: tuple[str, ...]
+    # Positions of the topic, partition and offset columns in the batch.
+    coordinates: tuple[int, int, int]
+    generation: int
+    batch_id: int
+    # Test hook, off by default: called with (stage, task, attempt) at "task_copied"
+    # (rows sent, staging transaction still open) and "task_staged" (committed).
+    fault_hook: Callable[[str, int, int], None] | None = None
+
+
+def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Replaces this task's rows of (generation, batch) in the staging table; yields its summary.
+
+    Attempts of one task (a retry, a speculative copy) serialize on an advisory lock and
+    each deletes what an earlier attempt committed before copying, so the staging table
+    ends up with exactly one attempt's rows, whichever finished last.
+    """
+    import psycopg
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = context.partitionId() if context else 0
+    attempt = context.attemptNumber() if context else 0
+    first = next(batches, None)
+    if first is None:
+        return
+    stats: dict = {}
+    constants = {
+        _sql.GENERATION: pa.scalar(job.generation, pa.int64()),
+        _sql.BATCH: pa.scalar(job.batch_id, pa.int64()),
+        _sql.TASK: pa.scalar(task, pa.int32()),
+    }
+
+    def staged_rows() -> Iterator[pa.RecordBatch]:
+        batch = first
+        while batch is not None:
+            if batch.num_rows:
+                coords = [batch.column(i) for i in job.coordinates]
+                kafka = pa.RecordBatch.from_arrays(coords, names=list(_sql.COORDINATES))
+                _arrow.check_coordinates(kafka)
+                _arrow.merge_stats(stats, _arrow.partition_stats(kafka))
+                rows = pa.RecordBatch.from_arrays(
+                    coords + [batch.column(i) for i in range(len(job.columns))],
+                    names=[_sql.TOPIC, _sql.PARTITION, _sql.OFFSET, *job.columns],
+                )
+                yield _arrow.with_constants(rows, constants)
+            batch = next(batches, None)
+
+    lock_key = f"offsetstore-stage/{job.stage}/{job.generation}/{job.batch_id}/{task}"
+    with psycopg.connect(job.conninfo, application_name="offsetstore-spark-stage") as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
+            cur.execute(
+                sql.SQL("DELETE FROM {} WHERE {} = %s AND {} = %s AND {} = %s").format(
+                    job.stage.ident(),
+                    sql.Identifier(_sql.GENERATION),
+                    sql.Identifier(_sql.BATCH),
+                    sql.Identifier(_sql.TASK),
+                ),
+                (job.generation, job.batch_id, task),
+            )
+            _arrow.copy_batches(cur, _sql.copy_into(job.stage, [*_sql.STAGING_PREFIX, *job.columns]), staged_rows())
+        if job.fault_hook is not None:
+            job.fault_hook("task_copied", task, attempt)
+    # Leaving the connection's block committed the task's rows.
+    if job.fault_hook is not None:
+        job.fault_hook("task_staged", task, attempt)
+    if not stats:
+        return
+    keys = sorted(stats)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array([task] * len(keys), pa.int32()),
+            pa.array([k.topic for k in keys], pa.string()),
+            pa.array([k.partition for k in keys], pa.int32()),
+            pa.array([stats[k].min_offset for k in keys], pa.int64()),
+            pa.array([stats[k].max_offset for k in keys], pa.int64()),
+            pa.array([stats[k].rows for k in keys], pa.int64()),
+        ],
+        schema=_SUMMARY_ARROW,
+    )
+
+
+def task_function(job: StageJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function for ``DataFrame.mapInArrow``: a plain closure, which Spark pickles with the job."""
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return stage_partition(job, batches)
+
+    return stage

@@ -1,0 +1,177 @@
+"""The Spark integration's parts that need no SparkSession: COPY encoding, starting offsets, checkpoints, pickling."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pickle
+import subprocess
+import sys
+import uuid
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+
+from offsetstore.client import Boundary, OffsetCommit
+from offsetstore.server import storage
+from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
+from offsetstore.spark_integration import _arrow, _sql
+from offsetstore.spark_integration._sql import TableName
+
+pytestmark = pytest.mark.spark
+
+
+def test_importing_the_package_imports_neither_pyspark_nor_pyarrow():
+    code = (
+        "import sys, offsetstore.spark_integration as s; "
+        "print(sorted(m for m in ('pyspark', 'pyarrow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_copy_round_trips_awkward_values(engine: sa.Engine):
+    name = TableName("public", f"copy_{uuid.uuid4().hex[:10]}")
+    columns = {
+        "key": "bytea",
+        "select": "text",  # a reserved word
+        "Mixed Case": "integer",
+        "offset": "bigint",
+        "partition": "integer",
+        "ratio": "double precision",
+        "amount": "numeric(10,3)",
+        "at": "timestamptz",
+        "day": "date",
+        "ok": "boolean",
+    }
+    ddl = ", ".join(f'"{c}" {t}' for c, t in columns.items())
+    utc = dt.timezone.utc
+    data = pa.table(
+        {
+            "key": pa.array([b"\x00\xff\"',\n\\", b"", None], pa.binary()),
+            "select": pa.array(['a "quoted", multi\nline \\ value', "", None]),
+            "Mixed Case": pa.array([1, None, -3], pa.int32()),
+            "offset": pa.array([0, 2**62, 7], pa.int64()),
+            "partition": pa.array([0, 1, 2], pa.int32()),
+            "ratio": pa.array([1.5, float("inf"), float("nan")]),
+            "amount": pa.array([Decimal("1.250"), Decimal("-0.001"), None], pa.decimal128(10, 3)),
+            "at": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc), None, dt.datetime(1999, 12, 31, tzinfo=utc)], pa.timestamp("us", tz="UTC")),
+            "day": pa.array([dt.date(2024, 2, 29), None, dt.date(1970, 1, 1)]),
+            "ok": pa.array([True, False, None]),
+        }
+    )
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {name.regclass()} ({ddl})")
+        try:
+            with conn.connection.driver_connection.cursor() as cur:
+                written = _arrow.copy_batches(cur, _sql.copy_into(name, list(columns)), data.to_batches(max_chunksize=2))
+                cur.execute(f'SELECT * FROM {name.regclass()} ORDER BY "partition"')
+                rows = cur.fetchall()
+        finally:
+            conn.exec_driver_sql(f"DROP TABLE {name.regclass()}")
+    assert written == 3
+    first, second, third = rows
+    assert first[:5] == (b"\x00\xff\"',\n\\", 'a "quoted", multi\nline \\ value', 1, 0, 0)
+    assert first[5:] == (1.5, Decimal("1.250"), dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc), dt.date(2024, 2, 29), True)
+    # The empty string and empty bytes stay apart from NULL.
+    assert second[:4] == (b"", "", None, 2**62) and second[5] == float("inf") and second[8:] == (None, False)
+    assert third[:3] == (None, None, -3) and third[5] != third[5]  # NaN
+    assert third[6:] == (None, dt.datetime(1999, 12, 31, tzinfo=utc), dt.date(1970, 1, 1), None)
+
+
+def test_copy_refuses_nested_values_with_a_reason():
+    batch = pa.record_batch({"tags": pa.array([["a"]])})
+    with pytest.raises(TypeError, match="to_json"):
+        _arrow._encodable(batch)
+
+
+def test_skip_rule_keeps_rows_at_or_above_the_stored_offset_and_ignores_sentinels():
+    table = pa.table(
+        {
+            "topic": ["a"] * 4 + ["b"] * 2 + ["c"] * 2,
+            "partition": pa.array([0, 0, 1, 1, 0, 0, 0, 0], pa.int32()),
+            "offset": pa.array([5, 6, 5, 6, 1, 2, 8, 9], pa.int64()),
+        }
+    )
+    stats = _arrow.partition_stats(table)
+    stored = {("a", 0): 6, ("a", 1): 100, ("b", 0): -2, ("c", 0): -1}
+    kept = _arrow.skip_delivered(table, stats, stored)
+    assert sorted(zip(kept["topic"].to_pylist(), kept["partition"].to_pylist(), kept["offset"].to_pylist())) == [
+        ("a", 0, 6),
+        ("b", 0, 1),
+        ("b", 0, 2),
+        ("c", 0, 8),
+        ("c", 0, 9),
+    ]
+    assert _arrow.skip_delivered(table, stats, {("a", 0): 5}) is table
+
+
+def test_starting_offsets_lists_every_partition(database_url: str, engine: sa.Engine, client, group_id: str):
+    topic, reset = f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
+    with engine.begin() as conn:
+        storage.commit_offsets(
+            conn, group_id, [OffsetCommit(topic, 0, 42), OffsetCommit(topic, 2, 7), OffsetCommit(topic, 9, 1), OffsetCommit(reset, 0, 5)]
+        )
+    # A reset to "latest" with no watermark known stores the sentinel -1.
+    with engine.begin() as conn:
+        storage.reset_offsets(conn, group_id, {reset: []}, to_boundary=Boundary.LATEST)
+    expected = {topic: {"0": 42, "1": -2, "2": 7, "3": -2}, reset: {"0": -1}, "other": {"0": -2}}
+    for source in (database_url, engine, client):
+        assert json.loads(starting_offsets(source, group_id, {topic: 4, reset: 1, "other": 1})) == expected
+    assert json.loads(starting_offsets(database_url, "never-seen-" + group_id, {topic: 2})) == {topic: {"0": -2, "1": -2}}
+    with pytest.raises(ValueError):
+        starting_offsets(database_url, group_id, {topic: 0})
+
+
+def test_checkpoint_location_moves_on_with_each_reset(database_url: str, engine: sa.Engine, group_id: str):
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    base = "s3a://bucket/checkpoints/"
+    gid = group_id + "/with slash"
+    first = checkpoint_location(database_url, gid, base)
+    assert first == f"s3a://bucket/checkpoints/{group_id}%2Fwith%20slash/reset-0"
+    with engine.begin() as conn:
+        storage.commit_offsets(conn, gid, [OffsetCommit(topic, 0, 10)])
+        storage.join_group(conn, gid)  # a new run is not a reset: same checkpoint
+    assert checkpoint_location(database_url, gid, base) == first
+    with engine.begin() as conn:
+        storage.reset_offsets(conn, gid, {topic: []}, to_offset=3)
+    assert checkpoint_location(engine, gid, base).endswith("/reset-1")
+
+
+def test_sink_pickles_without_its_connections(database_url: str):
+    sink = ExactlyOnceSink(database_url, group_id="g", table=("my.schema", "my.table"), mode="upsert", key_columns=["id"])
+    sink._get_engine()
+    clone = pickle.loads(pickle.dumps(sink))
+    assert clone._engine is None and clone.generation is None
+    assert (clone.table, clone.key_columns, clone.mode) == (TableName("my.schema", "my.table"), ("id",), "upsert")
+    assert "password" not in repr(clone) and database_url not in repr(clone)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "merge"}, "mode"),
+        ({"mode": "upsert"}, "key_columns"),
+        ({"key_columns": ["id"]}, "only for mode='upsert'"),
+        ({"mode": "upsert", "key_columns": ["id"], "columns": ["x"]}, "not among the written columns"),
+        ({"write_path": "both"}, "write_path"),
+        ({"columns": "offset"}, "not a string"),
+        ({"columns": ["a", "a"]}, "twice"),
+    ],
+)
+def test_sink_refuses_inconsistent_options(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        ExactlyOnceSink("postgresql://localhost/db", "g", "t", **kwargs)
+
+
+def test_table_names_parse_and_quote():
+    assert TableName.parse("orders").ident().as_string(None) == '"orders"'
+    assert TableName.parse("public.orders").ident().as_string(None) == '"public"."orders"'
+    assert TableName.parse(("a.b", 'c"d')).ident().as_string(None) == '"a.b"."c""d"'
+    with pytest.raises(ValueError):
+        TableName.parse("a.b.c")
+    stage = _sql.staging_name(TableName("s", "x" * 63), "group")
+    assert len(stage.name.encode()) <= 63 and stage.schema == "s"
+    assert stage != _sql.staging_name(TableName("s", "x" * 63), "other group")
