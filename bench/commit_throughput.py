@@ -32,7 +32,7 @@ from pathlib import Path
 
 UPSERT = (
     "INSERT INTO offsetstore.offsets (group_id, topic, partition, \"offset\", metadata) VALUES (%s, %s, %s, %s, '') "
-    "ON CONFLICT (group_id, topic, partition) DO UPDATE SET \"offset\" = EXCLUDED.\"offset\", commit_time = now()"
+    'ON CONFLICT (group_id, topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset", commit_time = now()'
 )
 
 
@@ -79,7 +79,9 @@ def _worker(kind: str, target: str, threads: int, seconds: float, tag: str, out:
                 t = time.perf_counter()
                 if kind == "commit":
                     stub.CommitOffsets(
-                        pb.CommitOffsetsRequest(group_id=group, offsets=[pb.OffsetCommit(topic="bench", partition=0, offset=n)]),
+                        pb.CommitOffsetsRequest(
+                            group_id=group, offsets=[pb.OffsetCommit(topic="bench", partition=0, offset=n)]
+                        ),
                         timeout=30,
                     )
                 else:
@@ -141,9 +143,25 @@ def main() -> None:
     migrate.upgrade(url)
     listen = f"127.0.0.1:{_free_port()}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", url, "--listen", listen,
-         "--metrics-listen", "", "--no-migrate", "--max-workers", str(args.max_workers),
-         "--pool-size", str(args.pool_size), "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "offsetstore.server.cli",
+            "serve",
+            "--database-url",
+            url,
+            "--listen",
+            listen,
+            "--metrics-listen",
+            "",
+            "--no-migrate",
+            "--max-workers",
+            str(args.max_workers),
+            "--pool-size",
+            str(args.pool_size),
+            "--log-level",
+            "WARNING",
+        ],
     )
     try:
         from offsetstore.client import OffsetStoreClient

@@ -40,8 +40,11 @@ import pyarrow as pa  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
 from offsetstore.server import migrate  # noqa: E402
-from offsetstore.spark_integration import ExactlyOnceSink  # noqa: E402
-from offsetstore.spark_integration import _arrow, _sql  # noqa: E402
+from offsetstore.spark_integration import (  # noqa: E402
+    ExactlyOnceSink,  # noqa: E402
+    _arrow,
+    _sql,
+)
 
 PARTITIONS = 4
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
@@ -75,7 +78,9 @@ def plain_driver(conninfo: str, table: _sql.TableName) -> Callable:
     return write
 
 
-def _copy_partition(conninfo: str, table: _sql.TableName, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _copy_partition(
+    conninfo: str, table: _sql.TableName, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor() as cur:
         rows = _arrow.copy_batches(cur, _sql.copy_into(table, COLUMNS), batches)
     yield pa.record_batch({"rows": pa.array([rows], pa.int64())})
@@ -90,7 +95,9 @@ def plain_executors(conninfo: str, table: _sql.TableName) -> Callable:
     return write
 
 
-def run_once(spark, url: str, engine: sa.Engine, variant: str, batch_size: int, batches: int, work: Path) -> tuple[float, float, int]:
+def run_once(
+    spark, url: str, engine: sa.Engine, variant: str, batch_size: int, batches: int, work: Path
+) -> tuple[float, float, int]:
     """One query over ``batch_size * batches`` records; returns (query seconds, sink seconds, rows)."""
     table = _sql.TableName("public", f"bench_{uuid.uuid4().hex[:10]}")
     topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -115,16 +122,25 @@ def run_once(spark, url: str, engine: sa.Engine, variant: str, batch_size: int, 
     )
     checkpoint = work / f"checkpoint-{uuid.uuid4().hex}"
     started = time.perf_counter()
-    query = df.writeStream.foreachBatch(timed).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query = (
+        df.writeStream.foreachBatch(timed)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     with engine.begin() as conn:
         rows = conn.exec_driver_sql(f"SELECT count(*) FROM {table.regclass()}").scalar_one()
         conn.exec_driver_sql(f"DROP TABLE {table.regclass()}")
-        for stage in conn.exec_driver_sql(
-            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, %(p)s)",
-            {"p": table.name + "_offsetstore_stage_"},
-        ).scalars().all():
+        for stage in (
+            conn.exec_driver_sql(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, %(p)s)",
+                {"p": table.name + "_offsetstore_stage_"},
+            )
+            .scalars()
+            .all()
+        ):
             conn.exec_driver_sql(f"DROP TABLE public.{stage}")
     shutil.rmtree(checkpoint, ignore_errors=True)
     return elapsed, timed.seconds, rows
@@ -176,7 +192,9 @@ def main() -> None:
         for variant in variants:
             run_once(spark, url, engine, variant, 2000, 2, work)
 
-        print(f"{'batch':>8}  {'variant':<24}{'rows/s query':>14}{'rows/s sink':>13}{'ratio query':>13}{'ratio sink':>12}")
+        print(
+            f"{'batch':>8}  {'variant':<24}{'rows/s query':>14}{'rows/s sink':>13}{'ratio query':>13}{'ratio sink':>12}"
+        )
         for size in sizes:
             results: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
             for _ in range(args.repeats):

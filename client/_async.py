@@ -89,9 +89,7 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         request = _base.commit_offsets_request(group_id, offsets, generation)
         return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
-    async def fetch_offsets(
-        self, group_id: str, topics: Topics = None, *, timeout: float | None = None
-    ) -> FetchResult:
+    async def fetch_offsets(self, group_id: str, topics: Topics = None, *, timeout: float | None = None) -> FetchResult:
         """The group's committed offsets, of every partition or of the selected `topics`."""
         request = _base.fetch_offsets_request(group_id, topics)
         return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)

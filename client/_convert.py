@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -33,6 +33,7 @@ Topics = Mapping[str, Iterable[int]] | Iterable[str | tuple[str, int]] | None
 
 # Timestamps
 
+
 def datetime_to_timestamp(value: datetime) -> Timestamp:
     """A Timestamp for `value`; a naive datetime is taken as UTC."""
     ts = Timestamp()
@@ -42,7 +43,7 @@ def datetime_to_timestamp(value: datetime) -> Timestamp:
 
 def timestamp_to_datetime(ts: Timestamp) -> datetime:
     """The timezone-aware UTC datetime of `ts`."""
-    return ts.ToDatetime(tzinfo=timezone.utc)
+    return ts.ToDatetime(tzinfo=UTC)
 
 
 def _set_time(message: Any, name: str, value: datetime | None) -> None:
@@ -92,6 +93,7 @@ def change_kind_from_proto(value: int) -> ChangeKind:
 
 
 # Messages
+
 
 def topic_partition_to_proto(value: tuple[str, int]) -> pb.TopicPartition:
     topic, partition = value
@@ -233,6 +235,7 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
 
 # Responses that map onto one value of types.py
 
+
 def fetch_result_to_proto(value: FetchResult) -> pb.FetchOffsetsResponse:
     return pb.FetchOffsetsResponse(
         offsets=[committed_offset_to_proto(o) for o in value.offsets.values()],
@@ -282,6 +285,7 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
 
 
 # Topic selections
+
 
 def selections_to_proto(topics: Topics) -> list[pb.TopicSelection]:
     """The TopicSelection messages of a selection (see `Topics`); None selects everything."""

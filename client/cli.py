@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 import grpc
@@ -119,7 +119,7 @@ def _parse_duration(text: str) -> timedelta:
             minutes=int(parts["minutes"] or 0),
             seconds=float((parts["seconds"] or "0").replace(",", ".")),
         )
-        datetime.now(timezone.utc) - duration
+        datetime.now(UTC) - duration
     except OverflowError:
         raise argparse.ArgumentTypeError(f"duration {text!r} is too long") from None
     return duration
@@ -136,8 +136,8 @@ def _parse_datetime(text: str) -> datetime:
         ) from None
     if value.tzinfo is None:
         # kafka-consumer-groups reads a time without an offset as UTC; so do we.
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def _nonnegative_int(text: str) -> int:
@@ -251,21 +251,21 @@ def _format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> s
     """Left-aligned columns two spaces apart, headers first, as kafka-consumer-groups prints them."""
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
 def _table_time(value: datetime | None) -> str:
     """Milliseconds in UTC, the form --to-datetime takes back."""
     if value is None:
         return "-"
-    value = value.astimezone(timezone.utc)
+    value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 def _json_time(value: datetime | None) -> str | None:
     if value is None:
         return None
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _offset_cell(value: int, *, stored: bool = False) -> str:
@@ -404,7 +404,7 @@ def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | 
     instant = args.to_datetime
     if instant is None:
         # Resolved now, not at parse time, so the instant is as close as can be to the call.
-        instant = datetime.now(timezone.utc) - args.by_duration
+        instant = datetime.now(UTC) - args.by_duration
     return {"to_commit_time": instant}, instant
 
 
@@ -593,10 +593,7 @@ def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Outpu
         return EXIT_OK
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
-        (
-            (args.group, t, p, _offset_cell(old, stored=TopicPartition(t, p) in stored), off)
-            for t, p, old, off in rows
-        ),
+        ((args.group, t, p, _offset_cell(old, stored=TopicPartition(t, p) in stored), off) for t, p, old, off in rows),
     )
     out.line()
     if args.execute:

@@ -249,4 +249,3 @@ def from_rpc_error(error: grpc.RpcError) -> OffsetStoreError:
     if cls is None:
         return InternalError(message, metadata=metadata, status_code=code)
     return cls._from_details(message, metadata, details)
-

@@ -139,4 +139,3 @@ def page_size(value: int, field: str = "page_size") -> int:
     if value < 0:
         raise _bad(field, "must be >= 0")
     return min(value or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-

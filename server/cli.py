@@ -11,7 +11,9 @@ from offsetstore.client import cli as groups_cli
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="offsetstore", description="A transactional offset store for stream consumers.")
+    parser = argparse.ArgumentParser(
+        prog="offsetstore", description="A transactional offset store for stream consumers."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -20,8 +22,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the gRPC server. With no database configured it starts an embedded PostgreSQL "
         "under --data-dir. Every flag can also be set as OFFSETSTORE_<FLAG> (e.g. OFFSETSTORE_DATABASE_URL).",
     )
-    serve.add_argument("--database-url", help="external PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
-    serve.add_argument("--data-dir", type=Path, help="data directory of the embedded PostgreSQL (env OFFSETSTORE_DATA_DIR)")
+    serve.add_argument(
+        "--database-url", help="external PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded"
+    )
+    serve.add_argument(
+        "--data-dir", type=Path, help="data directory of the embedded PostgreSQL (env OFFSETSTORE_DATA_DIR)"
+    )
     serve.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:50051)")
     serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="Prometheus address (default 127.0.0.1:9464)")
     serve.add_argument(
@@ -43,9 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     security.add_argument(
         "--tls-cert", dest="tls_cert_file", type=Path, metavar="PEM", help="server certificate chain: serve TLS"
     )
-    security.add_argument(
-        "--tls-key", dest="tls_key_file", type=Path, metavar="PEM", help="private key of --tls-cert"
-    )
+    security.add_argument("--tls-key", dest="tls_key_file", type=Path, metavar="PEM", help="private key of --tls-cert")
     security.add_argument(
         "--tls-client-ca",
         dest="tls_client_ca_file",

@@ -149,9 +149,7 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        self.commits = Counter(
-            "offsetstore_commits", "CommitOffsets calls that committed.", registry=registry
-        )
+        self.commits = Counter("offsetstore_commits", "CommitOffsets calls that committed.", registry=registry)
         self.offsets_committed = Counter(
             "offsetstore_offsets_committed", "Partition offsets written by CommitOffsets calls.", registry=registry
         )
@@ -234,7 +232,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         self.metrics = metrics
 
     def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None], details: grpc.HandlerCallDetails
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(details)
         if handler is None:

@@ -72,9 +72,7 @@ def current(database_url: str) -> str | None:
     engine = create_engine(normalize_url(database_url), poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(
-                connection, opts=offsetstore.migrations.context_options()
-            )
+            context = MigrationContext.configure(connection, opts=offsetstore.migrations.context_options())
             return context.get_current_revision()
     finally:
         engine.dispose()

@@ -38,8 +38,13 @@ def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
         except OffsetStoreError as error:
             log.info(
                 "rpc failed",
-                extra={"rpc": method.__name__, "group": group, "outcome": error.code.name, "reason": error.reason,
-                       "ms": round((time.perf_counter() - started) * 1000, 2)},
+                extra={
+                    "rpc": method.__name__,
+                    "group": group,
+                    "outcome": error.code.name,
+                    "reason": error.reason,
+                    "ms": round((time.perf_counter() - started) * 1000, 2),
+                },
             )
             context.abort_with_status(error.to_status())
         except Exception:
@@ -48,7 +53,12 @@ def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
             context.abort(grpc.StatusCode.INTERNAL, "internal error")
         log.debug(
             "rpc",
-            extra={"rpc": method.__name__, "group": group, "outcome": "OK", "ms": round((time.perf_counter() - started) * 1000, 2)},
+            extra={
+                "rpc": method.__name__,
+                "group": group,
+                "outcome": "OK",
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            },
         )
         return response
 
@@ -81,7 +91,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         self.store = store
 
     @_rpc
-    def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext) -> pb.CommitOffsetsResponse:
+    def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.CommitOffsetsResponse:
         committed = self.store.commit_offsets(
             request.group_id,
             [convert.offset_commit_from_proto(c) for c in request.offsets],
@@ -106,7 +118,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
             try:
                 kwargs["to_boundary"] = convert.boundary_from_proto(request.to_boundary)
             except ValueError:
-                raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST") from None
+                raise InvalidArgumentError.field(
+                    "to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST"
+                ) from None
         elif target == "to_commit_time":
             kwargs["to_commit_time"] = _time(request, "to_commit_time")
         result = self.store.reset_offsets(
@@ -120,7 +134,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         return convert.reset_result_to_proto(result)
 
     @_rpc
-    def DeleteOffsets(self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext) -> pb.DeleteOffsetsResponse:
+    def DeleteOffsets(
+        self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteOffsetsResponse:
         deleted = self.store.delete_offsets(
             request.group_id, _selections(request.topics), all_topics=request.all_topics, actor=_actor(context)
         )
@@ -138,7 +154,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         )
 
     @_rpc
-    def DescribeGroup(self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext) -> pb.DescribeGroupResponse:
+    def DescribeGroup(
+        self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeGroupResponse:
         return convert.group_description_to_proto(self.store.describe_group(request.group_id))
 
     @_rpc

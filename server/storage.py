@@ -163,9 +163,11 @@ def _among(table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
 
     A row-value IN list of thousands of pairs exhausts PostgreSQL's stack; unnest does not.
     """
-    rows = func.unnest(
-        literal([t for t, _ in pairs], ARRAY(Text)), literal([p for _, p in pairs], ARRAY(Integer))
-    ).table_valued("topic", "partition").render_derived(with_types=False)
+    rows = (
+        func.unnest(literal([t for t, _ in pairs], ARRAY(Text)), literal([p for _, p in pairs], ARRAY(Integer)))
+        .table_valued("topic", "partition")
+        .render_derived(with_types=False)
+    )
     return tuple_(table.c.topic, table.c.partition).in_(select(rows.c.topic, rows.c.partition))
 
 
@@ -454,7 +456,10 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
     if page_token:
         query = query.where(groups.c.group_id > _decode_token(page_token, str))
     rows = conn.execute(query).all()
-    items = [GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows[:size]]
+    items = [
+        GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag))
+        for r in rows[:size]
+    ]
     token = _encode_token(items[-1].group_id) if len(rows) > size else ""
     return Page(items, token)
 
@@ -546,7 +551,12 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     conn.execute(
         stmt,
         [
-            {"topic": w.topic, "partition": w.partition, "log_start_offset": w.log_start_offset, "log_end_offset": w.log_end_offset}
+            {
+                "topic": w.topic,
+                "partition": w.partition,
+                "log_start_offset": w.log_start_offset,
+                "log_end_offset": w.log_end_offset,
+            }
             for w in sorted(values, key=lambda w: (w.topic, w.partition))
         ],
     )
@@ -557,9 +567,9 @@ def _watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicP
     if not keys:
         return {}
     rows = conn.execute(
-        select(watermarks.c.topic, watermarks.c.partition, watermarks.c.log_start_offset, watermarks.c.log_end_offset).where(
-            _among(watermarks, keys)
-        )
+        select(
+            watermarks.c.topic, watermarks.c.partition, watermarks.c.log_start_offset, watermarks.c.log_end_offset
+        ).where(_among(watermarks, keys))
     )
     return {TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset) for r in rows}
 
@@ -610,7 +620,9 @@ def reset_offsets(
     _selection_required(sels, all_topics)
     targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
     if len(targets) != 1:
-        raise InvalidArgumentError.field("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time")
+        raise InvalidArgumentError.field(
+            "target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time"
+        )
     if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
         raise InvalidArgumentError.field("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
@@ -701,14 +713,13 @@ def _apply_reset(
         )
         conn.execute(
             stmt,
-            [{"group_id": group_id, "topic": tp.topic, "partition": tp.partition, "offset": off, "metadata": ""} for tp, off in upserts],
+            [
+                {"group_id": group_id, "topic": tp.topic, "partition": tp.partition, "offset": off, "metadata": ""}
+                for tp, off in upserts
+            ],
         )
     if removals:
-        conn.execute(
-            delete(offsets).where(
-                offsets.c.group_id == group_id, _among(offsets, removals)
-            )
-        )
+        conn.execute(delete(offsets).where(offsets.c.group_id == group_id, _among(offsets, removals)))
     _record(
         conn,
         group_id,
@@ -785,7 +796,10 @@ def delete_offsets(
     _record(
         conn,
         group_id,
-        [(TopicPartition(r.topic, r.partition), r.offset, None) for r in sorted(rows, key=lambda r: (r.topic, r.partition))],
+        [
+            (TopicPartition(r.topic, r.partition), r.offset, None)
+            for r in sorted(rows, key=lambda r: (r.topic, r.partition))
+        ],
         ChangeKind.DELETE,
         generation,
         actor,

@@ -68,6 +68,7 @@ def _unavailable(error: sqlalchemy.exc.DBAPIError) -> bool:
     # No SQLSTATE at all: the failure happened in reaching the server, not in a statement.
     return isinstance(cause, psycopg.OperationalError) and cause.sqlstate is None
 
+
 # When the current caller gives up (time.monotonic()), and whether it is still there.
 _deadline: contextvars.ContextVar[tuple[float, Callable[[], bool]] | None] = contextvars.ContextVar(
     "offsetstore_deadline", default=None
@@ -165,7 +166,9 @@ class Store:
                     continue
                 if _unavailable(error):
                     # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
-                    log.warning("database unavailable", extra={"operation": operation.__name__, "error": type(cause).__name__})
+                    log.warning(
+                        "database unavailable", extra={"operation": operation.__name__, "error": type(cause).__name__}
+                    )
                     raise StoreUnavailableError("the offset store's database is unavailable") from error
                 raise
             except sqlalchemy.exc.TimeoutError as error:

@@ -47,8 +47,10 @@ def partition_stats(data: pa.Table | pa.RecordBatch) -> dict[TopicPartition, Par
     if data.num_rows == 0:
         return {}
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-    agg = table.select(["topic", "partition", "offset"]).group_by(["topic", "partition"]).aggregate(
-        [("offset", "min"), ("offset", "max"), ("offset", "count")]
+    agg = (
+        table.select(["topic", "partition", "offset"])
+        .group_by(["topic", "partition"])
+        .aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")])
     )
     return {
         TopicPartition(t, p): PartitionStats(lo, hi, n)
@@ -66,8 +68,10 @@ def partition_stats(data: pa.Table | pa.RecordBatch) -> dict[TopicPartition, Par
 def merge_stats(into: dict[TopicPartition, PartitionStats], more: Mapping[TopicPartition, PartitionStats]) -> None:
     for tp, s in more.items():
         old = into.get(tp)
-        into[tp] = s if old is None else PartitionStats(
-            min(old.min_offset, s.min_offset), max(old.max_offset, s.max_offset), old.rows + s.rows
+        into[tp] = (
+            s
+            if old is None
+            else PartitionStats(min(old.min_offset, s.min_offset), max(old.max_offset, s.max_offset), old.rows + s.rows)
         )
 
 
@@ -111,9 +115,7 @@ def _hex_bytea(arr: pa.Array) -> pa.Array:
     validity = None
     if arr.null_count:
         validity = pc.is_valid(arr).buffers()[1]
-    return pa.LargeStringArray.from_buffers(
-        n, pa.py_buffer(new_offsets), pa.py_buffer(out), validity, arr.null_count
-    )
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(new_offsets), pa.py_buffer(out), validity, arr.null_count)
 
 
 def _encodable(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from psycopg import sql
 
-from . import _arrow
-from . import _sql
+from . import _arrow, _sql
 from ._sql import TableName
 
 #: What each task returns to the driver: per Kafka partition it staged, the offsets and rows.

@@ -86,10 +86,7 @@ def starting_offsets(
         fetched = _read(database_url_or_client, storage.fetch_offsets, group_id, selection)
     stored = {tp: c.offset for tp, c in fetched.offsets.items()}
     return json.dumps(
-        {
-            topic: {str(p): stored.get((topic, p), EARLIEST) for p in range(count)}
-            for topic, count in counts.items()
-        }
+        {topic: {str(p): stored.get((topic, p), EARLIEST) for p in range(count)} for topic, count in counts.items()}
     )
 
 

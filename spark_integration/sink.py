@@ -401,7 +401,9 @@ class ExactlyOnceSink:
         if not stats:
             return stats
         per_task = summary.group_by("task").aggregate([("rows", "sum")])
-        expected = dict(zip(per_task["task"].to_pylist(), pc.cast(per_task["rows_sum"], "int64").to_pylist(), strict=True))
+        expected = dict(
+            zip(per_task["task"].to_pylist(), pc.cast(per_task["rows_sum"], "int64").to_pylist(), strict=True)
+        )
 
         with conn.begin():
             stored = storage.lock_offsets(conn, self.group_id, generation=generation)
@@ -453,7 +455,9 @@ class ExactlyOnceSink:
     def _check_staged(self, cur: Any, generation: int, batch_id: int, expected: Mapping[int, int]) -> None:
         found = dict(
             cur.execute(
-                sql.SQL("SELECT {task}, count(*) FROM {stage} WHERE {gen} = %s AND {batch} = %s GROUP BY {task}").format(
+                sql.SQL(
+                    "SELECT {task}, count(*) FROM {stage} WHERE {gen} = %s AND {batch} = %s GROUP BY {task}"
+                ).format(
                     task=sql.Identifier(_sql.TASK),
                     stage=self.staging_table.ident(),
                     gen=sql.Identifier(_sql.GENERATION),

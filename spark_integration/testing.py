@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,11 +39,9 @@ from pyspark.sql.types import StructType
 
 __all__ = ["FailFirstAttempt", "KafkaShapedSource", "record_key", "record_value", "write_log_end"]
 
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
-)
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 
-_EPOCH_US = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
+_EPOCH_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
 _ROWS_PER_BATCH = 65_536
 
 Offsets = dict[str, dict[str, int]]
@@ -152,9 +150,7 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         take = dict(available)
         if isinstance(limit, ReadMaxRows) and sum(available.values()) > limit.max_rows:
             take = _share(available, limit.max_rows)
-        return {
-            t: {p: start.get(t, {}).get(p, 0) + take[(t, p)] for p in parts} for t, parts in ends.items()
-        }
+        return {t: {p: start.get(t, {}).get(p, 0) + take[(t, p)] for p in parts} for t, parts in ends.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from offsetstore.server import migrate
 from offsetstore.client import OffsetStoreClient
+from offsetstore.server import migrate
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.embedded import EmbeddedPostgres
 from offsetstore.server.store import Store, create_store_engine
@@ -75,9 +75,7 @@ def new_database(database_url: str) -> Iterator[str]:
     """A new, empty database on the server of ``database_url``, dropped afterwards."""
     name = f"offsetstore_scratch_{uuid.uuid4().hex[:12]}"
     server_url = sa.make_url(database_url)
-    admin = sa.create_engine(
-        server_url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=NullPool
-    )
+    admin = sa.create_engine(server_url.set(database="postgres"), isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')

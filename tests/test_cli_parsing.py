@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,8 @@ from offsetstore.client import (
     InvalidArgumentError,
     StaleGenerationError,
     TopicPartition,
+    cli,
 )
-from offsetstore.client import cli
 from offsetstore.client.cli import (
     _error_message,
     _format_table,
@@ -30,7 +30,7 @@ from offsetstore.client.cli import (
     _table_time,
 )
 
-UTC = timezone.utc
+UTC = UTC
 # Nothing listens on port 1 of the loopback interface: a connection is refused at once.
 NOWHERE = "127.0.0.1:1"
 

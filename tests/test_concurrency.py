@@ -105,7 +105,9 @@ def test_concurrent_joins_get_distinct_generations(client, group_id):
     assert client.describe_group(group_id).generation == threads * joins_each
 
 
-def _cas_race(client: OffsetStoreClient, group_id: str, topic: str, expected: int, threads: int) -> tuple[list[int], list[int]]:
+def _cas_race(
+    client: OffsetStoreClient, group_id: str, topic: str, expected: int, threads: int
+) -> tuple[list[int], list[int]]:
     """``threads`` commits of offset 1000+i expecting ``expected``; returns (winners, stored offsets seen by losers)."""
     start = threading.Barrier(threads)
 

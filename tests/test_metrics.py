@@ -226,7 +226,9 @@ def test_streaming_calls_are_recorded_when_they_end(metered: Metered) -> None:
     with grpc.insecure_channel(metered.server.address) as channel:
         reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
         answers = list(
-            reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+            reflection.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+            )
         )
         assert SERVICE in {s.name for s in answers[0].list_services_response.service}
         watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=10)
@@ -318,7 +320,9 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
     try:
         with store.engine.begin() as conn:
             for group, offset in (("b", 2), ("a", 1), ("c", 3)):
-                storage.commit_offsets(conn, group, [OffsetCommit("orders", 0, offset), OffsetCommit("orders", 1, offset)])
+                storage.commit_offsets(
+                    conn, group, [OffsetCommit("orders", 0, offset), OffsetCommit("orders", 1, offset)]
+                )
             storage.join_group(conn, "d-joined-only")  # a group, but without offsets
         registry = metrics.build_registry(store, group_limit=2)
         generate_latest(registry)  # the first connection runs the dialect's own setup queries
@@ -329,7 +333,10 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
         assert value("offsetstore_groups_omitted") == 2
         for group, offset in (("a", 1), ("b", 2)):  # the first two by id
             for partition in ("0", "1"):
-                assert value("offsetstore_group_offset", {"group": group, "topic": "orders", "partition": partition}) == offset
+                assert (
+                    value("offsetstore_group_offset", {"group": group, "topic": "orders", "partition": partition})
+                    == offset
+                )
             assert value("offsetstore_group_last_commit_age_seconds", {"group": group}) is not None
         assert value("offsetstore_group_offset", {"group": "c", "topic": "orders", "partition": "0"}) is None
         assert value("offsetstore_group_last_commit_age_seconds", {"group": "c"}) is None
@@ -339,12 +346,20 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
         assert count_statements(store.engine, nothing) == 1
         assert nothing.get_sample_value("offsetstore_groups_omitted") == 4
         assert nothing.get_sample_value("offsetstore_groups") == 4
-        assert nothing.get_sample_value("offsetstore_group_offset", {"group": "a", "topic": "orders", "partition": "0"}) is None
+        assert (
+            nothing.get_sample_value("offsetstore_group_offset", {"group": "a", "topic": "orders", "partition": "0"})
+            is None
+        )
         everything = metrics.build_registry(store, group_limit=4)
         assert everything.get_sample_value("offsetstore_groups_omitted") == 0
-        assert everything.get_sample_value("offsetstore_group_offset", {"group": "c", "topic": "orders", "partition": "1"}) == 3
+        assert (
+            everything.get_sample_value("offsetstore_group_offset", {"group": "c", "topic": "orders", "partition": "1"})
+            == 3
+        )
         # A group without offsets has no series to show.
-        assert everything.get_sample_value("offsetstore_group_last_commit_age_seconds", {"group": "d-joined-only"}) is None
+        assert (
+            everything.get_sample_value("offsetstore_group_last_commit_age_seconds", {"group": "d-joined-only"}) is None
+        )
     finally:
         store.dispose()
 
@@ -354,14 +369,20 @@ def test_thousands_of_groups_are_still_one_fast_query(scratch_database_url: str)
     store = Store(create_store_engine(scratch_database_url, pool_size=2))
     try:
         with store.engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO offsetstore.groups (group_id) SELECT format('g%s', lpad(i::text, 5, '0')) FROM generate_series(1, 3000) i"))
             conn.execute(
                 sa.text(
-                    "INSERT INTO offsetstore.offsets (group_id, topic, partition, \"offset\") "
+                    "INSERT INTO offsetstore.groups (group_id) SELECT format('g%s', lpad(i::text, 5, '0')) FROM generate_series(1, 3000) i"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
                     "SELECT group_id, 'orders', p, 100 FROM offsetstore.groups, generate_series(0, 3) p"
                 )
             )
-            conn.execute(sa.text("INSERT INTO offsetstore.watermarks VALUES ('orders', 0, 0, 150), ('orders', 3, 0, 130)"))
+            conn.execute(
+                sa.text("INSERT INTO offsetstore.watermarks VALUES ('orders', 0, 0, 150), ('orders', 3, 0, 130)")
+            )
         registry = metrics.build_registry(store, group_limit=1000)
         generate_latest(registry)
         started = time.perf_counter()
@@ -373,8 +394,18 @@ def test_thousands_of_groups_are_still_one_fast_query(scratch_database_url: str)
         assert len(families["offsetstore_group_lag"].samples) == 2000
         assert {s.value for s in families["offsetstore_group_max_lag"].samples} == {50}
         assert registry.get_sample_value("offsetstore_groups_omitted") == 2000
-        assert registry.get_sample_value("offsetstore_group_offset", {"group": "g01000", "topic": "orders", "partition": "3"}) == 100
-        assert registry.get_sample_value("offsetstore_group_offset", {"group": "g01001", "topic": "orders", "partition": "3"}) is None
+        assert (
+            registry.get_sample_value(
+                "offsetstore_group_offset", {"group": "g01000", "topic": "orders", "partition": "3"}
+            )
+            == 100
+        )
+        assert (
+            registry.get_sample_value(
+                "offsetstore_group_offset", {"group": "g01001", "topic": "orders", "partition": "3"}
+            )
+            is None
+        )
     finally:
         store.dispose()
 
@@ -392,7 +423,10 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
         assert "offsetstore_group_offset{" not in text
         assert "offsetstore_groups_omitted" not in samples
         # The failed query was timed; the next scrape shows it (histograms come first).
-        assert 'offsetstore_database_query_seconds_count{operation="group_metrics"} 1.0' in generate_latest(registry).decode()
+        assert (
+            'offsetstore_database_query_seconds_count{operation="group_metrics"} 1.0'
+            in generate_latest(registry).decode()
+        )
         assert samples["offsetstore_commits_total"].value == 0  # the rest is still served
     finally:
         store.dispose()
@@ -461,7 +495,9 @@ def test_metrics_over_http(metered: Metered, group_id: str, topic: str) -> None:
         samples = scrape(http.url)
     finally:
         http.shutdown()
-    handled = "grpc_server_handled_total{grpc_code=OK,grpc_method=CommitOffsets,grpc_service=%s,grpc_type=unary}" % SERVICE
+    handled = (
+        f"grpc_server_handled_total{{grpc_code=OK,grpc_method=CommitOffsets,grpc_service={SERVICE},grpc_type=unary}}"
+    )
     assert samples[handled] == 1
     assert samples["offsetstore_commits_total{}"] == 1
     assert samples["offsetstore_offsets_committed_total{}"] == 2

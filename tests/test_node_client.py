@@ -53,7 +53,9 @@ def run_example(server: OffsetStoreServer, group_id: str) -> tuple[dict, str]:
 
 
 @needs_node
-def test_node_commit_loop(node_modules: Path, server: OffsetStoreServer, client: OffsetStoreClient, group_id: str) -> None:
+def test_node_commit_loop(
+    node_modules: Path, server: OffsetStoreServer, client: OffsetStoreClient, group_id: str
+) -> None:
     summary, log = run_example(server, group_id)
 
     # member-a committed two batches at generation 1, then member-b joined: a's third

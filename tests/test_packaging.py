@@ -18,7 +18,18 @@ PACKAGE_ROOTS = ("server", "client", "spark_integration", "migrations", "proto")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
         check=True,
         capture_output=True,
         cwd=out,

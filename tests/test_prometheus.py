@@ -63,10 +63,16 @@ def offsetstore_serve(scratch_database_url: str, tmp_path: Path) -> Iterator[tup
     log = (tmp_path / "offsetstore.log").open("wb")
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "offsetstore.server.cli", "serve",
-            "--database-url", scratch_database_url,
-            "--listen", address,
-            "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            sys.executable,
+            "-m",
+            "offsetstore.server.cli",
+            "serve",
+            "--database-url",
+            scratch_database_url,
+            "--listen",
+            address,
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
         ],
         env=env,
         stdout=log,

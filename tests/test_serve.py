@@ -57,7 +57,17 @@ def start_serve(data_dir: Path, *extra: str) -> Served:
     log = data_dir.parent / f"serve-{address.rpartition(':')[2]}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "offsetstore.server.cli", "serve", "--listen", address, "--metrics-listen", metrics, *extra],
+            [
+                sys.executable,
+                "-m",
+                "offsetstore.server.cli",
+                "serve",
+                "--listen",
+                address,
+                "--metrics-listen",
+                metrics,
+                *extra,
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -483,7 +483,9 @@ def test_list_groups_filters_by_prefix(client, group_id):
 
 def test_describe_group_reports_lag_from_watermarks(client, group_id, topic):
     client.join_group(group_id)
-    client.commit_offsets(group_id, [OffsetCommit(topic, 0, 40, "m0"), OffsetCommit(topic, 1, 120), OffsetCommit(topic, 2, 5)])
+    client.commit_offsets(
+        group_id, [OffsetCommit(topic, 0, 40, "m0"), OffsetCommit(topic, 1, 120), OffsetCommit(topic, 2, 5)]
+    )
     client.report_watermarks([Watermark(topic, 0, 0, 100), Watermark(topic, 1, 0, 100)])
 
     description = client.describe_group(group_id)
@@ -564,7 +566,9 @@ def test_history_since_inclusive_until_exclusive(client, group_id, topic):
 def test_history_filters_by_topics(client, group_id, topic):
     other = f"{topic}-b"
     client.commit_offsets(group_id, {(topic, 0): 1, (topic, 1): 1, (other, 0): 1})
-    assert [(c.topic, c.partition) for c in client.list_offset_history(group_id, topics=[(topic, 1)]).items] == [(topic, 1)]
+    assert [(c.topic, c.partition) for c in client.list_offset_history(group_id, topics=[(topic, 1)]).items] == [
+        (topic, 1)
+    ]
     assert [(c.topic, c.partition) for c in client.list_offset_history(group_id, topics=[other]).items] == [(other, 0)]
 
 
@@ -578,7 +582,11 @@ def test_stale_generation_on_the_wire(stub, client, group_id, topic):
         group_id=group_id, offsets=[pb.OffsetCommit(topic=topic, partition=0, offset=1)], generation=1
     )
     code, info, fields = rich_error(lambda: stub.CommitOffsets(request))
-    assert (code, info.domain, info.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "offsetstore.v1", "STALE_GENERATION")
+    assert (code, info.domain, info.reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "offsetstore.v1",
+        "STALE_GENERATION",
+    )
     assert info.metadata["current_generation"] == "2"
     assert fields == []
 
@@ -601,7 +609,10 @@ def test_group_not_found_on_the_wire(stub, group_id):
 def test_invalid_argument_on_the_wire(stub, group_id, topic):
     request = pb.CommitOffsetsRequest(
         group_id=group_id,
-        offsets=[pb.OffsetCommit(topic=topic, partition=0, offset=1), pb.OffsetCommit(topic=topic, partition=1, offset=-5)],
+        offsets=[
+            pb.OffsetCommit(topic=topic, partition=0, offset=1),
+            pb.OffsetCommit(topic=topic, partition=1, offset=-5),
+        ],
     )
     code, info, fields = rich_error(lambda: stub.CommitOffsets(request))
     assert (code, info.domain, info.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "offsetstore.v1", "INVALID_ARGUMENT")
@@ -610,9 +621,13 @@ def test_invalid_argument_on_the_wire(stub, group_id, topic):
 
 def test_wire_offsets_round_trip_with_the_generated_stub(stub, group_id, topic):
     stub.CommitOffsets(
-        pb.CommitOffsetsRequest(group_id=group_id, offsets=[pb.OffsetCommit(topic=topic, partition=2, offset=11, metadata="x")])
+        pb.CommitOffsetsRequest(
+            group_id=group_id, offsets=[pb.OffsetCommit(topic=topic, partition=2, offset=11, metadata="x")]
+        )
     )
-    response = stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group_id, topics=[pb.TopicSelection(topic=topic, partitions=[2, 3])]))
+    response = stub.FetchOffsets(
+        pb.FetchOffsetsRequest(group_id=group_id, topics=[pb.TopicSelection(topic=topic, partitions=[2, 3])])
+    )
     assert [(o.partition, o.offset, o.metadata, o.HasField("commit_time")) for o in response.offsets] == [
         (2, 11, "x", True),
         (3, NO_OFFSET, "", False),

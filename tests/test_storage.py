@@ -223,7 +223,9 @@ def test_compare_and_set(conn, group_id, topic):
     [
         pytest.param(OffsetCommit("ok", 2**31, 0), "offsets[0].partition", id="partition-over-int32"),
         pytest.param(OffsetCommit("ok", 0, 2**63), "offsets[0].offset", id="offset-over-int64"),
-        pytest.param(OffsetCommit("ok", 0, 0, expected_offset=2**63), "offsets[0].expected_offset", id="expected-over-int64"),
+        pytest.param(
+            OffsetCommit("ok", 0, 0, expected_offset=2**63), "offsets[0].expected_offset", id="expected-over-int64"
+        ),
     ],
 )
 def test_commit_rejects_values_beyond_the_wire_types(conn, group_id, commit, field):
@@ -250,12 +252,19 @@ def test_fetch_of_an_unknown_group_is_empty_with_generation_0(conn, group_id):
 
 
 def test_describe_resolves_lag_from_watermarks_and_sentinels(conn, group_id, topic):
-    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 120), OffsetCommit(topic, 4, 7)])
+    storage.commit_offsets(
+        conn, group_id, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 120), OffsetCommit(topic, 4, 7)]
+    )
     storage.reset_offsets(conn, group_id, {topic: (2,)}, to_boundary=Boundary.EARLIEST)
     storage.reset_offsets(conn, group_id, {topic: (3,)}, to_boundary=Boundary.LATEST)
     storage.report_watermarks(
         conn,
-        [Watermark(topic, 0, 10, 100), Watermark(topic, 1, 10, 100), Watermark(topic, 2, 10, 100), Watermark(topic, 3, 10, 100)],
+        [
+            Watermark(topic, 0, 10, 100),
+            Watermark(topic, 1, 10, 100),
+            Watermark(topic, 2, 10, 100),
+            Watermark(topic, 3, 10, 100),
+        ],
     )
     description = storage.describe_group(conn, group_id)
     assert description.generation == 2
@@ -522,7 +531,11 @@ def test_list_groups_summaries(conn, group_id, topic):
     now = conn.execute(sa.select(sa.func.now())).scalar_one()
 
     summaries = storage.list_groups(conn, group_id).items
-    assert [(g.group_id, g.generation, g.partition_count) for g in summaries] == [(known, 0, 2), (unknown, 0, 2), (empty, 1, 0)]
+    assert [(g.group_id, g.generation, g.partition_count) for g in summaries] == [
+        (known, 0, 2),
+        (unknown, 0, 2),
+        (empty, 1, 0),
+    ]
     assert summaries[0].total_lag == 60 + 10
     assert summaries[1].total_lag == NO_OFFSET  # partition 2 has no log end
     assert [g.last_commit_time for g in summaries] == [now, now, None]
@@ -535,7 +548,9 @@ def test_list_groups_prefix_is_literal(conn, group_id):
     assert [g.group_id for g in storage.list_groups(conn, f"{group_id}_").items] == []
 
 
-@pytest.mark.parametrize("token", ["garbage!", "bm90IGpzb24", "MTIz", "dHJ1ZQ"], ids=["not-base64", "not-json", "a-number", "true"])
+@pytest.mark.parametrize(
+    "token", ["garbage!", "bm90IGpzb24", "MTIz", "dHJ1ZQ"], ids=["not-base64", "not-json", "a-number", "true"]
+)
 def test_list_groups_rejects_a_token_it_did_not_issue(conn, token):
     with pytest.raises(InvalidArgumentError) as caught:
         storage.list_groups(conn, page_token=token)
@@ -588,7 +603,9 @@ def test_history_since_is_inclusive_and_until_exclusive(engine, group_id, topic)
 
 def test_history_filters_by_topic_selection(conn, group_id, topic):
     other = f"{topic}-other"
-    storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 1), OffsetCommit(topic, 1, 1), OffsetCommit(other, 0, 1)])
+    storage.commit_offsets(
+        conn, group_id, [OffsetCommit(topic, 0, 1), OffsetCommit(topic, 1, 1), OffsetCommit(other, 0, 1)]
+    )
     by_partition = storage.list_offset_history(conn, group_id, {topic: (1,)}).items
     by_topic = storage.list_offset_history(conn, group_id, {other: ()}).items
     assert [(c.topic, c.partition) for c in by_partition] == [(topic, 1)]

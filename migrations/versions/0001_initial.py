@@ -26,9 +26,7 @@ def upgrade() -> None:
         sa.Column("group_id", sa.Text(), nullable=False),
         sa.Column("generation", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("reset_count", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("group_id", name="pk_groups"),
         sa.CheckConstraint("generation >= 0", name="ck_groups_generation_non_negative"),
         schema=SCHEMA,
@@ -41,9 +39,7 @@ def upgrade() -> None:
         sa.Column("partition", sa.Integer(), nullable=False),
         sa.Column("offset", sa.BigInteger(), nullable=False),
         sa.Column("metadata", sa.Text(), server_default="", nullable=False),
-        sa.Column(
-            "commit_time", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("commit_time", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("group_id", "topic", "partition", name="pk_offsets"),
         sa.CheckConstraint('"offset" >= -2', name="ck_offsets_offset_valid"),
         sa.CheckConstraint("partition >= 0", name="ck_offsets_partition_non_negative"),
@@ -60,16 +56,12 @@ def upgrade() -> None:
         sa.Column("new_offset", sa.BigInteger(), nullable=True),
         sa.Column("kind", sa.SmallInteger(), nullable=False),
         sa.Column("generation", sa.BigInteger(), nullable=False),
-        sa.Column(
-            "change_time", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("change_time", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.Column("actor", sa.Text(), server_default="", nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_offset_history"),
         schema=SCHEMA,
     )
-    op.create_index(
-        "ix_offset_history_group_id_id", "offset_history", ["group_id", "id"], schema=SCHEMA
-    )
+    op.create_index("ix_offset_history_group_id_id", "offset_history", ["group_id", "id"], schema=SCHEMA)
     op.create_index(
         "ix_offset_history_group_id_topic_partition_id",
         "offset_history",
@@ -83,9 +75,7 @@ def upgrade() -> None:
         sa.Column("partition", sa.Integer(), nullable=False),
         sa.Column("log_start_offset", sa.BigInteger(), nullable=False),
         sa.Column("log_end_offset", sa.BigInteger(), nullable=False),
-        sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("topic", "partition", name="pk_watermarks"),
         schema=SCHEMA,
     )

@@ -161,7 +161,12 @@ def kafka_stream(spark, topic: str, *, partitions: int, records: int = 0, **opti
 
 def run_available_now(df, sink: ExactlyOnceSink, checkpoint: Path | str, *, timeout: float = 180):
     """Runs the query with ``availableNow`` to the end of the data; re-raises a query failure."""
-    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         finished = query.awaitTermination(timeout)
     finally:

@@ -65,9 +65,7 @@ def test_a_driver_killed_anywhere_in_a_batch_loses_and_repeats_nothing(
     def consistent() -> dict:
         """The table holds exactly the records below the stored offsets: never more, never less."""
         stored = stored_offsets(engine, group_id)
-        table.assert_exactly_once(
-            {(t, p, o) for (t, p), end in stored.items() for o in range(end)}
-        )
+        table.assert_exactly_once({(t, p, o) for (t, p), end in stored.items() for o in range(end)})
         return stored
 
     # Each run restarts on the checkpoint the previous one died with; Spark replays

@@ -30,9 +30,7 @@ def _stale(query) -> bool:
     raise AssertionError("the fenced query is still running" if query.isActive else "the query stopped without error")
 
 
-def test_a_newer_run_of_the_group_fences_the_older(
-    spark, database_url, engine, group_id, topic, make_table, tmp_path
-):
+def test_a_newer_run_of_the_group_fences_the_older(spark, database_url, engine, group_id, topic, make_table, tmp_path):
     table = make_table()
     log_end = tmp_path / "log-end.json"
     write_log_end(log_end, _ends(topic, 2, 20))
@@ -51,7 +49,9 @@ def test_a_newer_run_of_the_group_fences_the_older(
     old_sink, old = start("old")
     new = None
     try:
-        wait_for(lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 20), what="the old run's commits", query=old)
+        wait_for(
+            lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 20), what="the old run's commits", query=old
+        )
         # A second run of the same group, say a redeploy on another checkpoint, started from the store.
         new_sink, new = start("new", startingOffsets=starting_offsets(database_url, group_id, {topic: 2}))
         write_log_end(log_end, _ends(topic, 2, 40))
@@ -60,7 +60,9 @@ def test_a_newer_run_of_the_group_fences_the_older(
         # The old run's next batch is refused, and the query stops with the error.
         write_log_end(log_end, _ends(topic, 2, 60))
         assert _stale(old)
-        wait_for(lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 60), what="the new run's commits", query=new)
+        wait_for(
+            lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 60), what="the new run's commits", query=new
+        )
     finally:
         for q in (old, new):
             if q is not None and q.isActive:
@@ -90,14 +92,21 @@ def test_an_operator_reset_stops_the_query_and_the_documented_restart_replays_fr
         ).withColumn("run", F.lit(run))
         sink = ExactlyOnceSink(database_url, group_id, str(table))
         query = (
-            df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).trigger(processingTime=TRIGGER).start()
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=TRIGGER)
+            .start()
         )
         return checkpoint, query
 
     first_checkpoint, first = start(1)
     second = None
     try:
-        wait_for(lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 30), what="the first run's commits", query=first)
+        wait_for(
+            lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 30),
+            what="the first run's commits",
+            query=first,
+        )
         reset = client.reset_offsets(group_id, topics={topic: []}, to_offset=10)
         assert {(c.partition, c.previous_offset, c.new_offset) for c in reset.changes} == {(0, 30, 10), (1, 30, 10)}
         # New records: the running query's next batch meets the reset's new generation.
@@ -107,7 +116,9 @@ def test_an_operator_reset_stops_the_query_and_the_documented_restart_replays_fr
 
         second_checkpoint, second = start(2)
         assert second_checkpoint != first_checkpoint
-        wait_for(lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 40), what="the restart's commits", query=second)
+        wait_for(
+            lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 40), what="the restart's commits", query=second
+        )
     finally:
         for q in (first, second):
             if q is not None and q.isActive:

@@ -134,7 +134,9 @@ def test_columns_narrow_the_write_and_every_name_is_quoted(
         )
         run_available_now(df, sink, tmp_path / "checkpoint")
         with engine.connect() as conn:
-            rows = conn.exec_driver_sql(f'SELECT "partition", "offset", "select", "Value`s" FROM "{schema}"."Order Lines"').all()
+            rows = conn.exec_driver_sql(
+                f'SELECT "partition", "offset", "select", "Value`s" FROM "{schema}"."Order Lines"'
+            ).all()
         assert sorted((p, o, s, bytes(v)) for p, o, s, v in rows) == sorted(
             (p, o, record_value(topic, p, o).decode(), record_value(topic, p, o)) for p in range(2) for o in range(25)
         )
@@ -193,7 +195,10 @@ def test_progress_is_visible_through_the_running_service(
     history = client.list_offset_history(group_id, page_size=100).items
     for p in (0, 1):  # oldest first, one commit per batch
         assert [(c.previous_offset, c.new_offset) for c in reversed(history) if c.partition == p] == [
-            (-1, 10), (10, 20), (20, 30), (30, 40)
+            (-1, 10),
+            (10, 20),
+            (20, 30),
+            (30, 40),
         ]
     assert {(c.kind, c.generation, c.actor) for c in history} == {
         (ChangeKind.COMMIT, sink.generation, f"spark:{sink._run.key[1]}")
@@ -224,7 +229,9 @@ def test_auto_stages_a_runs_first_batch_on_the_executors_then_uses_the_driver(
     table.assert_exactly_once(records(topic, 2, 60))
 
 
-def test_a_batch_without_the_kafka_columns_is_refused(spark, database_url, engine, group_id, topic, make_table, tmp_path):
+def test_a_batch_without_the_kafka_columns_is_refused(
+    spark, database_url, engine, group_id, topic, make_table, tmp_path
+):
     from pyspark.errors import StreamingQueryException
 
     table = make_table()

@@ -16,8 +16,7 @@ import sqlalchemy as sa
 
 from offsetstore.client import Boundary, OffsetCommit
 from offsetstore.server import storage
-from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
-from offsetstore.spark_integration import _arrow, _sql
+from offsetstore.spark_integration import ExactlyOnceSink, _arrow, _sql, checkpoint_location, starting_offsets
 from offsetstore.spark_integration._sql import TableName
 
 pytestmark = pytest.mark.spark
@@ -47,7 +46,7 @@ def test_copy_round_trips_awkward_values(engine: sa.Engine):
         "ok": "boolean",
     }
     ddl = ", ".join(f'"{c}" {t}' for c, t in columns.items())
-    utc = dt.timezone.utc
+    utc = dt.UTC
     data = pa.table(
         {
             "key": pa.array([b"\x00\xff\"',\n\\", b"", None], pa.binary()),
@@ -57,7 +56,10 @@ def test_copy_round_trips_awkward_values(engine: sa.Engine):
             "partition": pa.array([0, 1, 2], pa.int32()),
             "ratio": pa.array([1.5, float("inf"), float("nan")]),
             "amount": pa.array([Decimal("1.250"), Decimal("-0.001"), None], pa.decimal128(10, 3)),
-            "at": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc), None, dt.datetime(1999, 12, 31, tzinfo=utc)], pa.timestamp("us", tz="UTC")),
+            "at": pa.array(
+                [dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc), None, dt.datetime(1999, 12, 31, tzinfo=utc)],
+                pa.timestamp("us", tz="UTC"),
+            ),
             "day": pa.array([dt.date(2024, 2, 29), None, dt.date(1970, 1, 1)]),
             "ok": pa.array([True, False, None]),
         }
@@ -66,7 +68,9 @@ def test_copy_round_trips_awkward_values(engine: sa.Engine):
         conn.exec_driver_sql(f"CREATE TABLE {name.regclass()} ({ddl})")
         try:
             with conn.connection.driver_connection.cursor() as cur:
-                written = _arrow.copy_batches(cur, _sql.copy_into(name, list(columns)), data.to_batches(max_chunksize=2))
+                written = _arrow.copy_batches(
+                    cur, _sql.copy_into(name, list(columns)), data.to_batches(max_chunksize=2)
+                )
                 cur.execute(f'SELECT * FROM {name.regclass()} ORDER BY "partition"')
                 rows = cur.fetchall()
         finally:
@@ -74,7 +78,13 @@ def test_copy_round_trips_awkward_values(engine: sa.Engine):
     assert written == 3
     first, second, third = rows
     assert first[:5] == (b"\x00\xff\"',\n\\", 'a "quoted", multi\nline \\ value', 1, 0, 0)
-    assert first[5:] == (1.5, Decimal("1.250"), dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc), dt.date(2024, 2, 29), True)
+    assert first[5:] == (
+        1.5,
+        Decimal("1.250"),
+        dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=utc),
+        dt.date(2024, 2, 29),
+        True,
+    )
     # The empty string and empty bytes stay apart from NULL.
     assert second[:4] == (b"", "", None, 2**62) and second[5] == float("inf") and second[8:] == (None, False)
     assert third[:3] == (None, None, -3) and third[5] != third[5]  # NaN
@@ -98,7 +108,9 @@ def test_skip_rule_keeps_rows_at_or_above_the_stored_offset_and_ignores_sentinel
     stats = _arrow.partition_stats(table)
     stored = {("a", 0): 6, ("a", 1): 100, ("b", 0): -2, ("c", 0): -1}
     kept = _arrow.skip_delivered(table, stats, stored)
-    assert sorted(zip(kept["topic"].to_pylist(), kept["partition"].to_pylist(), kept["offset"].to_pylist())) == [
+    assert sorted(
+        zip(kept["topic"].to_pylist(), kept["partition"].to_pylist(), kept["offset"].to_pylist(), strict=True)
+    ) == [
         ("a", 0, 6),
         ("b", 0, 1),
         ("b", 0, 2),
@@ -112,7 +124,14 @@ def test_starting_offsets_lists_every_partition(database_url: str, engine: sa.En
     topic, reset = f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
     with engine.begin() as conn:
         storage.commit_offsets(
-            conn, group_id, [OffsetCommit(topic, 0, 42), OffsetCommit(topic, 2, 7), OffsetCommit(topic, 9, 1), OffsetCommit(reset, 0, 5)]
+            conn,
+            group_id,
+            [
+                OffsetCommit(topic, 0, 42),
+                OffsetCommit(topic, 2, 7),
+                OffsetCommit(topic, 9, 1),
+                OffsetCommit(reset, 0, 5),
+            ],
         )
     # A reset to "latest" with no watermark known stores the sentinel -1.
     with engine.begin() as conn:
@@ -120,7 +139,9 @@ def test_starting_offsets_lists_every_partition(database_url: str, engine: sa.En
     expected = {topic: {"0": 42, "1": -2, "2": 7, "3": -2}, reset: {"0": -1}, "other": {"0": -2}}
     for source in (database_url, engine, client):
         assert json.loads(starting_offsets(source, group_id, {topic: 4, reset: 1, "other": 1})) == expected
-    assert json.loads(starting_offsets(database_url, "never-seen-" + group_id, {topic: 2})) == {topic: {"0": -2, "1": -2}}
+    assert json.loads(starting_offsets(database_url, "never-seen-" + group_id, {topic: 2})) == {
+        topic: {"0": -2, "1": -2}
+    }
     with pytest.raises(ValueError):
         starting_offsets(database_url, group_id, {topic: 0})
 
@@ -141,7 +162,9 @@ def test_checkpoint_location_moves_on_with_each_reset(database_url: str, engine:
 
 
 def test_sink_pickles_without_its_connections(database_url: str):
-    sink = ExactlyOnceSink(database_url, group_id="g", table=("my.schema", "my.table"), mode="upsert", key_columns=["id"])
+    sink = ExactlyOnceSink(
+        database_url, group_id="g", table=("my.schema", "my.table"), mode="upsert", key_columns=["id"]
+    )
     sink._get_engine()
     clone = pickle.loads(pickle.dumps(sink))
     assert clone._engine is None and clone.generation is None
