@@ -273,6 +273,7 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         group_id=value.group_id,
         generation=value.generation,
         partitions=[partition_status_to_proto(p) for p in value.partitions],
+        reset_count=value.reset_count,
     )
 
 
@@ -281,6 +282,7 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         group_id=message.group_id,
         generation=message.generation,
         partitions=[partition_status_from_proto(p) for p in message.partitions],
+        reset_count=message.reset_count,
     )
 
 

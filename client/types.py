@@ -121,6 +121,7 @@ class GroupDescription:
     group_id: str
     generation: int
     partitions: list[PartitionStatus] = field(default_factory=list)
+    reset_count: int = 0
 
 
 @dataclass(frozen=True)

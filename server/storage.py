@@ -375,8 +375,10 @@ def _with_watermarks():
 def describe_group(conn: Connection, group_id: str) -> GroupDescription:
     """The group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown."""
     check.group_id(group_id)
-    generation = conn.execute(select(groups.c.generation).where(groups.c.group_id == group_id)).scalar_one_or_none()
-    if generation is None:
+    group = conn.execute(
+        select(groups.c.generation, groups.c.reset_count).where(groups.c.group_id == group_id)
+    ).one_or_none()
+    if group is None:
         raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata={"group_id": group_id})
     log_end, lag = lag_columns()
     rows = conn.execute(
@@ -393,7 +395,7 @@ def describe_group(conn: Connection, group_id: str) -> GroupDescription:
         .where(offsets.c.group_id == group_id)
         .order_by(offsets.c.topic, offsets.c.partition)
     )
-    return GroupDescription(group_id, generation, [PartitionStatus(*r) for r in rows])
+    return GroupDescription(group_id, group.generation, [PartitionStatus(*r) for r in rows], group.reset_count)
 
 
 def _encode_token(value: object) -> str:

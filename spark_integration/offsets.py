@@ -12,7 +12,7 @@ import sqlalchemy
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import NullPool
 
-from offsetstore.client import EARLIEST, OffsetStoreClient
+from offsetstore.client import EARLIEST, GroupNotFoundError, OffsetStoreClient
 from offsetstore.server import storage
 from offsetstore.server.migrate import normalize_url
 
@@ -90,13 +90,13 @@ def starting_offsets(
     )
 
 
-def checkpoint_location(database_url: str | Engine, group_id: str, base: str) -> str:
+def checkpoint_location(database_url_or_client: str | Engine | OffsetStoreClient, group_id: str, base: str) -> str:
     """A checkpoint location that changes when an operator resets the group: ``base/<group>/reset-<n>``.
 
     Parameters
     ----------
-    database_url : str or sqlalchemy.Engine
-        The store's database.
+    database_url_or_client : str, sqlalchemy.Engine or OffsetStoreClient
+        The store's database, or a client of its gRPC service.
     group_id : str
         The consumer group; percent-encoded in the path.
     base : str
@@ -117,9 +117,14 @@ def checkpoint_location(database_url: str | Engine, group_id: str, base: str) ->
     query gives up its state (aggregations, deduplication, joins) at that point: the
     state lives only in the checkpoint.
 
-    ``n`` counts the group's resets and is read from the store's database: the gRPC
-    service does not expose it. Deleting the whole group restarts the count, so delete
-    the group's checkpoints with it.
+    ``n`` counts the group's resets (DescribeGroup's ``reset_count``). Deleting the whole
+    group restarts the count, so delete the group's checkpoints with it.
     """
-    count = _read(database_url, storage.reset_count, group_id)
+    if isinstance(database_url_or_client, OffsetStoreClient):
+        try:
+            count = database_url_or_client.describe_group(group_id).reset_count
+        except GroupNotFoundError:
+            count = 0
+    else:
+        count = _read(database_url_or_client, storage.reset_count, group_id)
     return f"{base.rstrip('/')}/{quote(group_id, safe='')}/reset-{count}"

@@ -161,6 +161,21 @@ def test_checkpoint_location_moves_on_with_each_reset(database_url: str, engine:
     assert checkpoint_location(engine, gid, base).endswith("/reset-1")
 
 
+def test_checkpoint_location_over_grpc(client, engine: sa.Engine, group_id: str):
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    assert checkpoint_location(client, group_id, "/cp") == f"/cp/{group_id}/reset-0"  # unknown group
+    client.commit_offsets(group_id, {(topic, 0): 10})
+    client.reset_offsets(group_id, topics={topic: []}, to_offset=3)
+    client.reset_offsets(group_id, topics={topic: []}, to_offset=4)
+    assert client.describe_group(group_id).reset_count == 2
+    assert checkpoint_location(client, group_id, "/cp") == f"/cp/{group_id}/reset-2"
+    with engine.begin() as conn:
+        assert (
+            checkpoint_location(engine, group_id, "/cp")
+            == f"/cp/{group_id}/reset-{storage.reset_count(conn, group_id)}"
+        )
+
+
 def test_sink_pickles_without_its_connections(database_url: str):
     sink = ExactlyOnceSink(
         database_url, group_id="g", table=("my.schema", "my.table"), mode="upsert", key_columns=["id"]

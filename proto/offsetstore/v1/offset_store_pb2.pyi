@@ -255,14 +255,16 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RESET_COUNT_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ...) -> None: ...
+    reset_count: int
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")
