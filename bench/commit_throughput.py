@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
-import shutil
-import signal
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
+
+from _server import served
 
 UPSERT = (
     "INSERT INTO offsetstore.offsets (group_id, topic, partition, \"offset\", metadata) VALUES (%s, %s, %s, %s, '') "
@@ -129,64 +124,15 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=32, help="server database connections")
     args = parser.parse_args()
 
-    from offsetstore.server import migrate
-
-    workdir = Path(tempfile.mkdtemp(prefix="offsetstore-bench-"))
-    embedded = None
-    url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
-    if not url:
-        from offsetstore.server.embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(workdir / "pgdata")
-        url = embedded.start()
-    url = migrate.normalize_url(url)
-    migrate.upgrade(url)
-    listen = f"127.0.0.1:{_free_port()}"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "offsetstore.server.cli",
-            "serve",
-            "--database-url",
-            url,
-            "--listen",
-            listen,
-            "--metrics-listen",
-            "",
-            "--no-migrate",
-            "--max-workers",
-            str(args.max_workers),
-            "--pool-size",
-            str(args.pool_size),
-            "--log-level",
-            "WARNING",
-        ],
-    )
-    try:
-        from offsetstore.client import OffsetStoreClient
-
-        with OffsetStoreClient(listen, timeout=2) as client:
-            for _ in range(300):
-                try:
-                    if client.health() == "SERVING":
-                        break
-                except Exception:
-                    time.sleep(0.1)
+    with served(max_workers=args.max_workers, pool_size=args.pool_size) as server:
         print(f"{args.clients} clients, {args.seconds:.0f} s each, {args.processes} client processes")
         results = {}
-        for kind, target in (("psycopg", url), ("echo", listen), ("commit", listen)):
+        for kind, target in (("psycopg", server.database_url), ("echo", server.address), ("commit", server.address)):
             results[kind] = r = measure(kind, target, args.clients, args.seconds, args.processes)
             print(f"{kind:>8}: {r['per_s']:8.0f}/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms")
         commit = results["commit"]["per_s"]
         print(f"commit / psycopg upsert: {commit / results['psycopg']['per_s']:.2f}")
         print(f"commit / echo RPC:       {commit / results['echo']['per_s']:.2f}")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
-        if embedded is not None:
-            embedded.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,18 +19,13 @@ from __future__ import annotations
 import argparse
 import collections
 import multiprocessing
-import os
 import queue
-import shutil
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
+
+from _server import served
 
 MIB = 1024 * 1024
 
@@ -136,53 +131,8 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=16, help="server database connections (default 16)")
     args = parser.parse_args()
 
-    from offsetstore.client import OffsetStoreClient
-    from offsetstore.server import migrate
-
-    workdir = Path(tempfile.mkdtemp(prefix="offsetstore-soak-"))
-    embedded = None
-    url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
-    if not url:
-        from offsetstore.server.embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(workdir / "pgdata")
-        url = embedded.start()
-    url = migrate.normalize_url(url)
-    migrate.upgrade(url)
-    listen = f"127.0.0.1:{_free_port()}"
-    log = workdir / "serve.log"
-    with log.open("wb") as server_log:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "offsetstore.server.cli",
-                "serve",
-                "--database-url",
-                url,
-                "--listen",
-                listen,
-                "--metrics-listen",
-                "",
-                "--no-migrate",
-                "--max-workers",
-                str(args.max_workers),
-                "--pool-size",
-                str(args.pool_size),
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        with OffsetStoreClient(listen, timeout=2) as client:
-            for _ in range(300):
-                try:
-                    if client.health() == "SERVING":
-                        break
-                except Exception:
-                    time.sleep(0.1)
+    with served(max_workers=args.max_workers, pool_size=args.pool_size, prefix="offsetstore-soak-") as srv:
+        server, listen, url = srv.process, srv.address, srv.database_url
         rss_start = _rss(server.pid)
         seconds = args.minutes * 60
         print(
@@ -264,15 +214,6 @@ def main() -> None:
             print(f"throughput, slowest interval / first: {min(rates[1:]) / rates[0]:.2f}")
         if rss_samples and rss_samples[0] > 0:
             print(f"RSS, end / after the first interval:  {rss_end / rss_samples[0]:.2f}")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        if embedded is not None:
-            embedded.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

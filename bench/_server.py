@@ -1,0 +1,74 @@
+"""What the benchmarks share: a migrated PostgreSQL and ``offsetstore serve`` as a separate process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Served:
+    database_url: str
+    address: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextlib.contextmanager
+def served(*, max_workers: int, pool_size: int, prefix: str = "offsetstore-bench-") -> Iterator[Served]:
+    """A server over ``OFFSETSTORE_BENCH_DATABASE_URL``, or over an embedded PostgreSQL; healthy on entry."""
+    from offsetstore.client import OffsetStoreClient
+    from offsetstore.server import migrate
+
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    embedded = None
+    try:
+        url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
+        if not url:
+            from offsetstore.server.embedded import EmbeddedPostgres
+
+            embedded = EmbeddedPostgres(workdir / "pgdata")
+            url = embedded.start()
+        url = migrate.normalize_url(url)
+        migrate.upgrade(url)
+        listen = f"127.0.0.1:{free_port()}"
+        log = workdir / "serve.log"
+        command = [
+            sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", url, "--listen", listen,
+            "--metrics-listen", "", "--no-migrate", "--max-workers", str(max_workers),
+            "--pool-size", str(pool_size), "--log-level", "WARNING",
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            with OffsetStoreClient(listen, timeout=2) as client:
+                for _ in range(300):
+                    try:
+                        if client.health() == "SERVING":
+                            break
+                    except Exception:
+                        time.sleep(0.1)
+            yield Served(url, listen, process, log)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
