@@ -49,6 +49,11 @@ def member_id(value: str, field: str = "member_id") -> None:
     _text(value, field, MAX_GROUP_ID_BYTES)
 
 
+def prefix(value: str, field: str = "prefix") -> None:
+    """A group id prefix: any text a group id could start with."""
+    _text(value, field, MAX_GROUP_ID_BYTES)
+
+
 def topic(value: str, field: str) -> None:
     if not value:
         raise _bad(field, "must not be empty")

@@ -80,6 +80,7 @@ __all__ = [
     "group_generation",
     "lock_offsets",
     "reset_count",
+    "read_watermarks",
     "lag_columns",
 ]
 
@@ -423,7 +424,7 @@ def _decode_token(token: str, kind: type) -> object:
 def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
     """Groups ordered by id, one page at a time."""
     if prefix:
-        check.member_id(prefix, "prefix")
+        check.prefix(prefix)
     size = check.page_size(page_size)
     _, lag = lag_columns()
     per_group = (
@@ -564,7 +565,8 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     )
 
 
-def _watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    """The reported (log start, log end) of each of ``keys`` that has any."""
     keys = list(keys)
     if not keys:
         return {}
@@ -647,7 +649,7 @@ def reset_offsets(
     if to_commit_time is not None:
         past = _offsets_at(conn, group_id, sels, to_commit_time)
         selected.update(tp for tp, off in past.items() if off is not None)
-    marks = _watermarks(conn, selected) if to_commit_time is None else {}
+    marks = read_watermarks(conn, selected) if to_commit_time is None else {}
 
     new: dict[TopicPartition, int | None] = {}
     for tp in sorted(selected):

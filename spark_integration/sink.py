@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy
 from psycopg import sql
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from offsetstore.client.errors import StaleGenerationError
 from offsetstore.client.types import OffsetCommit, TopicPartition, Watermark
 from offsetstore.server import storage
 from offsetstore.server.migrate import normalize_url
-from offsetstore.server.schema import watermarks as watermarks_table
 
 from . import _sql
 from ._sql import TableName
@@ -492,18 +491,7 @@ class ExactlyOnceSink:
         keys = sorted(stats)
         try:
             with conn.begin():
-                # By topic: a batch reads few topics but may read thousands of partitions.
-                known = {
-                    TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset)
-                    for r in conn.execute(
-                        select(
-                            watermarks_table.c.topic,
-                            watermarks_table.c.partition,
-                            watermarks_table.c.log_start_offset,
-                            watermarks_table.c.log_end_offset,
-                        ).where(watermarks_table.c.topic.in_(sorted({tp.topic for tp in keys})))
-                    )
-                }
+                known = storage.read_watermarks(conn, keys)
                 marks = []
                 for tp in keys:
                     s = stats[tp]
