@@ -23,7 +23,8 @@ from ._logging import configure_logging
 from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
 from .servicer import OffsetStoreServicer
-from .store import Store, create_store_engine
+from .engine import create_engine
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def serve(settings: Settings) -> int:
         if settings.migrate:
             migrate.upgrade(database_url)
         store = Store(
-            create_store_engine(
+            create_engine(
                 database_url, pool_size=settings.pool_size, statement_timeout_ms=settings.statement_timeout_ms
             ),
             statement_timeout_ms=settings.statement_timeout_ms,

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import psycopg
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, text
 
 from offsetstore.client.errors import StoreUnavailableError
 from offsetstore.client.types import (
@@ -35,7 +35,6 @@ from offsetstore.client.types import (
 )
 
 from . import storage
-from .migrate import normalize_url
 
 log = logging.getLogger(__name__)
 
@@ -89,25 +88,6 @@ def deadline(seconds: float | None, is_active: Callable[[], bool] = lambda: True
         yield
     finally:
         _deadline.reset(token)
-
-
-def create_store_engine(
-    database_url: str, *, pool_size: int = 16, statement_timeout_ms: int = 5000, connect_timeout_s: int = 5
-) -> Engine:
-    """An engine for the store: psycopg 3, bounded pool, every statement under a timeout."""
-    return create_engine(
-        normalize_url(database_url),
-        pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=connect_timeout_s,
-        connect_args={
-            "connect_timeout": connect_timeout_s,
-            # An acknowledged commit must survive a crash, whatever the server's default.
-            # JIT compiling costs more than the short statements of this store ever save.
-            "options": f"-c statement_timeout={statement_timeout_ms} -c synchronous_commit=on -c jit=off",
-            "application_name": "offsetstore",
-        },
-    )
 
 
 class Store:

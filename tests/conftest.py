@@ -18,7 +18,8 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.server import migrate
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.embedded import EmbeddedPostgres
-from offsetstore.server.store import Store, create_store_engine
+from offsetstore.server.engine import create_engine
+from offsetstore.server.store import Store
 
 # --- database ---
 #
@@ -116,7 +117,7 @@ def module_database_url(database_url: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def store(database_url: str) -> Iterator[Store]:
     """The server's Store on the session's database."""
-    store = Store(create_store_engine(database_url, pool_size=8))
+    store = Store(create_engine(database_url, pool_size=8))
     yield store
     store.dispose()
 

@@ -26,7 +26,8 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.store import Store, create_store_engine, deadline
+from offsetstore.server.engine import create_engine
+from offsetstore.server.store import Store, deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
@@ -39,7 +40,7 @@ SLOW_MS = 120_000
 @pytest.fixture
 def slow_store(database_url: str) -> Iterator[Store]:
     store = Store(
-        create_store_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS
+        create_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS
     )
     yield store
     store.dispose()
@@ -116,7 +117,7 @@ def test_a_deadline_already_past_never_reaches_the_database(slow_store: Store, g
 
 
 def test_no_deadline_leaves_the_stores_own_timeout(database_url: str, group_id: str) -> None:
-    store = Store(create_store_engine(database_url, pool_size=1, statement_timeout_ms=300), statement_timeout_ms=300)
+    store = Store(create_engine(database_url, pool_size=1, statement_timeout_ms=300), statement_timeout_ms=300)
     try:
         store.commit_offsets(group_id, [_commit(1)])
         with group_locked(database_url, group_id), pytest.raises(StoreUnavailableError), deadline(None):
@@ -158,7 +159,7 @@ def test_a_transaction_whose_caller_left_is_rolled_back_not_committed(
 def test_waiting_for_a_connection_is_bounded_too(database_url: str, group_id: str) -> None:
     """A pool used up by slow calls answers the next call UNAVAILABLE instead of queueing it forever."""
     store = Store(
-        create_store_engine(database_url, pool_size=1, statement_timeout_ms=SLOW_MS, connect_timeout_s=1),
+        create_engine(database_url, pool_size=1, statement_timeout_ms=SLOW_MS, connect_timeout_s=1),
         statement_timeout_ms=SLOW_MS,
     )
     try:

@@ -35,7 +35,8 @@ from offsetstore.client import (
 from offsetstore.server import migrate
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.embedded import EmbeddedPostgres
-from offsetstore.server.store import Store, create_store_engine
+from offsetstore.server.engine import create_engine
+from offsetstore.server.store import Store
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +123,7 @@ def private_pg() -> Iterator[PrivatePostgres]:
 @pytest.fixture
 def faulty_server(private_pg: PrivatePostgres) -> Iterator[OffsetStoreServer]:
     store = Store(
-        create_store_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000
+        create_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000
     )
     server = OffsetStoreServer(store, max_workers=16, health_interval=0.2).start()
     try:
@@ -345,7 +346,7 @@ def test_health_and_calls_while_the_database_is_down_from_the_start() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="offsetstore-faults-"))
     try:
         url = f"postgresql+psycopg://postgres@/postgres?host={workdir}"  # nothing listens there
-        store = Store(create_store_engine(url, pool_size=2, connect_timeout_s=2))
+        store = Store(create_engine(url, pool_size=2, connect_timeout_s=2))
         with (
             OffsetStoreServer(store, health_interval=0.2) as server,
             OffsetStoreClient(server.address, timeout=30) as client,

@@ -33,7 +33,8 @@ from offsetstore.client.errors import (
 from offsetstore.client.types import Boundary, OffsetCommit, Watermark
 from offsetstore.server import metrics, migrate, storage
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.store import Store, create_store_engine
+from offsetstore.server.engine import create_engine
+from offsetstore.server.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = "offsetstore.v1.OffsetStoreService"
@@ -71,7 +72,7 @@ class Metered:
 def start_metered(database_url: str, *, group_limit: int = NO_CAP) -> Metered:
     # A Store of its own: build_registry times its operations, which must not leak into
     # the session's store or another test's registry.
-    store = Store(create_store_engine(database_url, pool_size=4))
+    store = Store(create_engine(database_url, pool_size=4))
     registry = metrics.build_registry(store, group_limit=group_limit)
     server = OffsetStoreServer(store, "127.0.0.1:0", interceptors=metrics.interceptors(registry)).start()
     return Metered(store, registry, server, OffsetStoreClient(server.address, timeout=20))
@@ -316,7 +317,7 @@ def test_lag_resolves_sentinels_and_age_is_the_newest_commit(
 
 def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
-    store = Store(create_store_engine(scratch_database_url, pool_size=2))
+    store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
         with store.engine.begin() as conn:
             for group, offset in (("b", 2), ("a", 1), ("c", 3)):
@@ -366,7 +367,7 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
 
 def test_thousands_of_groups_are_still_one_fast_query(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
-    store = Store(create_store_engine(scratch_database_url, pool_size=2))
+    store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
         with store.engine.begin() as conn:
             conn.execute(
@@ -414,7 +415,7 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = Store(create_store_engine(f"postgresql://postgres@127.0.0.1:{port}/none", connect_timeout_s=2))
+    store = Store(create_engine(f"postgresql://postgres@127.0.0.1:{port}/none", connect_timeout_s=2))
     try:
         registry = metrics.build_registry(store)
         text = generate_latest(registry).decode()  # one scrape, read as Prometheus would
@@ -433,7 +434,7 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
 
 
 def test_a_scrape_that_times_out_keeps_the_database_up(metrics_database_url: str, metrics_engine: sa.Engine) -> None:
-    store = Store(create_store_engine(metrics_database_url, pool_size=2, statement_timeout_ms=200))
+    store = Store(create_engine(metrics_database_url, pool_size=2, statement_timeout_ms=200))
     try:
         registry = metrics.build_registry(store)
         assert registry.get_sample_value("offsetstore_database_up") == 1
@@ -458,7 +459,7 @@ def test_pool_in_use_and_build_info(metered: Metered) -> None:
 
 
 def test_building_twice_over_one_store_times_into_the_newest_registry(metrics_database_url: str, group_id: str) -> None:
-    store = Store(create_store_engine(metrics_database_url, pool_size=2))
+    store = Store(create_engine(metrics_database_url, pool_size=2))
     try:
         first = metrics.build_registry(store)
         second = metrics.build_registry(store)

@@ -1,0 +1,104 @@
+"""The one way to connect to the store's database for writing: server, Spark sink and staging tasks alike.
+
+Every writer gets the same session settings, so durability and timeouts cannot
+drift apart between the gRPC server and the sinks that commit in their own
+transactions: an acknowledged commit survives a crash whatever the database's
+default for ``synchronous_commit``, and no statement or lock wait runs unbounded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy import create_engine as _sqlalchemy_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from .migrate import normalize_url
+
+__all__ = ["connect_args", "create_engine", "libpq_conninfo"]
+
+
+def connect_args(
+    *,
+    statement_timeout_ms: int = 5000,
+    lock_timeout_ms: int | None = None,
+    connect_timeout_s: int = 5,
+    application_name: str = "offsetstore",
+) -> dict[str, Any]:
+    """psycopg ``connect()`` keyword arguments that every writing session uses.
+
+    ``lock_timeout_ms`` defaults to the statement timeout; 0 disables either, as in
+    PostgreSQL.
+    """
+    if statement_timeout_ms < 0 or (lock_timeout_ms is not None and lock_timeout_ms < 0):
+        raise ValueError("timeouts must be >= 0 (0: none)")
+    lock = statement_timeout_ms if lock_timeout_ms is None else lock_timeout_ms
+    options = [
+        f"statement_timeout={statement_timeout_ms}",
+        f"lock_timeout={lock}",
+        # An acknowledged commit must survive a crash, whatever the server's default.
+        "synchronous_commit=on",
+        # JIT compiling costs more than the short statements of this store ever save.
+        "jit=off",
+    ]
+    return {
+        "connect_timeout": connect_timeout_s,
+        "options": " ".join(f"-c {o}" for o in options),
+        "application_name": application_name,
+    }
+
+
+def create_engine(
+    database_url: str,
+    *,
+    pool_size: int | None = 16,
+    statement_timeout_ms: int = 5000,
+    lock_timeout_ms: int | None = None,
+    connect_timeout_s: int = 5,
+    application_name: str = "offsetstore",
+) -> Engine:
+    """An engine on psycopg 3 with :func:`connect_args`' settings.
+
+    ``pool_size`` bounds the pool (no overflow; waiting longer than the connect
+    timeout fails); ``None`` opens a connection per use, for a process that writes
+    rarely, like a Spark driver between batches.
+    """
+    args = connect_args(
+        statement_timeout_ms=statement_timeout_ms,
+        lock_timeout_ms=lock_timeout_ms,
+        connect_timeout_s=connect_timeout_s,
+        application_name=application_name,
+    )
+    url = normalize_url(database_url)
+    if pool_size is None:
+        return _sqlalchemy_engine(url, poolclass=NullPool, connect_args=args)
+    return _sqlalchemy_engine(
+        url, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s, connect_args=args
+    )
+
+
+def libpq_conninfo(database_url: str, **settings: Any) -> str:
+    """The libpq connection string of a SQLAlchemy URL plus ``settings`` (e.g. :func:`connect_args`).
+
+    For processes that connect with psycopg alone, like the sink's staging tasks.
+    """
+    from psycopg.conninfo import make_conninfo
+
+    url = make_url(normalize_url(database_url))
+    params: dict[str, object] = {}
+    for key, value in url.query.items():
+        # A repeated query parameter (several hosts) is libpq's comma-separated list.
+        params[key] = ",".join(value) if isinstance(value, tuple) else value
+    for key, value in (
+        ("host", url.host),
+        ("port", url.port),
+        ("user", url.username),
+        ("password", url.password),
+        ("dbname", url.database),
+    ):
+        if value is not None and key not in params:
+            params[key] = value
+    params.update(settings)
+    return make_conninfo("", **params)
