@@ -16,8 +16,8 @@ from grpc_health.v1 import health_pb2
 
 from offsetstore.v1 import offset_store_pb2 as pb
 
-from . import _convert
-from ._convert import Topics
+from . import convert
+from .convert import Topics
 from .errors import InvalidArgumentError
 from .types import (
     Boundary,
@@ -67,20 +67,20 @@ def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> 
         commits = list(offsets)
     return pb.CommitOffsetsRequest(
         group_id=group_id,
-        offsets=[_convert.offset_commit_to_proto(c) for c in commits],
+        offsets=[convert.offset_commit_to_proto(c) for c in commits],
         generation=generation,
     )
 
 
 def commit_offsets_result(response: pb.CommitOffsetsResponse) -> dict[TopicPartition, CommittedOffset]:
-    return _convert.committed_offsets_from_proto(response.offsets)
+    return convert.committed_offsets_from_proto(response.offsets)
 
 
 def fetch_offsets_request(group_id: str, topics: Topics) -> pb.FetchOffsetsRequest:
-    return pb.FetchOffsetsRequest(group_id=group_id, topics=_convert.selections_to_proto(topics))
+    return pb.FetchOffsetsRequest(group_id=group_id, topics=convert.selections_to_proto(topics))
 
 
-fetch_offsets_result = _convert.fetch_result_from_proto
+fetch_offsets_result = convert.fetch_result_from_proto
 
 
 def reset_offsets_request(
@@ -99,7 +99,7 @@ def reset_offsets_request(
         raise InvalidArgumentError.field("target", "give exactly one target")
     request = pb.ResetOffsetsRequest(
         group_id=group_id,
-        topics=_convert.selections_to_proto(topics),
+        topics=convert.selections_to_proto(topics),
         all_topics=all_topics,
         dry_run=dry_run,
     )
@@ -109,23 +109,21 @@ def reset_offsets_request(
     elif shift_by is not None:
         request.shift_by = shift_by
     elif to_boundary is not None:
-        request.to_boundary = _convert.boundary_to_proto(to_boundary)
+        request.to_boundary = convert.boundary_to_proto(to_boundary)
     elif to_commit_time is not None:
-        request.to_commit_time.CopyFrom(_convert.datetime_to_timestamp(to_commit_time))
+        request.to_commit_time.CopyFrom(convert.datetime_to_timestamp(to_commit_time))
     return request
 
 
-reset_offsets_result = _convert.reset_result_from_proto
+reset_offsets_result = convert.reset_result_from_proto
 
 
 def delete_offsets_request(group_id: str, *, topics: Topics, all_topics: bool) -> pb.DeleteOffsetsRequest:
-    return pb.DeleteOffsetsRequest(
-        group_id=group_id, topics=_convert.selections_to_proto(topics), all_topics=all_topics
-    )
+    return pb.DeleteOffsetsRequest(group_id=group_id, topics=convert.selections_to_proto(topics), all_topics=all_topics)
 
 
 def delete_offsets_result(response: pb.DeleteOffsetsResponse) -> list[TopicPartition]:
-    return [_convert.topic_partition_from_proto(tp) for tp in response.deleted]
+    return [convert.topic_partition_from_proto(tp) for tp in response.deleted]
 
 
 def join_group_request(group_id: str, member_id: str) -> pb.JoinGroupRequest:
@@ -141,14 +139,14 @@ def list_groups_request(prefix: str, page_size: int, page_token: str) -> pb.List
 
 
 def list_groups_result(response: pb.ListGroupsResponse) -> Page[GroupSummary]:
-    return Page([_convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
+    return Page([convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
 
 
 def describe_group_request(group_id: str) -> pb.DescribeGroupRequest:
     return pb.DescribeGroupRequest(group_id=group_id)
 
 
-describe_group_result = _convert.group_description_from_proto
+describe_group_result = convert.group_description_from_proto
 
 
 def list_offset_history_request(
@@ -162,23 +160,23 @@ def list_offset_history_request(
 ) -> pb.ListOffsetHistoryRequest:
     request = pb.ListOffsetHistoryRequest(
         group_id=group_id,
-        topics=_convert.selections_to_proto(topics),
+        topics=convert.selections_to_proto(topics),
         page_size=page_size,
         page_token=page_token,
     )
     if since is not None:
-        request.since.CopyFrom(_convert.datetime_to_timestamp(since))
+        request.since.CopyFrom(convert.datetime_to_timestamp(since))
     if until is not None:
-        request.until.CopyFrom(_convert.datetime_to_timestamp(until))
+        request.until.CopyFrom(convert.datetime_to_timestamp(until))
     return request
 
 
 def list_offset_history_result(response: pb.ListOffsetHistoryResponse) -> Page[OffsetChange]:
-    return Page([_convert.offset_change_from_proto(c) for c in response.changes], response.next_page_token)
+    return Page([convert.offset_change_from_proto(c) for c in response.changes], response.next_page_token)
 
 
 def report_watermarks_request(watermarks: Iterable[Watermark]) -> pb.ReportWatermarksRequest:
-    return pb.ReportWatermarksRequest(watermarks=[_convert.watermark_to_proto(w) for w in watermarks])
+    return pb.ReportWatermarksRequest(watermarks=[convert.watermark_to_proto(w) for w in watermarks])
 
 
 def report_watermarks_result(response: pb.ReportWatermarksResponse) -> None:

@@ -20,7 +20,7 @@ from offsetstore.v1 import offset_store_pb2_grpc
 from . import _base
 from ._base import Offsets
 from ._channel import channel_options
-from ._convert import Topics
+from .convert import Topics
 from .errors import from_rpc_error
 from .types import (
     Boundary,

@@ -22,8 +22,8 @@ from . import migrate
 from ._logging import configure_logging
 from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
-from .servicer import OffsetStoreServicer
 from .engine import create_engine
+from .servicer import OffsetStoreServicer
 from .store import Store
 
 log = logging.getLogger(__name__)

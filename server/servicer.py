@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from offsetstore.client import _convert as convert
+from offsetstore.client import convert
 from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
@@ -79,11 +79,6 @@ def _time(request: Any, field: str) -> datetime | None:
         raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
 
 
-def _selections(messages) -> list[tuple[str, list[int]]]:
-    # Kept as a list of pairs (not a dict) so that errors can name topics[i] exactly.
-    return [(s.topic, list(s.partitions)) for s in messages]
-
-
 class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
     """Implements offsetstore.v1.OffsetStoreService over a :class:`Store`."""
 
@@ -104,7 +99,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
 
     @_rpc
     def FetchOffsets(self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext) -> pb.FetchOffsetsResponse:
-        return convert.fetch_result_to_proto(self.store.fetch_offsets(request.group_id, _selections(request.topics)))
+        return convert.fetch_result_to_proto(
+            self.store.fetch_offsets(request.group_id, convert.selections_from_proto(request.topics))
+        )
 
     @_rpc
     def ResetOffsets(self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext) -> pb.ResetOffsetsResponse:
@@ -125,7 +122,7 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
             kwargs["to_commit_time"] = _time(request, "to_commit_time")
         result = self.store.reset_offsets(
             request.group_id,
-            _selections(request.topics),
+            convert.selections_from_proto(request.topics),
             all_topics=request.all_topics,
             dry_run=request.dry_run,
             actor=_actor(context),
@@ -138,7 +135,10 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteOffsetsResponse:
         deleted = self.store.delete_offsets(
-            request.group_id, _selections(request.topics), all_topics=request.all_topics, actor=_actor(context)
+            request.group_id,
+            convert.selections_from_proto(request.topics),
+            all_topics=request.all_topics,
+            actor=_actor(context),
         )
         return pb.DeleteOffsetsResponse(deleted=[convert.topic_partition_to_proto(tp) for tp in deleted])
 
@@ -165,7 +165,7 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
     ) -> pb.ListOffsetHistoryResponse:
         page = self.store.list_offset_history(
             request.group_id,
-            _selections(request.topics),
+            convert.selections_from_proto(request.topics),
             since=_time(request, "since"),
             until=_time(request, "until"),
             page_size=request.page_size,

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from offsetstore.client import _base, _convert
+from offsetstore.client import _base, convert
 from offsetstore.client.errors import (
     DeadlineExceededError,
     FieldViolation,
@@ -53,9 +53,9 @@ def over_the_wire(message: Message) -> Message:
 
 
 def test_timestamp_keeps_microseconds_and_utc() -> None:
-    ts = _convert.datetime_to_timestamp(WHEN)
+    ts = convert.datetime_to_timestamp(WHEN)
     assert (ts.seconds, ts.nanos) == (int(WHEN.timestamp()), 345678000)
-    back = _convert.timestamp_to_datetime(over_the_wire(ts))
+    back = convert.timestamp_to_datetime(over_the_wire(ts))
     assert back == WHEN
     assert back.utcoffset() == timedelta(0)
     assert back.microsecond == 345678
@@ -63,7 +63,7 @@ def test_timestamp_keeps_microseconds_and_utc() -> None:
 
 def test_timestamp_of_another_zone_is_the_same_instant_in_utc() -> None:
     paris = WHEN.astimezone(timezone(timedelta(hours=2)))
-    back = _convert.timestamp_to_datetime(_convert.datetime_to_timestamp(paris))
+    back = convert.timestamp_to_datetime(convert.datetime_to_timestamp(paris))
     assert back == WHEN
     assert back.tzinfo == UTC
     assert back.hour == 13
@@ -71,58 +71,58 @@ def test_timestamp_of_another_zone_is_the_same_instant_in_utc() -> None:
 
 def test_naive_datetime_is_taken_as_utc() -> None:
     naive = WHEN.replace(tzinfo=None)
-    assert _convert.timestamp_to_datetime(_convert.datetime_to_timestamp(naive)) == WHEN
+    assert convert.timestamp_to_datetime(convert.datetime_to_timestamp(naive)) == WHEN
 
 
 # Messages
 
 ROUND_TRIPS: list[tuple[Callable[[Any], Message], Callable[[Any], Any], Any]] = [
-    (_convert.topic_partition_to_proto, _convert.topic_partition_from_proto, TopicPartition("orders", 7)),
+    (convert.topic_partition_to_proto, convert.topic_partition_from_proto, TopicPartition("orders", 7)),
     (
-        _convert.offset_commit_to_proto,
-        _convert.offset_commit_from_proto,
+        convert.offset_commit_to_proto,
+        convert.offset_commit_from_proto,
         OffsetCommit("orders", 3, 1234567890123, "meta", expected_offset=1000),
     ),
-    (_convert.offset_commit_to_proto, _convert.offset_commit_from_proto, OffsetCommit("orders", 0, 5)),
+    (convert.offset_commit_to_proto, convert.offset_commit_from_proto, OffsetCommit("orders", 0, 5)),
     (
-        _convert.committed_offset_to_proto,
-        _convert.committed_offset_from_proto,
+        convert.committed_offset_to_proto,
+        convert.committed_offset_from_proto,
         CommittedOffset("orders", 2, 42, "m", WHEN),
     ),
     (
-        _convert.committed_offset_to_proto,
-        _convert.committed_offset_from_proto,
+        convert.committed_offset_to_proto,
+        convert.committed_offset_from_proto,
         CommittedOffset("orders", 2, -1, "", None),
     ),
     (
-        _convert.offset_change_to_proto,
-        _convert.offset_change_from_proto,
+        convert.offset_change_to_proto,
+        convert.offset_change_from_proto,
         OffsetChange("orders", 1, -1, 10, ChangeKind.COMMIT, 3, WHEN, "alice"),
     ),
     (
-        _convert.offset_change_to_proto,
-        _convert.offset_change_from_proto,
+        convert.offset_change_to_proto,
+        convert.offset_change_from_proto,
         OffsetChange("orders", 1, 10, -1, ChangeKind.DELETE, 0, None, ""),
     ),
-    (_convert.watermark_to_proto, _convert.watermark_from_proto, Watermark("orders", 4, 100, 2**40)),
+    (convert.watermark_to_proto, convert.watermark_from_proto, Watermark("orders", 4, 100, 2**40)),
     (
-        _convert.group_summary_to_proto,
-        _convert.group_summary_from_proto,
+        convert.group_summary_to_proto,
+        convert.group_summary_from_proto,
         GroupSummary("etl", 9, 12, WHEN, 77),
     ),
     (
-        _convert.group_summary_to_proto,
-        _convert.group_summary_from_proto,
+        convert.group_summary_to_proto,
+        convert.group_summary_from_proto,
         GroupSummary("etl", 0, 0, None, -1),
     ),
     (
-        _convert.partition_status_to_proto,
-        _convert.partition_status_from_proto,
+        convert.partition_status_to_proto,
+        convert.partition_status_from_proto,
         PartitionStatus("orders", 5, 90, "m", WHEN, 100, 10),
     ),
     (
-        _convert.partition_status_to_proto,
-        _convert.partition_status_from_proto,
+        convert.partition_status_to_proto,
+        convert.partition_status_from_proto,
         PartitionStatus("orders", 5, -2, "", None, -1, -1),
     ),
 ]
@@ -138,7 +138,7 @@ def test_value_survives_the_wire(
 
 
 def test_message_fields_carry_the_values() -> None:
-    message = _convert.offset_change_to_proto(OffsetChange("t", 1, 4, 9, ChangeKind.RESET, 6, WHEN, "ops"))
+    message = convert.offset_change_to_proto(OffsetChange("t", 1, 4, 9, ChangeKind.RESET, 6, WHEN, "ops"))
     assert (message.topic, message.partition, message.previous_offset, message.new_offset) == ("t", 1, 4, 9)
     assert message.kind == pb.CHANGE_KIND_RESET
     assert (message.generation, message.actor) == (6, "ops")
@@ -146,8 +146,8 @@ def test_message_fields_carry_the_values() -> None:
 
 
 def test_times_come_back_aware_utc() -> None:
-    back = _convert.committed_offset_from_proto(
-        over_the_wire(_convert.committed_offset_to_proto(CommittedOffset("t", 0, 1, "", WHEN)))
+    back = convert.committed_offset_from_proto(
+        over_the_wire(convert.committed_offset_to_proto(CommittedOffset("t", 0, 1, "", WHEN)))
     )
     assert back.commit_time is not None
     assert back.commit_time.tzinfo == UTC
@@ -157,10 +157,10 @@ def test_times_come_back_aware_utc() -> None:
 @pytest.mark.parametrize(
     ("to_proto", "value", "field"),
     [
-        (_convert.committed_offset_to_proto, CommittedOffset("t", 0, 1), "commit_time"),
-        (_convert.offset_change_to_proto, OffsetChange("t", 0, 1, 2, ChangeKind.COMMIT, 0), "change_time"),
-        (_convert.group_summary_to_proto, GroupSummary("g", 0, 0, None, -1), "last_commit_time"),
-        (_convert.partition_status_to_proto, PartitionStatus("t", 0, 1, "", None, -1, -1), "commit_time"),
+        (convert.committed_offset_to_proto, CommittedOffset("t", 0, 1), "commit_time"),
+        (convert.offset_change_to_proto, OffsetChange("t", 0, 1, 2, ChangeKind.COMMIT, 0), "change_time"),
+        (convert.group_summary_to_proto, GroupSummary("g", 0, 0, None, -1), "last_commit_time"),
+        (convert.partition_status_to_proto, PartitionStatus("t", 0, 1, "", None, -1, -1), "commit_time"),
     ],
 )
 def test_no_time_is_an_unset_timestamp(to_proto: Callable[[Any], Message], value: Any, field: str) -> None:
@@ -169,23 +169,23 @@ def test_no_time_is_an_unset_timestamp(to_proto: Callable[[Any], Message], value
 
 
 def test_unset_timestamp_is_none_not_the_epoch() -> None:
-    assert _convert.committed_offset_from_proto(pb.CommittedOffset(topic="t")).commit_time is None
+    assert convert.committed_offset_from_proto(pb.CommittedOffset(topic="t")).commit_time is None
     epoch = pb.CommittedOffset(topic="t")
     epoch.commit_time.SetInParent()
-    assert _convert.committed_offset_from_proto(epoch).commit_time == datetime(1970, 1, 1, tzinfo=UTC)
+    assert convert.committed_offset_from_proto(epoch).commit_time == datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("expected", [None, 0, -1, 17])
 def test_expected_offset_presence_is_kept(expected: int | None) -> None:
-    message = over_the_wire(_convert.offset_commit_to_proto(OffsetCommit("t", 0, 5, expected_offset=expected)))
+    message = over_the_wire(convert.offset_commit_to_proto(OffsetCommit("t", 0, 5, expected_offset=expected)))
     assert message.HasField("expected_offset") == (expected is not None)
-    assert _convert.offset_commit_from_proto(message).expected_offset == expected
+    assert convert.offset_commit_from_proto(message).expected_offset == expected
 
 
 def test_expected_offset_none_zero_and_minus_one_are_distinct() -> None:
     values = {
-        _convert.offset_commit_from_proto(
-            over_the_wire(_convert.offset_commit_to_proto(OffsetCommit("t", 0, 5, expected_offset=e)))
+        convert.offset_commit_from_proto(
+            over_the_wire(convert.offset_commit_to_proto(OffsetCommit("t", 0, 5, expected_offset=e)))
         ).expected_offset
         for e in (None, 0, -1)
     }
@@ -204,8 +204,8 @@ def test_expected_offset_none_zero_and_minus_one_are_distinct() -> None:
     ],
 )
 def test_change_kind(kind: ChangeKind, number: int) -> None:
-    assert _convert.change_kind_to_proto(kind) == number
-    assert _convert.change_kind_from_proto(number) is kind
+    assert convert.change_kind_to_proto(kind) == number
+    assert convert.change_kind_from_proto(number) is kind
 
 
 @pytest.mark.parametrize(
@@ -213,17 +213,17 @@ def test_change_kind(kind: ChangeKind, number: int) -> None:
     [(Boundary.EARLIEST, pb.BOUNDARY_EARLIEST), (Boundary.LATEST, pb.BOUNDARY_LATEST)],
 )
 def test_boundary(boundary: Boundary, number: int) -> None:
-    assert _convert.boundary_to_proto(boundary) == number
-    assert _convert.boundary_from_proto(number) is boundary
+    assert convert.boundary_to_proto(boundary) == number
+    assert convert.boundary_from_proto(number) is boundary
 
 
 def test_unspecified_enums_are_refused() -> None:
     with pytest.raises(ValueError):
-        _convert.boundary_from_proto(pb.BOUNDARY_UNSPECIFIED)
+        convert.boundary_from_proto(pb.BOUNDARY_UNSPECIFIED)
     with pytest.raises(ValueError):
-        _convert.change_kind_from_proto(pb.CHANGE_KIND_UNSPECIFIED)
+        convert.change_kind_from_proto(pb.CHANGE_KIND_UNSPECIFIED)
     with pytest.raises(ValueError):
-        _convert.change_kind_from_proto(99)
+        convert.change_kind_from_proto(99)
 
 
 # Responses
@@ -238,7 +238,7 @@ def test_fetch_result_round_trip() -> None:
         },
         generation=4,
     )
-    back = _convert.fetch_result_from_proto(over_the_wire(_convert.fetch_result_to_proto(value)))
+    back = convert.fetch_result_from_proto(over_the_wire(convert.fetch_result_to_proto(value)))
     assert back == value
     assert list(back.offsets) == [("a", 0), ("a", 1), ("b", 0)]
     assert back.offsets[("a", 0)].offset == 10
@@ -253,7 +253,7 @@ def test_reset_result_round_trip() -> None:
         generation=5,
         dry_run=True,
     )
-    assert _convert.reset_result_from_proto(over_the_wire(_convert.reset_result_to_proto(value))) == value
+    assert convert.reset_result_from_proto(over_the_wire(convert.reset_result_to_proto(value))) == value
 
 
 def test_group_description_round_trip() -> None:
@@ -262,7 +262,7 @@ def test_group_description_round_trip() -> None:
         3,
         [PartitionStatus("a", 0, 90, "", WHEN, 100, 10), PartitionStatus("a", 1, 5, "m", None, -1, -1)],
     )
-    assert _convert.group_description_from_proto(over_the_wire(_convert.group_description_to_proto(value))) == value
+    assert convert.group_description_from_proto(over_the_wire(convert.group_description_to_proto(value))) == value
 
 
 # Topic selections
@@ -273,40 +273,39 @@ def selections(messages: list[pb.TopicSelection]) -> list[tuple[str, list[int]]]
 
 
 def test_no_topics_selects_everything() -> None:
-    assert _convert.selections_to_proto(None) == []
-    assert _convert.selections_from_proto([]) == {}
+    assert convert.selections_to_proto(None) == []
+    assert convert.selections_from_proto([]) == []
 
 
 def test_mapping_selection() -> None:
-    messages = _convert.selections_to_proto({"a": [2, 0], "b": (), "c": range(2)})
+    messages = convert.selections_to_proto({"a": [2, 0], "b": (), "c": range(2)})
     assert selections(messages) == [("a", [2, 0]), ("b", []), ("c", [0, 1])]
-    assert _convert.selections_from_proto(messages) == {"a": (2, 0), "b": (), "c": (0, 1)}
+    assert convert.selections_from_proto(messages) == [("a", (2, 0)), ("b", ()), ("c", (0, 1))]
 
 
 def test_topic_names_select_whole_topics() -> None:
-    assert selections(_convert.selections_to_proto(["b", "a"])) == [("b", []), ("a", [])]
-    assert selections(_convert.selections_to_proto("orders")) == [("orders", [])]
+    assert selections(convert.selections_to_proto(["b", "a"])) == [("b", []), ("a", [])]
+    assert selections(convert.selections_to_proto("orders")) == [("orders", [])]
 
 
 def test_partition_pairs_gather_by_topic() -> None:
-    messages = _convert.selections_to_proto([("a", 1), TopicPartition("b", 0), ("a", 0)])
+    messages = convert.selections_to_proto([("a", 1), TopicPartition("b", 0), ("a", 0)])
     assert selections(messages) == [("a", [1, 0]), ("b", [0])]
 
 
 def test_selection_round_trip_keeps_order() -> None:
     topics = {"z": (3, 1), "a": (), "m": (0,)}
-    back = _convert.selections_from_proto(_convert.selections_to_proto(topics))
-    assert back == topics
-    assert list(back) == ["z", "a", "m"]
+    back = convert.selections_from_proto(convert.selections_to_proto(topics))
+    assert back == list(topics.items())
 
 
-def test_repeated_topic_keeps_both_lists() -> None:
+def test_repeated_topic_stays_repeated() -> None:
     messages = [
         pb.TopicSelection(topic="a", partitions=[0, 1]),
         pb.TopicSelection(topic="b"),
         pb.TopicSelection(topic="a", partitions=[1, 2]),
     ]
-    assert _convert.selections_from_proto(messages) == {"a": (0, 1, 1, 2), "b": ()}
+    assert convert.selections_from_proto(messages) == [("a", (0, 1)), ("b", ()), ("a", (1, 2))]
 
 
 # Requests built by the clients
@@ -359,13 +358,13 @@ def test_reset_sends_the_target_given(target: dict[str, Any], field: str | None)
     elif field == "to_boundary":
         assert request.to_boundary == pb.BOUNDARY_LATEST
     elif field == "to_commit_time":
-        assert _convert.timestamp_to_datetime(request.to_commit_time) == WHEN
+        assert convert.timestamp_to_datetime(request.to_commit_time) == WHEN
 
 
 def test_history_bounds_unset_when_not_given() -> None:
     request = _base.list_offset_history_request("g", topics=None, since=WHEN, until=None, page_size=10, page_token="t")
     assert request.HasField("since") and not request.HasField("until")
-    assert _convert.timestamp_to_datetime(request.since) == WHEN
+    assert convert.timestamp_to_datetime(request.since) == WHEN
 
 
 # Errors through a gRPC status

@@ -1,0 +1,326 @@
+"""Conversions between the offsetstore.v1 messages and the values of offsetstore.client.types.
+
+Shared by the client and the server: both speak the contract in these values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from offsetstore.v1 import offset_store_pb2 as pb
+
+from .types import (
+    Boundary,
+    ChangeKind,
+    CommittedOffset,
+    FetchResult,
+    GroupDescription,
+    GroupSummary,
+    OffsetChange,
+    OffsetCommit,
+    PartitionStatus,
+    ResetResult,
+    TopicPartition,
+    Watermark,
+)
+
+#: What a call accepts as a selection of topics and partitions: None (everything),
+#: {topic: partitions} (no partitions = all of that topic), or an iterable of topic
+#: names and/or (topic, partition) pairs.
+Topics = Mapping[str, Iterable[int]] | Iterable[str | tuple[str, int]] | None
+
+
+# Timestamps
+
+
+def datetime_to_timestamp(value: datetime) -> Timestamp:
+    """A Timestamp for `value`; a naive datetime is taken as UTC."""
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def timestamp_to_datetime(ts: Timestamp) -> datetime:
+    """The timezone-aware UTC datetime of `ts`."""
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _set_time(message: Any, name: str, value: datetime | None) -> None:
+    # None leaves the field unset, which is how "no time" travels.
+    if value is not None:
+        getattr(message, name).CopyFrom(datetime_to_timestamp(value))
+
+
+def _get_time(message: Any, name: str) -> datetime | None:
+    return timestamp_to_datetime(getattr(message, name)) if message.HasField(name) else None
+
+
+# Enums. Mapped by name so a renumbering on either side cannot go unnoticed.
+
+_BOUNDARY_TO_PROTO = {Boundary.EARLIEST: pb.BOUNDARY_EARLIEST, Boundary.LATEST: pb.BOUNDARY_LATEST}
+_BOUNDARY_FROM_PROTO = {v: k for k, v in _BOUNDARY_TO_PROTO.items()}
+_KIND_TO_PROTO = {
+    ChangeKind.COMMIT: pb.CHANGE_KIND_COMMIT,
+    ChangeKind.RESET: pb.CHANGE_KIND_RESET,
+    ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
+}
+_KIND_FROM_PROTO = {v: k for k, v in _KIND_TO_PROTO.items()}
+
+
+def boundary_to_proto(value: Boundary | int) -> int:
+    return _BOUNDARY_TO_PROTO[Boundary(value)]
+
+
+def boundary_from_proto(value: int) -> Boundary:
+    """The Boundary of a proto value; ValueError for BOUNDARY_UNSPECIFIED or an unknown value."""
+    try:
+        return _BOUNDARY_FROM_PROTO[value]
+    except KeyError:
+        raise ValueError(f"not a boundary: {value}") from None
+
+
+def change_kind_to_proto(value: ChangeKind | int) -> int:
+    return _KIND_TO_PROTO[ChangeKind(value)]
+
+
+def change_kind_from_proto(value: int) -> ChangeKind:
+    """The ChangeKind of a proto value; ValueError for CHANGE_KIND_UNSPECIFIED or an unknown value."""
+    try:
+        return _KIND_FROM_PROTO[value]
+    except KeyError:
+        raise ValueError(f"not a change kind: {value}") from None
+
+
+# Messages
+
+
+def topic_partition_to_proto(value: tuple[str, int]) -> pb.TopicPartition:
+    topic, partition = value
+    return pb.TopicPartition(topic=topic, partition=partition)
+
+
+def topic_partition_from_proto(message: pb.TopicPartition) -> TopicPartition:
+    return TopicPartition(message.topic, message.partition)
+
+
+def offset_commit_to_proto(value: OffsetCommit) -> pb.OffsetCommit:
+    message = pb.OffsetCommit(
+        topic=value.topic, partition=value.partition, offset=value.offset, metadata=value.metadata
+    )
+    # Presence matters: 0 and -1 are real compare-and-set values, None is a plain commit.
+    if value.expected_offset is not None:
+        message.expected_offset = value.expected_offset
+    return message
+
+
+def offset_commit_from_proto(message: pb.OffsetCommit) -> OffsetCommit:
+    return OffsetCommit(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        metadata=message.metadata,
+        expected_offset=message.expected_offset if message.HasField("expected_offset") else None,
+    )
+
+
+def committed_offset_to_proto(value: CommittedOffset) -> pb.CommittedOffset:
+    message = pb.CommittedOffset(
+        topic=value.topic, partition=value.partition, offset=value.offset, metadata=value.metadata
+    )
+    _set_time(message, "commit_time", value.commit_time)
+    return message
+
+
+def committed_offset_from_proto(message: pb.CommittedOffset) -> CommittedOffset:
+    return CommittedOffset(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        metadata=message.metadata,
+        commit_time=_get_time(message, "commit_time"),
+    )
+
+
+def offset_change_to_proto(value: OffsetChange) -> pb.OffsetChange:
+    message = pb.OffsetChange(
+        topic=value.topic,
+        partition=value.partition,
+        previous_offset=value.previous_offset,
+        new_offset=value.new_offset,
+        kind=change_kind_to_proto(value.kind),
+        generation=value.generation,
+        actor=value.actor,
+    )
+    _set_time(message, "change_time", value.change_time)
+    return message
+
+
+def offset_change_from_proto(message: pb.OffsetChange) -> OffsetChange:
+    return OffsetChange(
+        topic=message.topic,
+        partition=message.partition,
+        previous_offset=message.previous_offset,
+        new_offset=message.new_offset,
+        kind=change_kind_from_proto(message.kind),
+        generation=message.generation,
+        change_time=_get_time(message, "change_time"),
+        actor=message.actor,
+    )
+
+
+def watermark_to_proto(value: Watermark) -> pb.Watermark:
+    return pb.Watermark(
+        topic=value.topic,
+        partition=value.partition,
+        log_start_offset=value.log_start_offset,
+        log_end_offset=value.log_end_offset,
+    )
+
+
+def watermark_from_proto(message: pb.Watermark) -> Watermark:
+    return Watermark(
+        topic=message.topic,
+        partition=message.partition,
+        log_start_offset=message.log_start_offset,
+        log_end_offset=message.log_end_offset,
+    )
+
+
+def group_summary_to_proto(value: GroupSummary) -> pb.GroupSummary:
+    message = pb.GroupSummary(
+        group_id=value.group_id,
+        generation=value.generation,
+        partition_count=value.partition_count,
+        total_lag=value.total_lag,
+    )
+    _set_time(message, "last_commit_time", value.last_commit_time)
+    return message
+
+
+def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
+    return GroupSummary(
+        group_id=message.group_id,
+        generation=message.generation,
+        partition_count=message.partition_count,
+        last_commit_time=_get_time(message, "last_commit_time"),
+        total_lag=message.total_lag,
+    )
+
+
+def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
+    message = pb.PartitionStatus(
+        topic=value.topic,
+        partition=value.partition,
+        offset=value.offset,
+        metadata=value.metadata,
+        log_end_offset=value.log_end_offset,
+        lag=value.lag,
+    )
+    _set_time(message, "commit_time", value.commit_time)
+    return message
+
+
+def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
+    return PartitionStatus(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        metadata=message.metadata,
+        commit_time=_get_time(message, "commit_time"),
+        log_end_offset=message.log_end_offset,
+        lag=message.lag,
+    )
+
+
+# Responses that map onto one value of types.py
+
+
+def fetch_result_to_proto(value: FetchResult) -> pb.FetchOffsetsResponse:
+    return pb.FetchOffsetsResponse(
+        offsets=[committed_offset_to_proto(o) for o in value.offsets.values()],
+        generation=value.generation,
+    )
+
+
+def fetch_result_from_proto(message: pb.FetchOffsetsResponse) -> FetchResult:
+    return FetchResult(offsets=committed_offsets_from_proto(message.offsets), generation=message.generation)
+
+
+def committed_offsets_from_proto(messages: Iterable[pb.CommittedOffset]) -> dict[TopicPartition, CommittedOffset]:
+    """Committed offsets keyed by (topic, partition), in the order received."""
+    return {TopicPartition(m.topic, m.partition): committed_offset_from_proto(m) for m in messages}
+
+
+def reset_result_to_proto(value: ResetResult) -> pb.ResetOffsetsResponse:
+    return pb.ResetOffsetsResponse(
+        changes=[offset_change_to_proto(c) for c in value.changes],
+        generation=value.generation,
+        dry_run=value.dry_run,
+    )
+
+
+def reset_result_from_proto(message: pb.ResetOffsetsResponse) -> ResetResult:
+    return ResetResult(
+        changes=[offset_change_from_proto(c) for c in message.changes],
+        generation=message.generation,
+        dry_run=message.dry_run,
+    )
+
+
+def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupResponse:
+    return pb.DescribeGroupResponse(
+        group_id=value.group_id,
+        generation=value.generation,
+        partitions=[partition_status_to_proto(p) for p in value.partitions],
+        reset_count=value.reset_count,
+    )
+
+
+def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDescription:
+    return GroupDescription(
+        group_id=message.group_id,
+        generation=message.generation,
+        partitions=[partition_status_from_proto(p) for p in message.partitions],
+        reset_count=message.reset_count,
+    )
+
+
+# Topic selections
+
+
+def selections_to_proto(topics: Topics) -> list[pb.TopicSelection]:
+    """The TopicSelection messages of a selection (see `Topics`); None selects everything."""
+    if topics is None:
+        return []
+    if isinstance(topics, Mapping):
+        return [pb.TopicSelection(topic=t, partitions=list(ps)) for t, ps in topics.items()]
+    if isinstance(topics, str):
+        # A bare string is one topic, not an iterable of one-letter topics.
+        return [pb.TopicSelection(topic=topics)]
+    out: list[pb.TopicSelection] = []
+    # Pairs of one topic gather into one selection, at the place of the topic's first pair.
+    by_topic: dict[str, pb.TopicSelection] = {}
+    for item in topics:
+        if isinstance(item, str):
+            out.append(pb.TopicSelection(topic=item))
+            continue
+        topic, partition = item
+        selection = by_topic.get(topic)
+        if selection is None:
+            selection = by_topic[topic] = pb.TopicSelection(topic=topic)
+            out.append(selection)
+        selection.partitions.append(partition)
+    return out
+
+
+def selections_from_proto(messages: Iterable[pb.TopicSelection]) -> list[tuple[str, tuple[int, ...]]]:
+    """(topic, partitions) per message, in request order; no partitions means every partition of the topic.
+
+    A list, not a dict: a topic named twice stays twice, so the storage core can reject
+    it naming ``topics[i]`` exactly.
+    """
+    return [(m.topic, tuple(m.partitions)) for m in messages]
