@@ -39,9 +39,7 @@ SLOW_MS = 120_000
 
 @pytest.fixture
 def slow_store(database_url: str) -> Iterator[Store]:
-    store = Store(
-        create_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS
-    )
+    store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS)
     yield store
     store.dispose()
 

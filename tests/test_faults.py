@@ -122,9 +122,7 @@ def private_pg() -> Iterator[PrivatePostgres]:
 
 @pytest.fixture
 def faulty_server(private_pg: PrivatePostgres) -> Iterator[OffsetStoreServer]:
-    store = Store(
-        create_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000
-    )
+    store = Store(create_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000)
     server = OffsetStoreServer(store, max_workers=16, health_interval=0.2).start()
     try:
         yield server
