@@ -1,0 +1,223 @@
+"""The exactly-once writer: polled messages' rows and their offsets in one PostgreSQL transaction."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import Connection, Engine
+
+from offsetstore.client.types import Watermark
+
+if TYPE_CHECKING:
+    import confluent_kafka
+    import pyarrow as pa
+
+    from offsetstore.server.batch_write import BatchOutcome
+
+__all__ = ["ExactlyOnceWriter", "Mode"]
+
+log = logging.getLogger("offsetstore.kafka_integration")
+
+Mode = Literal["append", "upsert"]
+
+COORDINATES = ("topic", "partition", "offset")
+
+
+class ExactlyOnceWriter:
+    """Writes each batch of polled messages and their offsets in one transaction of the store's database.
+
+    Parameters
+    ----------
+    database_url : str or sqlalchemy.Engine
+        The offset store's PostgreSQL database (SQLAlchemy or libpq URL); the target
+        table lives in it too. An Engine from
+        :func:`offsetstore.server.engine.create_engine` may be given instead.
+    group_id : str
+        The consumer group whose offsets the writer commits.
+    table : str or tuple of (str, str)
+        The target table: ``"orders"``, ``"public.orders"`` or ``(schema, table)``.
+    mode : {"append", "upsert"}, default "append"
+        ``"append"`` inserts every new row (COPY); ``"upsert"`` inserts or, on a
+        conflict on ``key_columns``, updates the other written columns.
+    key_columns : sequence of str, optional
+        The upsert's key; required for, and only for, ``mode="upsert"``.
+    columns : sequence of str, optional
+        The columns written, by name. Default: the rows' columns. ``topic``,
+        ``partition`` and ``offset`` come from the messages; name them here to store
+        them in the table too.
+    member_id : str, optional
+        Recorded when the writer joins the group and as the actor of its commits.
+        Default: ``"kafka:<host>:<pid>"``.
+
+    Notes
+    -----
+    Call protocol. :meth:`write` takes the messages of one ``poll``/``consume`` and
+    one row per message, derived from it. In one transaction it locks the group
+    (checking the generation), drops the messages below their partition's stored
+    offset (already delivered), writes the rows of the others, and commits
+    ``max(offset) + 1`` per partition through the storage core the gRPC server and the
+    Spark sink use (:func:`offsetstore.server.batch_write.write_batch`). A stored
+    sentinel (-2 earliest, -1 latest) skips nothing. A crash anywhere leaves either
+    the rows and the offsets or neither; on restart the consumer seeks to the stored
+    offsets (:class:`StoredPositions`), so each message lands exactly once.
+
+    Fencing. :meth:`join` (called by the first :meth:`write` if not before) moves the
+    group's generation on; every write carries the generation joined. Once another
+    writer joined the group, or an operator reset or deleted its offsets, a write
+    raises :class:`offsetstore.client.StaleGenerationError` and writes nothing. A
+    fenced consumer should stop (or :meth:`join` again and rewind to the stored
+    offsets, if taking the group back is what is wanted).
+
+    After any other failed write the consumer's position is past messages that were
+    not written: rewind (``StoredPositions.rewind``) or restart before polling on.
+
+    Examples
+    --------
+    >>> writer = ExactlyOnceWriter(url, "orders-etl", "public.orders", columns=("id", "amount"))
+    >>> batch = consumer.consume(500, timeout=1.0)
+    >>> writer.write(batch, [json.loads(m.value()) for m in batch])
+    """
+
+    def __init__(
+        self,
+        database_url: str | Engine,
+        group_id: str,
+        table: str | tuple[str, str],
+        *,
+        mode: Mode = "append",
+        key_columns: Sequence[str] = (),
+        columns: Sequence[str] | None = None,
+        member_id: str | None = None,
+    ) -> None:
+        from offsetstore.server.batch_write import SinkTarget
+        from offsetstore.server.engine import create_engine
+
+        if not isinstance(group_id, str) or not group_id:
+            raise ValueError("group_id must be a non-empty string")
+        self.group_id = group_id
+        self.member_id = member_id or f"kafka:{socket.gethostname()}:{os.getpid()}"
+        self.columns = tuple(columns) if columns is not None else None
+        # SinkTarget validates mode, key and columns; built once here so bad options fail now.
+        self._target_args = (table, mode, tuple(key_columns))
+        self._target = SinkTarget(table, mode, tuple(key_columns), self.columns) if self.columns else None
+        self._owns_engine = not isinstance(database_url, Engine)
+        # One connection is all a consumer loop uses; a second serves reads beside an open write.
+        self.engine = create_engine(database_url, pool_size=2) if self._owns_engine else database_url
+        self._generation: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ExactlyOnceWriter(group_id={self.group_id!r}, generation={self._generation})"
+
+    @property
+    def generation(self) -> int | None:
+        """The generation joined; None before :meth:`join`."""
+        return self._generation
+
+    def join(self) -> int:
+        """Joins the group: a new generation that fences every writer of an older one."""
+        from offsetstore.server import storage
+
+        with self.engine.begin() as conn:
+            self._generation = storage.join_group(conn, self.group_id, self.member_id)
+        log.info(
+            "joined group", extra={"group_id": self.group_id, "generation": self._generation, "member": self.member_id}
+        )
+        return self._generation
+
+    def write(
+        self,
+        messages: Sequence[confluent_kafka.Message],
+        rows: Sequence[Mapping[str, Any]] | pa.Table,
+        *,
+        conn: Connection | None = None,
+        metadata: str = "",
+    ) -> BatchOutcome | None:
+        """Writes the rows of ``messages`` and commits their offsets; None when there are no messages.
+
+        Parameters
+        ----------
+        messages : sequence of confluent_kafka.Message
+            What ``consume()`` (or a series of ``poll()``) returned; messages that carry
+            an error are refused, filter them first.
+        rows : sequence of mappings, or pyarrow.Table
+            Row ``i`` derived from message ``i``: as many rows as messages.
+        conn : sqlalchemy.Connection, optional
+            A connection with a transaction the caller began and will commit: the
+            write joins it, so other statements can share its atomicity. Default:
+            the writer's own transaction, committed before returning.
+        metadata : str, optional
+            Stored with each partition's committed offset.
+
+        Raises
+        ------
+        offsetstore.client.StaleGenerationError
+            The writer was fenced; nothing was written.
+        ValueError
+            Bad input (an errored message, a row count that does not match); nothing
+            was written.
+        """
+        from offsetstore.server.batch_write import write_batch
+
+        if not messages:
+            return None
+        table = self.arrow_rows(messages, rows)
+        if self._generation is None:
+            self.join()
+        assert self._generation is not None
+        target = self._target_for(table)
+        kwargs = {"group_id": self.group_id, "generation": self._generation, "actor": self.member_id}
+        if conn is not None:
+            return write_batch(conn, target, table, metadata=metadata, **kwargs)
+        with self.engine.begin() as own:
+            return write_batch(own, target, table, metadata=metadata, **kwargs)
+
+    def arrow_rows(
+        self, messages: Sequence[confluent_kafka.Message], rows: Sequence[Mapping[str, Any]] | pa.Table
+    ) -> pa.Table:
+        """The rows as an Arrow table with the messages' ``topic``, ``partition`` and ``offset`` added."""
+        import pyarrow as pa
+
+        for m in messages:
+            if m.error() is not None:
+                raise ValueError(f"message of {m.topic()}[{m.partition()}] carries an error: {m.error()}")
+        data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+        if data.num_rows != len(messages):
+            raise ValueError(f"{data.num_rows} rows for {len(messages)} messages: give one row per message")
+        if clash := [c for c in COORDINATES if c in data.column_names]:
+            raise ValueError(f"rows must not carry {clash}: they come from the messages")
+        coordinates = [
+            pa.array([m.topic() for m in messages], pa.string()),
+            pa.array([m.partition() for m in messages], pa.int32()),
+            pa.array([m.offset() for m in messages], pa.int64()),
+        ]
+        return pa.Table.from_arrays([*coordinates, *data.columns], names=[*COORDINATES, *data.column_names])
+
+    def _target_for(self, table: pa.Table) -> Any:
+        if self._target is not None:
+            return self._target
+        from offsetstore.server.batch_write import SinkTarget
+
+        name, mode, keys = self._target_args
+        return SinkTarget(name, mode, keys, tuple(c for c in table.column_names if c not in COORDINATES))
+
+    def report_watermarks(self, watermarks: Iterable[Watermark]) -> None:
+        """Stores watermarks (see :func:`consumer_watermarks`) in a transaction of their own."""
+        from offsetstore.server import storage
+
+        with self.engine.begin() as conn:
+            storage.report_watermarks(conn, list(watermarks))
+
+    def close(self) -> None:
+        """Releases the database connections (of an engine the writer created)."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> ExactlyOnceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
