@@ -24,8 +24,8 @@ from grpc_status import rpc_status
 
 from ._sync import OffsetStoreClient
 from .errors import (
+    DeadlineExceededError,
     GroupNotFoundError,
-    InternalError,
     InvalidArgumentError,
     OffsetMismatchError,
     OffsetStoreError,
@@ -34,7 +34,17 @@ from .errors import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from .types import EARLIEST, LATEST, NO_OFFSET, Boundary, ChangeKind, OffsetChange, TopicPartition
+from .types import (
+    EARLIEST,
+    LATEST,
+    NO_OFFSET,
+    Boundary,
+    ChangeKind,
+    FetchResult,
+    GroupDescription,
+    OffsetChange,
+    TopicPartition,
+)
 
 __all__ = ["configure_parser", "main", "run"]
 
@@ -52,6 +62,7 @@ _HISTORY_PAGE = 1000
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _CSV_HEADER = ("topic", "partition", "offset")
+_OFFSET_RULE = "must be an integer >= 0, or -2 (earliest) or -1 (latest)"
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -216,20 +227,10 @@ def _parse_offsets_csv(lines: Iterable[str], source: str = "<input>") -> dict[To
         try:
             offset = int(offset_text)
         except ValueError:
-            problems.append((number, f"invalid offset {offset_text!r}: must be an integer >= 0"))
+            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))
             continue
-        if offset in (EARLIEST, LATEST):
-            name = "earliest" if offset == EARLIEST else "latest"
-            problems.append(
-                (
-                    number,
-                    f"offset {offset} is the {name} sentinel, which an import cannot commit (a commit takes "
-                    f"offsets >= 0); give a real offset, or use 'groups reset --to-{name}' for that partition",
-                )
-            )
-            continue
-        if not 0 <= offset <= _INT64_MAX:
-            problems.append((number, f"invalid offset {offset_text!r}: must be an integer >= 0"))
+        if offset not in (EARLIEST, LATEST) and not 0 <= offset <= _INT64_MAX:
+            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))
             continue
         tp = TopicPartition(topic, int(partition_text))
         if tp in seen_on:
@@ -268,13 +269,30 @@ def _json_time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _offset_cell(value: int, *, stored: bool = False) -> str:
-    """An offset for a table. -1 is "none" in changes, but the latest sentinel in a stored offset."""
+def _placeholder(value: int, *, stored: bool) -> str | None:
+    """The name of a placeholder offset, None for a real one.
+
+    -2 is always the earliest placeholder. -1 is the latest placeholder where it is a stored
+    offset, but "no offset" where the contract uses it for none (changes, fetches).
+    """
     if value == EARLIEST:
         return "earliest"
-    if value == NO_OFFSET:
-        return "latest" if stored else "-"
-    return str(value)
+    if value == LATEST and stored:
+        return "latest"
+    return None
+
+
+def _offset_cell(value: int, *, stored: bool = False) -> str:
+    """An offset for a table: a placeholder by its name, "no offset" as -, else the number."""
+    name = _placeholder(value, stored=stored)
+    if name is not None:
+        return name
+    return "-" if value == NO_OFFSET else str(value)
+
+
+def _offset_json(key: str, value: int, *, stored: bool) -> dict[str, Any]:
+    """``{key: value, key_placeholder: name}``: JSON keeps the number and names a placeholder."""
+    return {key: value, f"{key}_placeholder": _placeholder(value, stored=stored)}
 
 
 def _unknown_cell(value: int) -> str:
@@ -288,12 +306,12 @@ def _text_cell(value: str) -> str:
     return value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
 
 
-def _change_json(change: OffsetChange) -> dict[str, Any]:
+def _change_json(change: OffsetChange, *, previous_stored: bool, new_stored: bool) -> dict[str, Any]:
     return {
         "topic": change.topic,
         "partition": change.partition,
-        "previous_offset": change.previous_offset,
-        "new_offset": change.new_offset,
+        **_offset_json("previous_offset", change.previous_offset, stored=previous_stored),
+        **_offset_json("new_offset", change.new_offset, stored=new_stored),
         "kind": f"CHANGE_KIND_{change.kind.name}",
         "generation": change.generation,
         "change_time": _json_time(change.change_time),
@@ -351,28 +369,38 @@ def _cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: _Output)
     return EXIT_OK
 
 
-def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
-    group = client.describe_group(args.group)
-    partitions = sorted(group.partitions, key=lambda p: (p.topic, p.partition))
-    if out.json:
-        out.document(
+def _describe_json(group: GroupDescription) -> dict[str, Any]:
+    return {
+        "group_id": group.group_id,
+        "generation": group.generation,
+        "partitions": [
             {
-                "group_id": group.group_id,
-                "generation": group.generation,
-                "partitions": [
-                    {
-                        "topic": p.topic,
-                        "partition": p.partition,
-                        "offset": p.offset,
-                        "metadata": p.metadata,
-                        "commit_time": _json_time(p.commit_time),
-                        "log_end_offset": p.log_end_offset,
-                        "lag": p.lag,
-                    }
-                    for p in partitions
-                ],
+                "topic": p.topic,
+                "partition": p.partition,
+                **_offset_json("offset", p.offset, stored=True),
+                "metadata": p.metadata,
+                "commit_time": _json_time(p.commit_time),
+                "log_end_offset": p.log_end_offset,
+                "lag": p.lag,
             }
-        )
+            for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        ],
+    }
+
+
+def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    if args.all_groups:
+        groups: list[GroupDescription] = []
+        for summary in client.iter_groups():
+            try:
+                groups.append(client.describe_group(summary.group_id))
+            except GroupNotFoundError:
+                continue  # deleted since it was listed
+    else:
+        groups = [client.describe_group(args.group)]
+    if out.json:
+        documents = [_describe_json(g) for g in groups]
+        out.document(documents if args.all_groups else documents[0])
         return EXIT_OK
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "METADATA", "COMMIT-TIME"),
@@ -387,10 +415,35 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
                 _text_cell(p.metadata),
                 _table_time(p.commit_time),
             )
-            for p in partitions
+            for group in groups
+            for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ),
     )
+    empty = [g.group_id for g in groups if not g.partitions]
+    if empty or (args.all_groups and not groups):
+        out.line()
+    for group_id in empty:
+        out.line(f"Group {group_id} has no offsets (generation {_generation_of(groups, group_id)}).")
+    if args.all_groups and not groups:
+        out.line("There are no groups.")
     return EXIT_OK
+
+
+def _generation_of(groups: Sequence[GroupDescription], group_id: str) -> int:
+    return next(g.generation for g in groups if g.group_id == group_id)
+
+
+def _selection(args: argparse.Namespace) -> dict[str, list[int]] | None:
+    return _merge_topic_specs(args.topics) if args.topics else None
+
+
+def _stored_offsets(fetched: FetchResult) -> dict[TopicPartition, int]:
+    """The fetched partitions that hold an offset, placeholders included.
+
+    A named partition without an offset comes back as -1 with no commit time; a stored -1
+    (the latest placeholder) has one.
+    """
+    return {tp: o.offset for tp, o in fetched.offsets.items() if o.commit_time is not None}
 
 
 def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | None]:
@@ -399,6 +452,9 @@ def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | 
         return {"to_offset": args.to_offset}, None
     if args.shift_by is not None:
         return {"shift_by": args.shift_by}, None
+    if args.to_current:
+        # Every offset shifted by nothing: it stays, and the applied reset fences live writers.
+        return {"shift_by": 0}, None
     if args.to_boundary is not None:
         return {"to_boundary": args.to_boundary}, None
     instant = args.to_datetime
@@ -410,26 +466,39 @@ def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | 
 
 def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
     target, instant = _reset_target(args)
+    selection = _selection(args)
+    # Read first only to name placeholders: a -1 that was stored is the latest one, not "none".
+    before = _stored_offsets(client.fetch_offsets(args.group, selection))
     result = client.reset_offsets(
-        args.group,
-        topics=_merge_topic_specs(args.topics) if args.topics else None,
-        all_topics=args.all_topics,
-        dry_run=not args.execute,
-        **target,
+        args.group, topics=selection, all_topics=args.all_topics, dry_run=not args.execute, **target
     )
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
+    # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
+    changed = {TopicPartition(c.topic, c.partition) for c in changes}
+    kept = sorted(
+        (tp, off)
+        for tp, off in before.items()
+        if "shift_by" in target and tp not in changed and off in (EARLIEST, LATEST)
+    )
+
+    def previous_stored(c: OffsetChange) -> bool:
+        return TopicPartition(c.topic, c.partition) in before
+
     if out.json:
         out.document(
             {
                 "group_id": args.group,
                 "generation": result.generation,
                 "dry_run": result.dry_run,
-                "changes": [_change_json(c) for c in changes],
+                # A reset never deletes: a new -1 is the latest placeholder.
+                "changes": [_change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
+                "kept_placeholders": [
+                    {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=True)}
+                    for tp, off in kept
+                ],
             }
         )
         return EXIT_OK
-    # A reset to the latest end with no known watermark stores the -1 sentinel.
-    new_is_stored_latest = args.to_boundary == Boundary.LATEST
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         (
@@ -437,8 +506,8 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
                 args.group,
                 c.topic,
                 c.partition,
-                _offset_cell(c.previous_offset),
-                _offset_cell(c.new_offset, stored=new_is_stored_latest),
+                _offset_cell(c.previous_offset, stored=previous_stored(c)),
+                _offset_cell(c.new_offset, stored=True),
             )
             for c in changes
         ),
@@ -446,7 +515,14 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
     out.line()
     if instant is not None:
         out.line(f"Target: the offsets the group had committed at {_table_time(instant)}.")
-    if not changes:
+    for tp, off in kept:
+        name = _placeholder(off, stored=True)
+        end = "start" if off == EARLIEST else "end"
+        out.line(
+            f"{tp.topic}:{tp.partition} holds the {name} placeholder and no log {end} is known, so there is "
+            f"nothing to shift from: it stays {name}. Give it an offset with --to-offset."
+        )
+    if not changes and not kept:
         out.line(f"No partition selected: group {args.group} has no offsets for that selection.")
     if result.dry_run:
         out.line("Dry run: nothing changed. Run again with --execute to apply.")
@@ -459,25 +535,58 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
 
 
 def _cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
-    deleted = sorted(
-        client.delete_offsets(
-            args.group,
-            topics=_merge_topic_specs(args.topics) if args.topics else None,
-            all_topics=args.all_topics,
-        )
-    )
-    if out.json:
-        out.document({"group_id": args.group, "deleted": [{"topic": t, "partition": p} for t, p in deleted]})
-        return EXIT_OK
-    out.table(("GROUP", "TOPIC", "PARTITION"), ((args.group, t, p) for t, p in deleted))
-    out.line()
-    if not deleted:
-        out.line(f"Nothing deleted: group {args.group} has no offsets for that selection.")
-    elif args.all_topics:
-        out.line(f"Deleted group {args.group} and its {len(deleted)} offset(s).")
+    selection = _selection(args)
+    before = _stored_offsets(client.fetch_offsets(args.group, selection))
+    if args.execute:
+        deleted = sorted(client.delete_offsets(args.group, topics=selection, all_topics=args.all_topics))
     else:
-        out.line(f"Deleted {len(deleted)} offset(s) of group {args.group}.")
+        deleted = sorted(before)
+    # The offsets read just before; a commit racing the delete is not shown, but is deleted.
+    rows = [(tp, before.get(tp, NO_OFFSET)) for tp in deleted]
+    if out.json:
+        out.document(
+            {
+                "group_id": args.group,
+                "dry_run": not args.execute,
+                "deleted": [
+                    {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=tp in before)}
+                    for tp, off in rows
+                ],
+            }
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "OFFSET"),
+        ((args.group, tp.topic, tp.partition, _offset_cell(off, stored=tp in before)) for tp, off in rows),
+    )
+    out.line()
+    verb = "Deleted" if args.execute else "Would delete"
+    if not deleted:
+        out.line(f"Nothing to delete: group {args.group} has no offsets for that selection.")
+    elif args.all_topics:
+        out.line(f"{verb} group {args.group} and its {len(deleted)} offset(s).")
+    else:
+        out.line(f"{verb} {len(deleted)} offset(s) of group {args.group}.")
+    if not args.execute:
+        out.line("Dry run: nothing changed. Run again with --execute to delete.")
     return EXIT_OK
+
+
+def _history_stored(changes: Sequence[OffsetChange]) -> list[tuple[bool, bool]]:
+    """For each change (newest first), whether its previous and its new offset were stored ones.
+
+    The contract writes -1 for "none" in a change, which the latest placeholder also is. A
+    commit, and a reset (which never deletes), store their new offset; a delete or expiry
+    does not. A previous offset was stored if the partition's change just before it stored one,
+    which only the listed changes can tell: beyond them, -1 is shown as none.
+    """
+    result: list[tuple[bool, bool]] = []
+    for i, change in enumerate(changes):
+        new_stored = change.kind in (ChangeKind.COMMIT, ChangeKind.RESET)
+        older = next((c for c in changes[i + 1 :] if (c.topic, c.partition) == (change.topic, change.partition)), None)
+        previous_stored = older is not None and older.kind in (ChangeKind.COMMIT, ChangeKind.RESET)
+        result.append((previous_stored, new_stored))
+    return result
 
 
 def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
@@ -487,7 +596,7 @@ def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Outp
         wanted = _HISTORY_PAGE if args.limit == 0 else min(_HISTORY_PAGE, args.limit - len(changes))
         page = client.list_offset_history(
             args.group,
-            topics=_merge_topic_specs(args.topics) if args.topics else None,
+            topics=_selection(args),
             since=args.since,
             until=args.until,
             page_size=wanted,
@@ -499,26 +608,41 @@ def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Outp
             break
     if args.limit:
         del changes[args.limit :]
+    stored = _history_stored(changes)
     if out.json:
-        out.document({"group_id": args.group, "changes": [_change_json(c) for c in changes]})
+        out.document(
+            {
+                "group_id": args.group,
+                "changes": [
+                    _change_json(c, previous_stored=p, new_stored=n) for c, (p, n) in zip(changes, stored, strict=True)
+                ],
+            }
+        )
         return EXIT_OK
     out.table(
         ("TIME", "KIND", "TOPIC", "PARTITION", "PREVIOUS", "NEW", "GENERATION", "ACTOR"),
         (
             (
                 _table_time(c.change_time),
-                ChangeKind(c.kind).name,
+                _kind_name(c.kind),
                 c.topic,
                 c.partition,
-                _offset_cell(c.previous_offset),
-                _offset_cell(c.new_offset),
+                _offset_cell(c.previous_offset, stored=p),
+                _offset_cell(c.new_offset, stored=n),
                 c.generation,
                 c.actor or "-",
             )
-            for c in changes
+            for c, (p, n) in zip(changes, stored, strict=True)
         ),
     )
     return EXIT_OK
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return ChangeKind(kind).name
+    except ValueError:
+        return str(kind)  # a kind newer than this client
 
 
 def _cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
@@ -528,7 +652,8 @@ def _cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: _Outpu
         return EXIT_ERROR
     rows = sorted((tp.topic, tp.partition, o.offset) for tp, o in fetched.offsets.items())
     if out.json:
-        text = json.dumps([{"topic": t, "partition": p, "offset": o} for t, p, o in rows], indent=2) + "\n"
+        document = [{"topic": t, "partition": p, **_offset_json("offset", o, stored=True)} for t, p, o in rows]
+        text = json.dumps(document, indent=2) + "\n"
     else:
         text = "".join(f"{t},{p},{o}\n" for t, p, o in rows)
     if args.file in (None, "-"):
@@ -552,6 +677,32 @@ def _read_offsets_file(path: str) -> dict[TopicPartition, int]:
         return _parse_offsets_csv(f, path)
 
 
+def _apply_import(client: OffsetStoreClient, group_id: str, new: dict[TopicPartition, int]) -> int:
+    """Sets the offsets of `new`; returns the group's generation after.
+
+    A commit takes only real offsets, so placeholders are set by resets to that end, each of
+    which bumps the generation; the real offsets are then committed with the generation the
+    last step returned. Without placeholders the group is joined first, which bumps the
+    generation like a reset does. Either way a live fenced writer cannot overwrite the
+    imported offsets with its older generation afterwards, and a writer that joins in between
+    makes the commit fail with STALE_GENERATION instead of being overwritten.
+    """
+    generation = 0
+    for placeholder, boundary in ((EARLIEST, Boundary.EARLIEST), (LATEST, Boundary.LATEST)):
+        selection: dict[str, list[int]] = {}
+        for tp, offset in new.items():
+            if offset == placeholder:
+                selection.setdefault(tp.topic, []).append(tp.partition)
+        if selection:
+            generation = client.reset_offsets(group_id, topics=selection, to_boundary=boundary).generation
+    real = {tp: offset for tp, offset in new.items() if offset >= 0}
+    if real:
+        if not generation:
+            generation = client.join_group(group_id, IMPORT_MEMBER_ID)
+        client.commit_offsets(group_id, real, generation=generation)
+    return generation
+
+
 def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
     try:
         new = _read_offsets_file(args.file)
@@ -568,17 +719,10 @@ def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Outpu
     for tp in new:
         selection.setdefault(tp.topic, []).append(tp.partition)
     before = client.fetch_offsets(args.group, selection)
-    # A named partition without an offset comes back as -1 with no commit time; a stored
-    # -1 (the latest sentinel) has one.
-    stored = {tp: o for tp, o in before.offsets.items() if o.commit_time is not None}
-    previous = {tp: stored[tp].offset if tp in stored else NO_OFFSET for tp in new}
-    generation = before.generation
-    if args.execute:
-        # Joining first bumps the generation like a reset does, so a live fenced writer
-        # cannot overwrite the imported offsets with its older generation afterwards.
-        generation = client.join_group(args.group, IMPORT_MEMBER_ID)
-        client.commit_offsets(args.group, new, generation=generation)
-    rows = sorted((tp.topic, tp.partition, previous[tp], offset) for tp, offset in new.items())
+    stored = _stored_offsets(before)
+    previous = {tp: stored.get(tp, NO_OFFSET) for tp in new}
+    generation = _apply_import(client, args.group, new) if args.execute else before.generation
+    rows = sorted((tp, previous[tp], offset) for tp, offset in new.items())
     if out.json:
         out.document(
             {
@@ -586,14 +730,23 @@ def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Outpu
                 "generation": generation,
                 "dry_run": not args.execute,
                 "changes": [
-                    {"topic": t, "partition": p, "previous_offset": old, "new_offset": off} for t, p, old, off in rows
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        **_offset_json("previous_offset", old, stored=tp in stored),
+                        **_offset_json("new_offset", off, stored=True),
+                    }
+                    for tp, old, off in rows
                 ],
             }
         )
         return EXIT_OK
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
-        ((args.group, t, p, _offset_cell(old, stored=TopicPartition(t, p) in stored), off) for t, p, old, off in rows),
+        (
+            (args.group, tp.topic, tp.partition, _offset_cell(old, stored=tp in stored), _offset_cell(off, stored=True))
+            for tp, old, off in rows
+        ),
     )
     out.line()
     if args.execute:
@@ -664,8 +817,11 @@ def _error_message(error: OffsetStoreError, args: argparse.Namespace, server: st
                 "a server that serves TLS needs --tls or --tls-ca (and --tls-cert/--tls-key for mutual TLS)."
             )
         return f"Error: the offsetstore server at {server} is unavailable: {error.message}"
-    if isinstance(error, InternalError) and error.status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return f"Error: no answer from the offsetstore server at {server} in time (see --timeout)."
+    if isinstance(error, DeadlineExceededError):
+        return (
+            f"Error: no answer from the offsetstore server at {server} in time (see --timeout).\n"
+            "A change may or may not have been applied: check with 'describe' or 'history'."
+        )
     return f"Error: {error.message}"
 
 
@@ -751,37 +907,65 @@ def _add_execute(parser: argparse.ArgumentParser) -> None:
 _RESET_HELP = (
     "Reset the selected partitions to one target, like kafka-consumer-groups --reset-offsets. As there, "
     "nothing changes without --execute. An applied reset bumps the group's generation, so live fenced "
-    "consumers stop instead of overwriting it: unlike Kafka, resetting a live group is safe."
+    "consumers stop instead of overwriting it: unlike Kafka, resetting a live group is safe. In tables "
+    "'earliest' and 'latest' are the placeholders -2 and -1, which a reader resolves to the log's start "
+    "or end; - is no offset."
 )
 _TO_DATETIME_HELP = (
     "the offsets the group had committed at that instant, from its history (e.g. 2024-01-31T10:00:00.000, "
     "2024-01-31T10:00:00Z or ...+02:00; a time without a UTC offset is taken as UTC). offsetstore has no "
     "broker timestamp index, so this is the group's own past position; a partition that had no offset "
-    "then loses its offset"
+    "then gets the earliest placeholder (a reset never deletes an offset)"
 )
 _BY_DURATION_HELP = (
     "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
     "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d"
 )
+_TO_CURRENT_HELP = (
+    "keep each offset where it is (a placeholder resolves to a known watermark, an offset past a known "
+    "log end is capped to it); applied, it only bumps the generation, which fences live writers"
+)
 _HISTORY_HELP = (
-    "The group's audit trail, newest first. In PREVIOUS and NEW, - is -1: no offset, or the latest "
-    "sentinel left by a reset --to-latest with no known log end."
+    "The group's audit trail, newest first. In PREVIOUS and NEW, - is no offset; 'earliest' and 'latest' "
+    "are the placeholders -2 and -1. The contract writes both 'no offset' and the latest placeholder as -1; "
+    "the table tells them apart from the partition's change before, where it is listed."
 )
 _EXPORT_HELP = (
     "Write the group's offsets as topic,partition,offset lines with no header, the format of "
     "kafka-consumer-groups --reset-offsets --export, which 'import' and kafka-consumer-groups --from-file "
-    "read back. Sentinel offsets (-2 earliest, -1 latest) are written as they are. --output json writes "
+    "read back. Placeholders are written as their numbers (-2 earliest, -1 latest). --output json writes "
     "a JSON list instead."
 )
 _IMPORT_HELP = (
     "Set the offsets of a topic,partition,offset file (kafka-consumer-groups --from-file; FILE - reads "
-    "standard input). Blank lines and a topic,partition,offset header are skipped; a malformed line "
-    "rejects the whole file. Offsets must be >= 0: the sentinels -2 and -1 are refused, because the "
-    "offsets are committed and a commit takes real offsets (use 'reset --to-earliest' or '--to-latest' "
-    f"for those partitions). With --execute the group is first joined as '{IMPORT_MEMBER_ID}', which "
-    "bumps its generation and so fences live writers as a reset does, then every offset of the file is "
-    "committed with that generation in one transaction. Partitions not in the file keep their offsets."
+    "standard input), as 'export' writes it. Blank lines and a topic,partition,offset header are skipped; "
+    "a malformed line rejects the whole file. Offsets are >= 0, or the placeholders -2 (earliest) and -1 "
+    "(latest), which are set by a reset to that end (so they resolve to a known watermark, as "
+    "'reset --to-earliest' does). With --execute: placeholders are reset first, else the group is joined "
+    f"as '{IMPORT_MEMBER_ID}'; either bumps the generation and so fences live writers; then every real "
+    "offset of the file is committed with that generation in one transaction. Partitions not in the file "
+    "keep their offsets."
 )
+_DELETE_HELP = (
+    "Delete the selected offsets (--all-topics deletes the group). Like 'reset' and 'import', and unlike "
+    "kafka-consumer-groups, it only shows what it would delete until --execute is given."
+)
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an unknown option is reported with this command's usage.
+
+    argparse hands a subcommand's unknown arguments back to the top-level parser, which
+    would print its own usage, not the one of the command the user got wrong.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -790,7 +974,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_common_options(parser, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
     _add_common_options(common, suppress=True)
-    sub = parser.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="groups_command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], help=summary, description=description)
@@ -801,10 +985,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p = command(
         "describe",
         "show a group's offsets and lag",
-        "Show each partition's committed offset, log end, lag, metadata and commit time (- where unknown). "
-        "An unknown group is an error.",
+        "Show each partition's committed offset, log end, lag, metadata and commit time (- where unknown; "
+        "'earliest' and 'latest' are the placeholders -2 and -1). An unknown group is an error.",
     )
-    p.add_argument("group", metavar="GROUP")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("group", metavar="GROUP", nargs="?", help="the group to describe")
+    which.add_argument("--all-groups", action="store_true", help="describe every group")
 
     p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)
     p.add_argument("group", metavar="GROUP")
@@ -815,34 +1001,32 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--shift-by",
         type=_int64,
         metavar="N",
-        help="move each offset by N (negative allowed), floored at 0 and capped at the log end where it is known",
+        help="move each offset by N (negative allowed), floored at 0 and capped at the log end where it is "
+        "known; a placeholder moves from its watermark, and stays as it is where none is known",
     )
     target.add_argument(
         "--to-earliest",
         dest="to_boundary",
         action="store_const",
         const=Boundary.EARLIEST,
-        help="the log start where a watermark is known, else the -2 (earliest) sentinel",
+        help="the log start where a watermark is known, else the -2 (earliest) placeholder",
     )
     target.add_argument(
         "--to-latest",
         dest="to_boundary",
         action="store_const",
         const=Boundary.LATEST,
-        help="the log end where a watermark is known, else the -1 (latest) sentinel",
+        help="the log end where a watermark is known, else the -1 (latest) placeholder",
     )
+    target.add_argument("--to-current", action="store_true", help=_TO_CURRENT_HELP)
     target.add_argument("--to-datetime", type=_parse_datetime, metavar="ISO8601", help=_TO_DATETIME_HELP)
     target.add_argument("--by-duration", type=_parse_duration, metavar="DURATION", help=_BY_DURATION_HELP)
     _add_execute(p)
 
-    p = command(
-        "delete",
-        "delete a group's offsets",
-        "Delete the selected offsets (--all-topics deletes the group). There is no dry run, as in "
-        "kafka-consumer-groups, but a selection is required.",
-    )
+    p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)
     p.add_argument("group", metavar="GROUP")
     _add_selection(p, required=True)
+    _add_execute(p)
 
     p = command("history", "show a group's commits, resets and deletes", _HISTORY_HELP)
     p.add_argument("group", metavar="GROUP")

@@ -189,22 +189,19 @@ def test_csv_reports_each_malformed_line_by_number() -> None:
     assert "plan.csv: line 6: invalid offset 'ten'" in message
 
 
-@pytest.mark.parametrize(("offset", "name"), [(-2, "earliest"), (-1, "latest")])
-def test_csv_rejects_sentinels(offset: int, name: str) -> None:
-    with pytest.raises(_OffsetsFileError) as info:
-        _parse_offsets_csv(["orders,0,5", f"orders,1,{offset}"], "plan.csv")
-    ((line, message),) = info.value.problems
-    assert line == 2
-    assert f"offset {offset} is the {name} sentinel" in message
-    assert "offsets >= 0" in message
-    assert f"--to-{name}" in message
+def test_csv_takes_placeholders_as_export_writes_them() -> None:
+    assert _parse_offsets_csv(["orders,0,5", "orders,1,-2", "orders,2,-1"]) == {
+        TopicPartition("orders", 0): 5,
+        TopicPartition("orders", 1): -2,
+        TopicPartition("orders", 2): -1,
+    }
 
 
 def test_csv_rejects_other_negative_offsets_and_duplicates() -> None:
     with pytest.raises(_OffsetsFileError) as info:
         _parse_offsets_csv(["orders,0,5", "orders,1,-7", "orders,0,6"])
     assert info.value.problems == [
-        (2, "invalid offset '-7': must be an integer >= 0"),
+        (2, "invalid offset '-7': must be an integer >= 0, or -2 (earliest) or -1 (latest)"),
         (3, "orders:0 already given on line 1"),
     ]
 
@@ -220,10 +217,10 @@ def test_import_of_a_bad_file_fails_before_calling_the_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = tmp_path / "plan.csv"
-    plan.write_text("orders,0,5\norders,1,-2\n")
+    plan.write_text("orders,0,5\norders,1,-3\n")
     assert cli.main(["import", str(plan), "--group", "g", "--execute", "--server", NOWHERE]) == 1
     err = capsys.readouterr().err
-    assert f"{plan}: line 2: offset -2 is the earliest sentinel" in err
+    assert f"{plan}: line 2: invalid offset '-3'" in err
     assert "Nothing was imported." in err
     assert "cannot reach" not in err
 
@@ -281,6 +278,37 @@ def test_reset_targets() -> None:
     args = parse("reset", "g", "--topic", "orders", "--to-datetime", "2024-01-31T10:00:00.000")
     assert args.to_datetime == datetime(2024, 1, 31, 10, tzinfo=UTC)
     assert parse("reset", "g", "--all-topics", "--by-duration", "PT1H").by_duration == timedelta(hours=1)
+    assert parse("reset", "g", "--all-topics", "--to-current").to_current is True
+
+
+def test_delete_is_a_dry_run_unless_execute() -> None:
+    assert parse("delete", "g", "--all-topics").execute is False
+    assert parse("delete", "g", "--all-topics", "--execute").execute is True
+
+
+def test_describe_takes_a_group_or_all_groups() -> None:
+    assert (parse("describe", "g").group, parse("describe", "g").all_groups) == ("g", False)
+    assert (parse("describe", "--all-groups").group, parse("describe", "--all-groups").all_groups) == (None, True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["describe", "g", "--bogus"], "describe"),
+        (["reset", "g", "--all-topics", "--to-current", "--reset-offsets"], "reset"),
+        (["delete", "g", "--all-topics", "--force"], "delete"),
+        (["list", "--state", "Stable", "extra"], "list"),
+    ],
+)
+def test_a_wrong_flag_prints_the_usage_of_its_command(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: offsetstore groups {command} ")
+    assert f"offsetstore groups {command}: error: unrecognized arguments: " in err
 
 
 @pytest.mark.parametrize(
@@ -294,6 +322,10 @@ def test_reset_targets() -> None:
         ["reset", "g", "--all-topics", "--to-offset", "1", "--dry-run", "--execute"],
         ["reset", "g", "--all-topics", "--by-duration", "soon"],
         ["delete", "g"],  # delete needs an explicit selection
+        ["delete", "g", "--all-topics", "--dry-run", "--execute"],
+        ["describe"],  # a group or --all-groups
+        ["describe", "g", "--all-groups"],
+        ["reset", "g", "--all-topics", "--to-current", "--shift-by", "1"],
         ["import", "plan.csv"],  # and import a group
         ["list", "--output", "yaml"],
         ["list", "--timeout", "0"],
