@@ -46,9 +46,9 @@ class ExactlyOnceWriter:
     key_columns : sequence of str, optional
         The upsert's key; required for, and only for, ``mode="upsert"``.
     columns : sequence of str, optional
-        The columns written, by name. Default: the rows' columns. ``topic``,
-        ``partition`` and ``offset`` come from the messages; name them here to store
-        them in the table too.
+        The columns written, by name. Default: every column of the rows plus
+        ``topic``, ``partition`` and ``offset``, which come from the messages (the
+        rows must not carry them).
     member_id : str, optional
         Recorded when the writer joins the group and as the actor of its commits.
         Default: ``"kafka:<host>:<pid>"``.
@@ -101,9 +101,8 @@ class ExactlyOnceWriter:
         self.group_id = group_id
         self.member_id = member_id or f"kafka:{socket.gethostname()}:{os.getpid()}"
         self.columns = tuple(columns) if columns is not None else None
-        # SinkTarget validates mode, key and columns; built once here so bad options fail now.
-        self._target_args = (table, mode, tuple(key_columns))
-        self._target = SinkTarget(table, mode, tuple(key_columns), self.columns) if self.columns else None
+        # Built here, so bad options fail now rather than at the first batch.
+        self.target = SinkTarget(table, mode, tuple(key_columns), self.columns)
         self._owns_engine = not isinstance(database_url, Engine)
         # One connection is all a consumer loop uses; a second serves reads beside an open write.
         self.engine = create_engine(database_url, pool_size=2) if self._owns_engine else database_url
@@ -168,12 +167,11 @@ class ExactlyOnceWriter:
         if self._generation is None:
             self.join()
         assert self._generation is not None
-        target = self._target_for(table)
         kwargs = {"group_id": self.group_id, "generation": self._generation, "actor": self.member_id}
         if conn is not None:
-            return write_batch(conn, target, table, metadata=metadata, **kwargs)
+            return write_batch(conn, self.target, table, metadata=metadata, **kwargs)
         with self.engine.begin() as own:
-            return write_batch(own, target, table, metadata=metadata, **kwargs)
+            return write_batch(own, self.target, table, metadata=metadata, **kwargs)
 
     def arrow_rows(
         self, messages: Sequence[confluent_kafka.Message], rows: Sequence[Mapping[str, Any]] | pa.Table
@@ -195,14 +193,6 @@ class ExactlyOnceWriter:
             pa.array([m.offset() for m in messages], pa.int64()),
         ]
         return pa.Table.from_arrays([*coordinates, *data.columns], names=[*COORDINATES, *data.column_names])
-
-    def _target_for(self, table: pa.Table) -> Any:
-        if self._target is not None:
-            return self._target
-        from offsetstore.server.batch_write import SinkTarget
-
-        name, mode, keys = self._target_args
-        return SinkTarget(name, mode, keys, tuple(c for c in table.column_names if c not in COORDINATES))
 
     def report_watermarks(self, watermarks: Iterable[Watermark]) -> None:
         """Stores watermarks (see :func:`consumer_watermarks`) in a transaction of their own."""
