@@ -277,6 +277,8 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         generation=value.generation,
         partitions=[partition_status_to_proto(p) for p in value.partitions],
         reset_count=value.reset_count,
+        member_id=value.member_id,
+        member_host=value.member_host,
     )
 
 
@@ -286,6 +288,8 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         generation=message.generation,
         partitions=[partition_status_from_proto(p) for p in message.partitions],
         reset_count=message.reset_count,
+        member_id=message.member_id,
+        member_host=message.member_host,
     )
 
 

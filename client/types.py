@@ -90,6 +90,8 @@ class OffsetChange:
 
 @dataclass(frozen=True)
 class Watermark:
+    """A partition's log watermarks as a client observed them; ``log_start_offset`` -1: not observed."""
+
     topic: str
     partition: int
     log_start_offset: int
@@ -121,7 +123,11 @@ class GroupDescription:
     group_id: str
     generation: int
     partitions: list[PartitionStatus] = field(default_factory=list)
+    #: Resets and deletes the group id has had (kept across deletes).
     reset_count: int = 0
+    #: The member id and peer address of the latest JoinGroup; empty when unknown.
+    member_id: str = ""
+    member_host: str = ""
 
 
 @dataclass(frozen=True)

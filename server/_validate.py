@@ -1,11 +1,17 @@
-"""Input checks of the contract's error table, run before anything touches the database."""
+"""Input checks of the contract's error table, run before anything touches the database.
+
+Each check reports into a :class:`Violations`, so one request's error names every bad
+field found (up to :data:`MAX_VIOLATIONS`), not just the first. Called without one, a
+check raises its own findings at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from offsetstore.client.errors import InvalidArgumentError
+from offsetstore.client.errors import FieldViolation, InvalidArgumentError
 from offsetstore.client.types import OffsetCommit, TopicPartition, Watermark
 
 MAX_GROUP_ID_BYTES = 255
@@ -14,6 +20,7 @@ MAX_METADATA_BYTES = 4096
 MAX_PARTITIONS = 10_000
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
+MAX_VIOLATIONS = 100
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -23,77 +30,127 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 Selection = tuple[str, tuple[int, ...]]
 
 
-def _bad(field: str, description: str) -> InvalidArgumentError:
-    return InvalidArgumentError.field(field, description)
+class Violations:
+    """The bad fields of one request, in the order found; at most :data:`MAX_VIOLATIONS` are kept."""
+
+    def __init__(self) -> None:
+        self.found: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        if len(self.found) < MAX_VIOLATIONS:
+            self.found.append(FieldViolation(field, description))
+
+    @property
+    def full(self) -> bool:
+        """No more will be kept: loops over request entries may stop."""
+        return len(self.found) >= MAX_VIOLATIONS
+
+    def raise_if_any(self) -> None:
+        if not self.found:
+            return
+        first = self.found[0]
+        more = f" (and {len(self.found) - 1} more)" if len(self.found) > 1 else ""
+        raise InvalidArgumentError(f"{first.field}: {first.description}{more}", violations=self.found)
 
 
-def _text(value: str, field: str, max_bytes: int) -> None:
+@contextlib.contextmanager
+def _collecting(violations: Violations | None) -> Iterator[Violations]:
+    """The caller's collection, or one of our own that raises when the check is done."""
+    own = Violations() if violations is None else violations
+    yield own
+    if violations is None:
+        own.raise_if_any()
+
+
+def _text(value: str, field: str, max_bytes: int, v: Violations) -> None:
     # PostgreSQL text cannot hold NUL; refuse it here rather than fail in the driver.
     if "\x00" in value:
-        raise _bad(field, "must not contain NUL characters")
+        v.add(field, "must not contain NUL characters")
+        return
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise _bad(field, "must be valid UTF-8") from None
+        v.add(field, "must be valid UTF-8")
+        return
     if size > max_bytes:
-        raise _bad(field, f"must be at most {max_bytes} bytes")
+        v.add(field, f"must be at most {max_bytes} bytes")
 
 
-def group_id(value: str, field: str = "group_id") -> None:
-    if not value:
-        raise _bad(field, "must not be empty")
-    _text(value, field, MAX_GROUP_ID_BYTES)
+def group_id(value: str, field: str = "group_id", *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        if not value:
+            v.add(field, "must not be empty")
+        else:
+            _text(value, field, MAX_GROUP_ID_BYTES, v)
 
 
-def member_id(value: str, field: str = "member_id") -> None:
-    _text(value, field, MAX_GROUP_ID_BYTES)
+def member_id(value: str, field: str = "member_id", *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        _text(value, field, MAX_GROUP_ID_BYTES, v)
 
 
-def prefix(value: str, field: str = "prefix") -> None:
+def prefix(value: str, field: str = "prefix", *, violations: Violations | None = None) -> None:
     """A group id prefix: any text a group id could start with."""
-    _text(value, field, MAX_GROUP_ID_BYTES)
+    with _collecting(violations) as v:
+        _text(value, field, MAX_GROUP_ID_BYTES, v)
 
 
-def topic(value: str, field: str) -> None:
-    if not value:
-        raise _bad(field, "must not be empty")
-    if len(value) > MAX_TOPIC_CHARS:
-        raise _bad(field, f"must be at most {MAX_TOPIC_CHARS} characters")
-    if not _TOPIC.fullmatch(value):
-        raise _bad(field, "may contain only ASCII letters, digits, '.', '_' and '-'")
+def topic(value: str, field: str, *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        if not value:
+            v.add(field, "must not be empty")
+        elif len(value) > MAX_TOPIC_CHARS:
+            v.add(field, f"must be at most {MAX_TOPIC_CHARS} characters")
+        elif not _TOPIC.fullmatch(value):
+            v.add(field, "may contain only ASCII letters, digits, '.', '_' and '-'")
 
 
-def partition(value: int, field: str) -> None:
-    if not 0 <= value <= INT32_MAX:
-        raise _bad(field, "must be >= 0")
+def partition(value: int, field: str, *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        if not 0 <= value <= INT32_MAX:
+            v.add(field, "must be >= 0")
 
 
-def _count(n: int, field: str) -> None:
+def generation(value: int, field: str = "generation", *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        if not 0 <= value <= INT64_MAX:
+            v.add(field, "must be >= 0")
+
+
+def _too_many(n: int, field: str, v: Violations) -> bool:
     if n > MAX_PARTITIONS:
-        raise _bad(field, f"at most {MAX_PARTITIONS} partitions in one request")
+        v.add(field, f"at most {MAX_PARTITIONS} partitions in one request")
+        return True
+    return False
 
 
-def commits(values: Sequence[OffsetCommit], field: str = "offsets") -> None:
-    _count(len(values), field)
-    seen: set[tuple[str, int]] = set()
-    for i, c in enumerate(values):
-        at = f"{field}[{i}]"
-        topic(c.topic, f"{at}.topic")
-        partition(c.partition, f"{at}.partition")
-        if not 0 <= c.offset <= INT64_MAX:
-            raise _bad(f"{at}.offset", "must be >= 0")
-        _text(c.metadata, f"{at}.metadata", MAX_METADATA_BYTES)
-        if c.expected_offset is not None and not -1 <= c.expected_offset <= INT64_MAX:
-            raise _bad(f"{at}.expected_offset", "must be >= 0, or -1 for 'no offset stored yet'")
-        key = (c.topic, c.partition)
-        if key in seen:
-            raise _bad(f"{at}.partition", f"partition {c.topic}:{c.partition} appears twice")
-        seen.add(key)
+def commits(values: Sequence[OffsetCommit], field: str = "offsets", *, violations: Violations | None = None) -> None:
+    with _collecting(violations) as v:
+        if _too_many(len(values), field, v):
+            return
+        seen: set[tuple[str, int]] = set()
+        for i, c in enumerate(values):
+            if v.full:
+                return
+            at = f"{field}[{i}]"
+            topic(c.topic, f"{at}.topic", violations=v)
+            partition(c.partition, f"{at}.partition", violations=v)
+            if not 0 <= c.offset <= INT64_MAX:
+                v.add(f"{at}.offset", "must be >= 0")
+            _text(c.metadata, f"{at}.metadata", MAX_METADATA_BYTES, v)
+            if c.expected_offset is not None and not -1 <= c.expected_offset <= INT64_MAX:
+                v.add(f"{at}.expected_offset", "must be >= 0, or -1 for 'no offset stored yet'")
+            key = (c.topic, c.partition)
+            if key in seen:
+                v.add(f"{at}.partition", f"partition {c.topic}:{c.partition} appears twice")
+            seen.add(key)
 
 
 def selections(
     values: Mapping[str, Iterable[int]] | Iterable[tuple[str, Iterable[int]]] | None,
     field: str = "topics",
+    *,
+    violations: Violations | None = None,
 ) -> list[Selection]:
     """Checks topic selections and returns them as a list of (topic, partitions)."""
     if values is None:
@@ -103,44 +160,54 @@ def selections(
     whole: set[str] = set()
     seen: set[tuple[str, int]] = set()
     total = 0
-    for i, (name, parts) in enumerate(pairs):
-        at = f"{field}[{i}]"
-        topic(name, f"{at}.topic")
-        parts = tuple(parts)
-        total += max(len(parts), 1)
-        _count(total, field)
-        if not parts:
-            if name in whole or any(t == name for t, _ in seen):
-                raise _bad(f"{at}.topic", f"topic {name} is selected twice")
-            whole.add(name)
-        for j, p in enumerate(parts):
-            partition(p, f"{at}.partitions[{j}]")
-            if (name, p) in seen or name in whole:
-                raise _bad(f"{at}.partitions[{j}]", f"partition {name}:{p} is selected twice")
-            seen.add((name, p))
-        out.append((name, parts))
+    with _collecting(violations) as v:
+        for i, (name, parts) in enumerate(pairs):
+            if v.full:
+                break
+            at = f"{field}[{i}]"
+            topic(name, f"{at}.topic", violations=v)
+            parts = tuple(parts)
+            total += max(len(parts), 1)
+            if _too_many(total, field, v):
+                break
+            if not parts:
+                if name in whole or any(t == name for t, _ in seen):
+                    v.add(f"{at}.topic", f"topic {name} is selected twice")
+                whole.add(name)
+            for j, p in enumerate(parts):
+                partition(p, f"{at}.partitions[{j}]", violations=v)
+                if (name, p) in seen or name in whole:
+                    v.add(f"{at}.partitions[{j}]", f"partition {name}:{p} is selected twice")
+                seen.add((name, p))
+            out.append((name, parts))
     return out
 
 
-def watermarks(values: Sequence[Watermark], field: str = "watermarks") -> None:
-    _count(len(values), field)
-    seen: set[tuple[str, int]] = set()
-    for i, w in enumerate(values):
-        at = f"{field}[{i}]"
-        topic(w.topic, f"{at}.topic")
-        partition(w.partition, f"{at}.partition")
-        if not 0 <= w.log_start_offset <= INT64_MAX:
-            raise _bad(f"{at}.log_start_offset", "must be >= 0")
-        if not w.log_start_offset <= w.log_end_offset <= INT64_MAX:
-            raise _bad(f"{at}.log_end_offset", "must be >= log_start_offset")
-        key = TopicPartition(w.topic, w.partition)
-        if key in seen:
-            raise _bad(f"{at}.partition", f"partition {w.topic}:{w.partition} appears twice")
-        seen.add(key)
+def watermarks(values: Sequence[Watermark], field: str = "watermarks", *, violations: Violations | None = None) -> None:
+    """A log start of -1 means "not observed"; every other value must be a real offset."""
+    with _collecting(violations) as v:
+        if _too_many(len(values), field, v):
+            return
+        seen: set[tuple[str, int]] = set()
+        for i, w in enumerate(values):
+            if v.full:
+                return
+            at = f"{field}[{i}]"
+            topic(w.topic, f"{at}.topic", violations=v)
+            partition(w.partition, f"{at}.partition", violations=v)
+            if not -1 <= w.log_start_offset <= INT64_MAX:
+                v.add(f"{at}.log_start_offset", "must be >= 0, or -1 for 'not observed'")
+            elif not max(w.log_start_offset, 0) <= w.log_end_offset <= INT64_MAX:
+                v.add(f"{at}.log_end_offset", "must be >= 0 and >= log_start_offset")
+            key = TopicPartition(w.topic, w.partition)
+            if key in seen:
+                v.add(f"{at}.partition", f"partition {w.topic}:{w.partition} appears twice")
+            seen.add(key)
 
 
-def page_size(value: int, field: str = "page_size") -> int:
+def page_size(value: int, field: str = "page_size", *, violations: Violations | None = None) -> int:
     """The page size to use: 0 means the default, larger than the maximum is cut to it."""
-    if value < 0:
-        raise _bad(field, "must be >= 0")
-    return min(value or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    with _collecting(violations) as v:
+        if value < 0:
+            v.add(field, "must be >= 0")
+    return min(max(value, 0) or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)

@@ -340,8 +340,9 @@ def _build_group_query():
     # all groups, left-joined so that it comes back even when the page is empty. No ORDER
     # BY and no window: sorting every partition of a thousand groups would cost more than
     # the scrape itself, and Prometheus does not care about the order.
-    page = select(groups.c.group_id).order_by(groups.c.group_id).limit(bindparam("limit")).cte("page")
-    total = select(func.count().label("groups")).select_from(groups).cte("total")
+    live = groups.c.deleted_at.is_(None)  # a deleted group's tombstone is no group
+    page = select(groups.c.group_id).where(live).order_by(groups.c.group_id).limit(bindparam("limit")).cte("page")
+    total = select(func.count().label("groups")).select_from(groups).where(live).cte("total")
     _, lag = storage.lag_columns()
     partitions = (
         select(

@@ -30,16 +30,23 @@ metadata = MetaData(
     },
 )
 
-# One row per group. Its generation fences writers; every write to a group's
-# offsets locks this row first, so generation checks are never read-then-write.
+# One row per group id ever seen. Its generation fences writers; every write to a
+# group's offsets locks this row first, so generation checks are never read-then-write.
+# The row outlives the group's offsets: deleting a group leaves it as a tombstone
+# (deleted_at set), so a group id's generation strictly increases forever.
 groups = Table(
     "groups",
     metadata,
     Column("group_id", Text, primary_key=True),
     Column("generation", BigInteger, nullable=False, server_default="0"),
-    # Resets so far: lets a Spark query derive a fresh checkpoint after a reset.
+    # Resets and deletes so far: lets a Spark query derive a fresh checkpoint after either.
     Column("reset_count", BigInteger, nullable=False, server_default="0"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Set while the group is deleted: it has no offsets and is listed nowhere.
+    Column("deleted_at", DateTime(timezone=True), nullable=True),
+    # The member id and peer address of the latest JoinGroup.
+    Column("member_id", Text, nullable=False, server_default=""),
+    Column("member_host", Text, nullable=False, server_default=""),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
 )
 
@@ -53,7 +60,8 @@ offsets = Table(
     Column("partition", Integer, primary_key=True),
     Column("offset", BigInteger, nullable=False),
     Column("metadata", Text, nullable=False, server_default=""),
-    Column("commit_time", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # When the commit's statement ran, which for a long transaction is near its COMMIT.
+    Column("commit_time", DateTime(timezone=True), nullable=False, server_default=func.statement_timestamp()),
     CheckConstraint('"offset" >= -2', name="offset_valid"),
     CheckConstraint("partition >= 0", name="partition_non_negative"),
 )
@@ -70,7 +78,7 @@ offset_history = Table(
     Column("new_offset", BigInteger, nullable=True),
     Column("kind", SmallInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
-    Column("change_time", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("change_time", DateTime(timezone=True), nullable=False, server_default=func.statement_timestamp()),
     Column("actor", Text, nullable=False, server_default=""),
     Index(None, "group_id", "id"),
     Index(None, "group_id", "topic", "partition", "id"),
@@ -82,7 +90,8 @@ watermarks = Table(
     metadata,
     Column("topic", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
-    Column("log_start_offset", BigInteger, nullable=False),
+    # NULL: nobody observed it (a Spark batch sees log ends only; a Kafka client sees both).
+    Column("log_start_offset", BigInteger, nullable=True),
     Column("log_end_offset", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

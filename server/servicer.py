@@ -144,7 +144,8 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
 
     @_rpc
     def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.ServicerContext) -> pb.JoinGroupResponse:
-        return pb.JoinGroupResponse(generation=self.store.join_group(request.group_id, request.member_id))
+        generation = self.store.join_group(request.group_id, request.member_id, context.peer())
+        return pb.JoinGroupResponse(generation=generation)
 
     @_rpc
     def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:

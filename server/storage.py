@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import (
@@ -22,6 +23,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
+    Row,
     Text,
     and_,
     any_,
@@ -90,7 +92,7 @@ SelectionArg = Mapping[str, Iterable[int]] | Iterable[tuple[str, Iterable[int]]]
 # --- statements built once; SQLAlchemy caches their compiled form ---------------
 
 _GROUP_FOR_WRITE = (
-    select(groups.c.generation)
+    select(groups.c.generation, groups.c.deleted_at)
     .where(groups.c.group_id == bindparam("group_id"))
     # NO KEY UPDATE: conflicts with every other writer of the group, not with readers.
     .with_for_update(key_share=True)
@@ -128,7 +130,11 @@ def _build_commit_statement():
     up = (
         ins.on_conflict_do_update(
             index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
-            set_={"offset": ins.excluded.offset, "metadata": ins.excluded.metadata, "commit_time": func.now()},
+            set_={
+                "offset": ins.excluded.offset,
+                "metadata": ins.excluded.metadata,
+                "commit_time": func.statement_timestamp(),
+            },
         )
         .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset, offsets.c.metadata, offsets.c.commit_time)
         .cte("up")
@@ -185,31 +191,19 @@ def _selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
     return or_(*clauses)
 
 
-def _last_generation(group_id: str):
-    """The generation of the group's newest history entry, 0 if none.
+def _lock_group(conn: Connection, group_id: str, *, create: bool) -> Row | None:
+    """Locks the group's row for writing and returns its (generation, deleted_at); None: never seen.
 
-    A group deleted and created again continues from there, so a writer that still
-    holds a generation of the deleted group can never match the new one.
+    ``create`` is for writes that give the group offsets: they create the row, or bring a
+    deleted group's tombstone back to life with the generation it had.
     """
-    newest = (
-        select(offset_history.c.generation)
-        .where(offset_history.c.group_id == group_id)
-        .order_by(offset_history.c.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    return func.coalesce(newest, 0)
-
-
-def _lock_group(conn: Connection, group_id: str, *, create: bool) -> int | None:
-    """Locks the group's row for writing and returns its generation (None: no such group)."""
-    generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one_or_none()
-    if generation is None and create:
-        conn.execute(
-            pg_insert(groups).values(group_id=group_id, generation=_last_generation(group_id)).on_conflict_do_nothing()
-        )
-        generation = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).scalar_one()
-    return generation
+    row = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).one_or_none()
+    if row is None and create:
+        conn.execute(pg_insert(groups).values(group_id=group_id).on_conflict_do_nothing())
+        row = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).one()
+    if row is not None and create and row.deleted_at is not None:
+        conn.execute(update(groups).where(groups.c.group_id == group_id).values(deleted_at=None))
+    return row
 
 
 def _none(offset: int | None) -> int:
@@ -233,17 +227,17 @@ def commit_offsets(
     (:class:`StaleGenerationError`). A commit with ``expected_offset`` is a
     compare-and-set (:class:`OffsetMismatchError`; -1 means "none stored yet").
     """
-    check.group_id(group_id)
-    check.commits(commits)
-    if generation < 0:
-        raise InvalidArgumentError.field("generation", "must be >= 0")
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    check.commits(commits, violations=v)
+    check.generation(generation, violations=v)
+    v.raise_if_any()
     if not commits:
-        current = group_generation(conn, group_id)
-        _check_generation(group_id, generation, current)
+        _check_generation(group_id, generation, group_generation(conn, group_id))
         return []
-    current = _lock_group(conn, group_id, create=True)
-    assert current is not None
-    _check_generation(group_id, generation, current)
+    group = _lock_group(conn, group_id, create=True)
+    assert group is not None
+    _check_generation(group_id, generation, group.generation)
     if any(c.expected_offset is not None for c in commits):
         _compare(conn, group_id, commits)
     rows = conn.execute(
@@ -254,7 +248,7 @@ def commit_offsets(
             "partitions": [c.partition for c in commits],
             "offsets": [c.offset for c in commits],
             "metadatas": [c.metadata for c in commits],
-            "generation": current,
+            "generation": group.generation,
             "actor": actor,
         },
     )
@@ -273,12 +267,13 @@ def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dic
     until the caller's transaction ends, no other writer, reset or delete can
     change the group's offsets or generation.
     """
-    check.group_id(group_id)
-    if generation < 0:
-        raise InvalidArgumentError.field("generation", "must be >= 0")
-    current = _lock_group(conn, group_id, create=True)
-    assert current is not None
-    _check_generation(group_id, generation, current)
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    check.generation(generation, violations=v)
+    v.raise_if_any()
+    group = _lock_group(conn, group_id, create=True)
+    assert group is not None
+    _check_generation(group_id, generation, group.generation)
     rows = conn.execute(
         select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(offsets.c.group_id == group_id)
     )
@@ -286,7 +281,7 @@ def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dic
 
 
 def reset_count(conn: Connection, group_id: str) -> int:
-    """How many resets the group has had; 0 for an unknown group."""
+    """How many resets and deletes the group id has had, kept across deletes; 0 for an unknown id."""
     value = conn.execute(select(groups.c.reset_count).where(groups.c.group_id == group_id)).scalar_one_or_none()
     return value or 0
 
@@ -328,25 +323,43 @@ def _compare(conn: Connection, group_id: str, commits: Sequence[OffsetCommit]) -
 
 
 def group_generation(conn: Connection, group_id: str) -> int:
-    """The group's current generation; 0 for an unknown group."""
+    """The group id's current generation, kept across deletes; 0 for an id never seen."""
     value = conn.execute(select(groups.c.generation).where(groups.c.group_id == group_id)).scalar_one_or_none()
     return value or 0
 
 
 def fetch_offsets(conn: Connection, group_id: str, topics: SelectionArg = None) -> FetchResult:
-    """Committed offsets; a named partition without one comes back with offset -1."""
-    check.group_id(group_id)
-    sels = check.selections(topics)
+    """Committed offsets; a named partition without one comes back with offset -1.
+
+    One statement, so the offsets and the generation come from one snapshot.
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    v.raise_if_any()
+    live = select(groups.c.generation).where(groups.c.group_id == group_id, groups.c.deleted_at.is_(None))
+    generation = select(func.coalesce(live.scalar_subquery(), 0).label("generation")).subquery("g")
     rows = conn.execute(
-        select(offsets.c.topic, offsets.c.partition, offsets.c.offset, offsets.c.metadata, offsets.c.commit_time)
-        .where(offsets.c.group_id == group_id, _selected(offsets, sels))
+        select(
+            generation.c.generation,
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            offsets.c.metadata,
+            offsets.c.commit_time,
+        )
+        .select_from(generation.outerjoin(offsets, and_(offsets.c.group_id == group_id, _selected(offsets, sels))))
         .order_by(offsets.c.topic, offsets.c.partition)
-    )
-    found = {TopicPartition(r.topic, r.partition): CommittedOffset(*r) for r in rows}
+    ).all()
+    found = {
+        TopicPartition(r.topic, r.partition): CommittedOffset(r.topic, r.partition, r.offset, r.metadata, r.commit_time)
+        for r in rows
+        if r.topic is not None
+    }
     for t, parts in sels:
         for p in parts:
             found.setdefault(TopicPartition(t, p), CommittedOffset(t, p, NO_OFFSET))
-    return FetchResult(offsets=dict(sorted(found.items())), generation=group_generation(conn, group_id))
+    return FetchResult(offsets=dict(sorted(found.items())), generation=rows[0].generation)
 
 
 def lag_columns():
@@ -374,29 +387,46 @@ def _with_watermarks():
 
 
 def describe_group(conn: Connection, group_id: str) -> GroupDescription:
-    """The group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown."""
+    """The group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown or deleted.
+
+    One statement, so the partitions and the generation come from one snapshot. A
+    deleted group's error carries the generation and reset count its id keeps.
+    """
     check.group_id(group_id)
-    group = conn.execute(
-        select(groups.c.generation, groups.c.reset_count).where(groups.c.group_id == group_id)
-    ).one_or_none()
-    if group is None:
-        raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata={"group_id": group_id})
+    group = (
+        select(groups.c.generation, groups.c.reset_count, groups.c.deleted_at, groups.c.member_id, groups.c.member_host)
+        .where(groups.c.group_id == group_id)
+        .subquery("g")
+    )
     log_end, lag = lag_columns()
     rows = conn.execute(
         select(
+            group,
             offsets.c.topic,
             offsets.c.partition,
             offsets.c.offset,
             offsets.c.metadata,
             offsets.c.commit_time,
-            log_end,
-            lag,
+            log_end.label("log_end_offset"),
+            lag.label("lag"),
         )
-        .select_from(_with_watermarks())
-        .where(offsets.c.group_id == group_id)
+        .select_from(group.outerjoin(_with_watermarks(), offsets.c.group_id == group_id))
         .order_by(offsets.c.topic, offsets.c.partition)
+    ).all()
+    if not rows or rows[0].deleted_at is not None:
+        metadata = {"group_id": group_id}
+        if rows:
+            metadata.update(generation=str(rows[0].generation), reset_count=str(rows[0].reset_count), deleted="true")
+        raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
+    first = rows[0]
+    partitions = [
+        PartitionStatus(r.topic, r.partition, r.offset, r.metadata, r.commit_time, r.log_end_offset, r.lag)
+        for r in rows
+        if r.topic is not None
+    ]
+    return GroupDescription(
+        group_id, first.generation, partitions, first.reset_count, first.member_id, first.member_host
     )
-    return GroupDescription(group_id, group.generation, [PartitionStatus(*r) for r in rows], group.reset_count)
 
 
 def _encode_token(value: object) -> str:
@@ -423,9 +453,10 @@ def _decode_token(token: str, kind: type) -> object:
 
 def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
     """Groups ordered by id, one page at a time."""
-    if prefix:
-        check.prefix(prefix)
-    size = check.page_size(page_size)
+    v = check.Violations()
+    check.prefix(prefix, violations=v)
+    size = check.page_size(page_size, violations=v)
+    v.raise_if_any()
     _, lag = lag_columns()
     per_group = (
         select(
@@ -451,6 +482,7 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
             per_group.c.total_lag,
         )
         .select_from(groups.join(per_group, true()))
+        .where(groups.c.deleted_at.is_(None))
         .order_by(groups.c.group_id)
         .limit(size + 1)
     )
@@ -478,9 +510,11 @@ def list_offset_history(
     page_token: str = "",
 ) -> Page[OffsetChange]:
     """The group's commits, resets and deletes, newest first; ``since`` inclusive, ``until`` exclusive."""
-    check.group_id(group_id)
-    sels = check.selections(topics)
-    size = check.page_size(page_size)
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    size = check.page_size(page_size, violations=v)
+    v.raise_if_any()
     h = offset_history
     query = (
         select(
@@ -525,19 +559,35 @@ def list_offset_history(
 # --- group membership and watermarks ---------------------------------------------
 
 
-def join_group(conn: Connection, group_id: str, member_id: str = "") -> int:
-    """Increments and returns the group's generation, creating the group at generation 1."""
-    check.group_id(group_id)
-    check.member_id(member_id)
-    stmt = pg_insert(groups).values(group_id=group_id, generation=_last_generation(group_id) + 1)
+def join_group(conn: Connection, group_id: str, member_id: str = "", member_host: str = "") -> int:
+    """Increments and returns the group's generation, creating the group at generation 1.
+
+    A deleted group comes back with a generation above every one its id had.
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    check.member_id(member_id, violations=v)
+    check.member_id(member_host, "member_host", violations=v)
+    v.raise_if_any()
+    stmt = pg_insert(groups).values(group_id=group_id, generation=1, member_id=member_id, member_host=member_host)
     stmt = stmt.on_conflict_do_update(
-        index_elements=[groups.c.group_id], set_={"generation": groups.c.generation + 1}
+        index_elements=[groups.c.group_id],
+        set_={
+            "generation": groups.c.generation + 1,
+            "deleted_at": None,
+            "member_id": stmt.excluded.member_id,
+            "member_host": stmt.excluded.member_host,
+        },
     ).returning(groups.c.generation)
     return conn.execute(stmt).scalar_one()
 
 
 def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
-    """Stores the latest reported log start and end of each partition."""
+    """Stores the latest reported log start and end of each partition.
+
+    A log start of -1 was not observed (a Spark batch sees only log ends): the one
+    stored stays, and none is invented where none is stored.
+    """
     check.watermarks(values)
     if not values:
         return
@@ -545,9 +595,13 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     stmt = stmt.on_conflict_do_update(
         index_elements=[watermarks.c.topic, watermarks.c.partition],
         set_={
-            "log_start_offset": stmt.excluded.log_start_offset,
+            # A kept log start never lies past the newest log end.
+            "log_start_offset": func.least(
+                func.coalesce(stmt.excluded.log_start_offset, watermarks.c.log_start_offset),
+                stmt.excluded.log_end_offset,
+            ),
             "log_end_offset": stmt.excluded.log_end_offset,
-            "updated_at": func.now(),
+            "updated_at": func.statement_timestamp(),
         },
     )
     # Sorted so that concurrent reporters lock rows in one order and cannot deadlock.
@@ -557,7 +611,7 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
             {
                 "topic": w.topic,
                 "partition": w.partition,
-                "log_start_offset": w.log_start_offset,
+                "log_start_offset": None if w.log_start_offset == NO_OFFSET else w.log_start_offset,
                 "log_end_offset": w.log_end_offset,
             }
             for w in sorted(values, key=lambda w: (w.topic, w.partition))
@@ -565,8 +619,8 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     )
 
 
-def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-    """The reported (log start, log end) of each of ``keys`` that has any."""
+def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int]]:
+    """The reported (log start or None where not observed, log end) of each of ``keys`` that has any."""
     keys = list(keys)
     if not keys:
         return {}
@@ -581,11 +635,12 @@ def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[To
 # --- operator actions: reset and delete --------------------------------------------
 
 
-def _selection_required(sels: list[check.Selection], all_topics: bool) -> None:
+def _selection_required(sels: list[check.Selection], all_topics: bool, v: check.Violations) -> None:
     if sels and all_topics:
-        raise InvalidArgumentError.field("all_topics", "give either topics or all_topics, not both")
-    if not sels and not all_topics:
-        raise InvalidArgumentError.field("topics", "name topics or set all_topics")
+        v.add("all_topics", "give either topics or all_topics, not both")
+    # A selection that was given but is bad has been named already.
+    if not sels and not all_topics and not any(f.field.startswith("topics") for f in v.found):
+        v.add("topics", "name topics or set all_topics")
 
 
 def _offsets_at(
@@ -619,20 +674,20 @@ def reset_offsets(
 
     Returns every selected partition with its previous and new offset (-1: none).
     """
-    check.group_id(group_id)
-    sels = check.selections(topics)
-    _selection_required(sels, all_topics)
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    _selection_required(sels, all_topics, v)
     targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
     if len(targets) != 1:
-        raise InvalidArgumentError.field(
-            "target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time"
-        )
+        v.add("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time")
     if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
-        raise InvalidArgumentError.field("to_offset", "must be >= 0")
+        v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
-        raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+        v.add("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+    v.raise_if_any()
 
-    current_generation = _lock_group(conn, group_id, create=False)
+    group = _lock_group(conn, group_id, create=False)
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -651,7 +706,7 @@ def reset_offsets(
         selected.update(tp for tp, off in past.items() if off is not None)
     marks = read_watermarks(conn, selected) if to_commit_time is None else {}
 
-    new: dict[TopicPartition, int | None] = {}
+    new: dict[TopicPartition, int] = {}
     for tp in sorted(selected):
         old = stored.get(tp)
         start, end = marks.get(tp, (None, None))
@@ -669,32 +724,39 @@ def reset_offsets(
             moved = min(max(0, base + shift_by), check.INT64_MAX)
             new[tp] = min(moved, end) if end is not None else moved
         else:
-            new[tp] = past.get(tp)
+            # A reset never deletes: no offset at that instant means "from the start".
+            at = past.get(tp)
+            new[tp] = EARLIEST if at is None else at
 
-    generation = current_generation or 0
-    # A reset of an existing group always fences its writers; an unknown group is
-    # created only when the reset gives it an offset.
-    bumps = current_generation is not None or any(v is not None for v in new.values())
+    generation = group.generation if group is not None else 0
+    # A reset of a live group always fences its writers; an unknown or deleted group
+    # is (re)created only when the reset gives it an offset.
+    live = group is not None and group.deleted_at is None
+    bumps = live or bool(new)
     after = generation + 1 if bumps else generation
     changes = [
-        OffsetChange(tp.topic, tp.partition, _none(stored.get(tp)), _none(off), ChangeKind.RESET, after, None, actor)
+        OffsetChange(tp.topic, tp.partition, _none(stored.get(tp)), off, ChangeKind.RESET, after, None, actor)
         for tp, off in new.items()
     ]
     if dry_run:
         return ResetResult(changes, generation, True)
     if bumps:
-        generation = _bump_generation(conn, group_id, reset=True)
-    _apply_reset(conn, group_id, new, stored, generation, actor)
-    return ResetResult(_stamped(conn, changes), generation, False)
+        generation = _bump_generation(conn, group_id)
+    when = _apply_reset(conn, group_id, new, stored, generation, actor)
+    return ResetResult([replace(c, change_time=when) for c in changes], generation, False)
 
 
-def _bump_generation(conn: Connection, group_id: str, *, reset: bool) -> int:
-    stmt = pg_insert(groups).values(
-        group_id=group_id, generation=_last_generation(group_id) + 1, reset_count=int(reset)
-    )
+def _bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) -> int:
+    """Moves the generation on and counts a reset; ``deleted`` leaves the group as a tombstone."""
+    deleted_at = func.statement_timestamp() if deleted else None
+    stmt = pg_insert(groups).values(group_id=group_id, generation=1, reset_count=1, deleted_at=deleted_at)
     stmt = stmt.on_conflict_do_update(
         index_elements=[groups.c.group_id],
-        set_={"generation": groups.c.generation + 1, "reset_count": groups.c.reset_count + int(reset)},
+        set_={
+            "generation": groups.c.generation + 1,
+            "reset_count": groups.c.reset_count + 1,
+            "deleted_at": deleted_at,
+        },
     ).returning(groups.c.generation)
     return conn.execute(stmt).scalar_one()
 
@@ -702,36 +764,48 @@ def _bump_generation(conn: Connection, group_id: str, *, reset: bool) -> int:
 def _apply_reset(
     conn: Connection,
     group_id: str,
-    new: dict[TopicPartition, int | None],
+    new: dict[TopicPartition, int],
     stored: dict[TopicPartition, int],
     generation: int,
     actor: str,
-) -> None:
-    upserts = [(tp, off) for tp, off in new.items() if off is not None]
-    removals = [tp for tp, off in new.items() if off is None and tp in stored]
-    if upserts:
+) -> datetime:
+    """Writes the reset's offsets and history; returns the time it records."""
+    when = _now(conn)
+    if new:
         stmt = pg_insert(offsets)
         stmt = stmt.on_conflict_do_update(
             index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
-            set_={"offset": stmt.excluded.offset, "metadata": "", "commit_time": func.now()},
+            set_={"offset": stmt.excluded.offset, "metadata": "", "commit_time": stmt.excluded.commit_time},
         )
         conn.execute(
             stmt,
             [
-                {"group_id": group_id, "topic": tp.topic, "partition": tp.partition, "offset": off, "metadata": ""}
-                for tp, off in upserts
+                {
+                    "group_id": group_id,
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": off,
+                    "metadata": "",
+                    "commit_time": when,
+                }
+                for tp, off in new.items()
             ],
         )
-    if removals:
-        conn.execute(delete(offsets).where(offsets.c.group_id == group_id, _among(offsets, removals)))
     _record(
         conn,
         group_id,
-        [(tp, stored.get(tp), off) for tp, off in new.items() if stored.get(tp) is not None or off is not None],
+        [(tp, stored.get(tp), off) for tp, off in new.items()],
         ChangeKind.RESET,
         generation,
         actor,
+        when,
     )
+    return when
+
+
+def _now(conn: Connection) -> datetime:
+    # The wall clock now, not the transaction's start: the change becomes visible at COMMIT.
+    return conn.execute(select(func.clock_timestamp())).scalar_one()
 
 
 def _record(
@@ -741,6 +815,7 @@ def _record(
     kind: ChangeKind,
     generation: int,
     actor: str,
+    when: datetime,
 ) -> None:
     if not changes:
         return
@@ -755,19 +830,12 @@ def _record(
                 "new_offset": after,
                 "kind": int(kind),
                 "generation": generation,
+                "change_time": when,
                 "actor": actor,
             }
             for tp, before, after in changes
         ],
     )
-
-
-def _stamped(conn: Connection, changes: list[OffsetChange]) -> list[OffsetChange]:
-    now = conn.execute(select(func.now())).scalar_one()
-    return [
-        OffsetChange(c.topic, c.partition, c.previous_offset, c.new_offset, c.kind, c.generation, now, c.actor)
-        for c in changes
-    ]
 
 
 def delete_offsets(
@@ -778,11 +846,13 @@ def delete_offsets(
     Like a reset, a delete fences live writers (the generation moves on) so that they
     cannot silently recreate what an operator removed.
     """
-    check.group_id(group_id)
-    sels = check.selections(topics)
-    _selection_required(sels, all_topics)
-    generation = _lock_group(conn, group_id, create=False)
-    if generation is None:
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    _selection_required(sels, all_topics, v)
+    v.raise_if_any()
+    group = _lock_group(conn, group_id, create=False)
+    if group is None or group.deleted_at is not None:
         return []
     rows = conn.execute(
         delete(offsets)
@@ -790,13 +860,12 @@ def delete_offsets(
         .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
     ).all()
     deleted = sorted(TopicPartition(r.topic, r.partition) for r in rows)
-    # Like a reset, the delete moves the generation on; for a deleted group the history
-    # keeps that generation, and a re-created group continues above it.
-    generation += 1
-    if all_topics:
-        conn.execute(delete(groups).where(groups.c.group_id == group_id))
-    elif rows:
-        conn.execute(update(groups).where(groups.c.group_id == group_id).values(generation=generation))
+    # Like a reset, the delete moves the generation on (and the reset count, so a Spark
+    # query restarts on a fresh checkpoint). Deleting the group keeps its row as a
+    # tombstone: the generation of a group id never repeats.
+    if not (all_topics or rows):
+        return []
+    generation = _bump_generation(conn, group_id, deleted=all_topics)
     _record(
         conn,
         group_id,
@@ -807,5 +876,6 @@ def delete_offsets(
         ChangeKind.DELETE,
         generation,
         actor,
+        _now(conn),
     )
     return deleted

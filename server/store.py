@@ -204,8 +204,8 @@ class Store:
     ) -> list[TopicPartition]:
         return self.run(storage.delete_offsets, group_id, topics, all_topics=all_topics, actor=actor)
 
-    def join_group(self, group_id: str, member_id: str = "") -> int:
-        return self.run(storage.join_group, group_id, member_id)
+    def join_group(self, group_id: str, member_id: str = "", member_host: str = "") -> int:
+        return self.run(storage.join_group, group_id, member_id, member_host)
 
     def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)

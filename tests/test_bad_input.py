@@ -443,7 +443,7 @@ CASES = [
     ),
     pytest.param(
         "ReportWatermarks",
-        lambda g, t: pb.ReportWatermarksRequest(watermarks=[wm(t), wm(t, 1, -1, 9)]),
+        lambda g, t: pb.ReportWatermarksRequest(watermarks=[wm(t), wm(t, 1, -2, 9)]),
         "watermarks[1].log_start_offset",
         id="watermarks-negative-start",
     ),

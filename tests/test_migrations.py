@@ -164,3 +164,24 @@ def test_concurrent_upgrades_from_processes(scratch_database_url: str) -> None:
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
     assert migrate.current(scratch_database_url) == head_revision()
     assert model_differences(scratch_database_url) == []
+
+
+def test_groups_deleted_before_tombstones_keep_their_generation(scratch_database_url: str) -> None:
+    # Revision 0001 deleted a group's row and kept its generation only in the history.
+    migrate.upgrade(scratch_database_url, "0001")
+    engine = sa.create_engine(scratch_database_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO offsetstore.offset_history (group_id, topic, partition, previous_offset, new_offset,"
+                " kind, generation) VALUES ('gone', 't', 0, NULL, 5, 1, 3), ('gone', 't', 0, 5, NULL, 3, 7)"
+            )
+        migrate.upgrade(scratch_database_url)
+        from offsetstore.server import storage
+
+        with engine.begin() as conn:
+            assert storage.join_group(conn, "gone") == 8
+        migrate.downgrade(scratch_database_url, "0001")
+        migrate.upgrade(scratch_database_url)
+    finally:
+        engine.dispose()

@@ -318,8 +318,9 @@ def test_to_commit_time_restores_the_offsets_of_that_instant(client, group_id, t
 
     result = client.reset_offsets(group_id, topics=[topic], to_commit_time=first.change_time)
 
-    assert moves(result.changes) == [(topic, 0, 9, 5, ChangeKind.RESET), (topic, 1, 3, NO_OFFSET, ChangeKind.RESET)]
-    assert offsets_of(client, group_id) == {(topic, 0): 5}  # partition 1 had no offset then
+    # Partition 1 had no offset then: a reset never deletes, it starts the partition over.
+    assert moves(result.changes) == [(topic, 0, 9, 5, ChangeKind.RESET), (topic, 1, 3, EARLIEST, ChangeKind.RESET)]
+    assert offsets_of(client, group_id) == {(topic, 0): 5, (topic, 1): EARLIEST}
 
 
 def test_to_commit_time_with_all_topics_recreates_deleted_partitions(client, group_id, topic):

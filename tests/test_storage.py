@@ -154,7 +154,9 @@ def test_commit_returns_offsets_in_request_order_with_commit_time(conn, group_id
         conn, group_id, [OffsetCommit(topic, 3, 30, "c"), OffsetCommit(topic, 1, 10, "a"), OffsetCommit(topic, 2, 20)]
     )
     assert [(c.partition, c.offset, c.metadata) for c in result] == [(3, 30, "c"), (1, 10, "a"), (2, 20, "")]
-    assert {c.commit_time for c in result} == {now}
+    # The time of the commit's statement, not the transaction's start (now()).
+    (stamp,) = {c.commit_time for c in result}
+    assert stamp > now
 
 
 def test_commit_records_history_only_for_offsets_that_changed(conn, group_id, topic):
@@ -384,8 +386,9 @@ def test_to_commit_time_restores_offsets_of_that_instant(engine, group_id, topic
 
     result = committed(engine, storage.reset_offsets, group_id, {topic: ()}, to_commit_time=instant)
 
-    assert moves(result.changes) == [(topic, 0, 9, 5, ChangeKind.RESET), (topic, 1, 3, NO_OFFSET, ChangeKind.RESET)]
-    assert committed(engine, stored, group_id) == {(topic, 0): 5}  # 1 did not exist yet: deleted
+    # Partition 1 had no offset then: a reset never deletes, it starts the partition over.
+    assert moves(result.changes) == [(topic, 0, 9, 5, ChangeKind.RESET), (topic, 1, 3, EARLIEST, ChangeKind.RESET)]
+    assert committed(engine, stored, group_id) == {(topic, 0): 5, (topic, 1): EARLIEST}
     assert sorted(moves(committed(engine, history, group_id)[:2])) == moves(result.changes)
 
 
@@ -409,14 +412,16 @@ def test_to_commit_time_recreates_partitions_deleted_since(engine, group_id, top
     assert committed(engine, stored, group_id) == {(topic, 0): 5, (topic, 1): 6}
 
 
-def test_to_commit_time_before_a_delete_of_the_partition_deletes_it(engine, group_id, topic):
+def test_to_commit_time_while_a_partition_was_deleted_gives_it_earliest(engine, group_id, topic):
     committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 5), OffsetCommit(topic, 1, 1)])
     committed(engine, storage.delete_offsets, group_id, {topic: (0,)})
     instant = db_now(engine)
     committed(engine, storage.commit_offsets, group_id, [OffsetCommit(topic, 0, 7)])
 
+    dry = committed(engine, storage.reset_offsets, group_id, {topic: ()}, to_commit_time=instant, dry_run=True)
+    assert moves(dry.changes) == [(topic, 0, 7, EARLIEST, ChangeKind.RESET), (topic, 1, 1, 1, ChangeKind.RESET)]
     committed(engine, storage.reset_offsets, group_id, {topic: ()}, to_commit_time=instant)
-    assert committed(engine, stored, group_id) == {(topic, 1): 1}
+    assert committed(engine, stored, group_id) == {(topic, 0): EARLIEST, (topic, 1): 1}
 
 
 @pytest.mark.parametrize(
@@ -464,7 +469,8 @@ def test_delete_all_topics_deletes_the_group_but_keeps_history(conn, group_id, t
     deleted = storage.delete_offsets(conn, group_id, all_topics=True)
 
     assert deleted == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-    assert group_row(conn, group_id) is None
+    # A tombstone keeps the generation (2 joins + the delete) and counts the delete.
+    assert group_row(conn, group_id) == (3, 1)
     assert storage.fetch_offsets(conn, group_id).generation == 0
     with pytest.raises(GroupNotFoundError):
         storage.describe_group(conn, group_id)
@@ -524,11 +530,10 @@ def test_list_groups_page_size_default_and_maximum(conn, group_id):
 
 def test_list_groups_summaries(conn, group_id, topic):
     known, unknown, empty = f"{group_id}-a", f"{group_id}-b", f"{group_id}-c"
-    storage.commit_offsets(conn, known, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 90)])
-    storage.commit_offsets(conn, unknown, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 2, 1)])
+    first = storage.commit_offsets(conn, known, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 1, 90)])
+    second = storage.commit_offsets(conn, unknown, [OffsetCommit(topic, 0, 40), OffsetCommit(topic, 2, 1)])
     storage.join_group(conn, empty)
     storage.report_watermarks(conn, [Watermark(topic, 0, 0, 100), Watermark(topic, 1, 0, 100)])
-    now = conn.execute(sa.select(sa.func.now())).scalar_one()
 
     summaries = storage.list_groups(conn, group_id).items
     assert [(g.group_id, g.generation, g.partition_count) for g in summaries] == [
@@ -538,7 +543,7 @@ def test_list_groups_summaries(conn, group_id, topic):
     ]
     assert summaries[0].total_lag == 60 + 10
     assert summaries[1].total_lag == NO_OFFSET  # partition 2 has no log end
-    assert [g.last_commit_time for g in summaries] == [now, now, None]
+    assert [g.last_commit_time for g in summaries] == [first[0].commit_time, second[0].commit_time, None]
 
 
 def test_list_groups_prefix_is_literal(conn, group_id):

@@ -94,7 +94,8 @@ class OffsetStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FetchOffsets(self, request, context):
-        """Reads committed offsets. An unknown group has none and generation 0.
+        """Reads committed offsets and the generation, from one snapshot. An unknown group has
+        none and generation 0; a deleted group has none and keeps its generation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -115,7 +116,9 @@ class OffsetStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def JoinGroup(self, request, context):
-        """Increments and returns the group's generation, fencing older writers.
+        """Increments and returns the group's generation, fencing older writers. A group id's
+        generation strictly increases forever: across deletes, expiry and history pruning,
+        JoinGroup never returns a generation that was handed out before.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
