@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from psycopg import sql
 
-from . import _arrow, _sql
-from ._sql import TableName
+from offsetstore.server import arrow_copy, sink_sql
+from offsetstore.server.sink_sql import TableName
 
 #: What each task returns to the driver: per Kafka partition it staged, the offsets and rows.
 SUMMARY_SCHEMA = "task int, topic string, partition int, min_offset long, max_offset long, rows long"
@@ -30,6 +30,7 @@ _SUMMARY_ARROW = pa.schema(
 class StageJob:
     """Everything a staging task needs; small and picklable, shipped to every task."""
 
+    # libpq string from the store's engine factory: the server's session settings.
     conninfo: str
     stage: TableName
     # The table's names of the batch's first len(columns) columns; the batch columns
@@ -62,9 +63,9 @@ def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterato
         return
     stats: dict = {}
     constants = {
-        _sql.GENERATION: pa.scalar(job.generation, pa.int64()),
-        _sql.BATCH: pa.scalar(job.batch_id, pa.int64()),
-        _sql.TASK: pa.scalar(task, pa.int32()),
+        sink_sql.GENERATION: pa.scalar(job.generation, pa.int64()),
+        sink_sql.BATCH: pa.scalar(job.batch_id, pa.int64()),
+        sink_sql.TASK: pa.scalar(task, pa.int32()),
     }
 
     def staged_rows() -> Iterator[pa.RecordBatch]:
@@ -72,30 +73,32 @@ def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterato
         while batch is not None:
             if batch.num_rows:
                 coords = [batch.column(i) for i in job.coordinates]
-                kafka = pa.RecordBatch.from_arrays(coords, names=list(_sql.COORDINATES))
-                _arrow.check_coordinates(kafka)
-                _arrow.merge_stats(stats, _arrow.partition_stats(kafka))
+                kafka = pa.RecordBatch.from_arrays(coords, names=list(sink_sql.COORDINATES))
+                arrow_copy.check_coordinates(kafka)
+                arrow_copy.merge_stats(stats, arrow_copy.partition_stats(kafka))
                 rows = pa.RecordBatch.from_arrays(
                     coords + [batch.column(i) for i in range(len(job.columns))],
-                    names=[_sql.TOPIC, _sql.PARTITION, _sql.OFFSET, *job.columns],
+                    names=[sink_sql.TOPIC, sink_sql.PARTITION, sink_sql.OFFSET, *job.columns],
                 )
-                yield _arrow.with_constants(rows, constants)
+                yield arrow_copy.with_constants(rows, constants)
             batch = next(batches, None)
 
     lock_key = f"offsetstore-stage/{job.stage}/{job.generation}/{job.batch_id}/{task}"
-    with psycopg.connect(job.conninfo, application_name="offsetstore-spark-stage") as conn:
+    with psycopg.connect(job.conninfo) as conn:
         with conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
             cur.execute(
                 sql.SQL("DELETE FROM {} WHERE {} = %s AND {} = %s AND {} = %s").format(
                     job.stage.ident(),
-                    sql.Identifier(_sql.GENERATION),
-                    sql.Identifier(_sql.BATCH),
-                    sql.Identifier(_sql.TASK),
+                    sql.Identifier(sink_sql.GENERATION),
+                    sql.Identifier(sink_sql.BATCH),
+                    sql.Identifier(sink_sql.TASK),
                 ),
                 (job.generation, job.batch_id, task),
             )
-            _arrow.copy_batches(cur, _sql.copy_into(job.stage, [*_sql.STAGING_PREFIX, *job.columns]), staged_rows())
+            arrow_copy.copy_batches(
+                cur, sink_sql.copy_into(job.stage, [*sink_sql.STAGING_PREFIX, *job.columns]), staged_rows()
+            )
         if job.fault_hook is not None:
             job.fault_hook("task_copied", task, attempt)
     # Leaving the connection's block committed the task's rows.

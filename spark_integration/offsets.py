@@ -8,13 +8,11 @@ from contextlib import contextmanager
 from typing import TypeVar
 from urllib.parse import quote
 
-import sqlalchemy
 from sqlalchemy import Connection, Engine
-from sqlalchemy.pool import NullPool
 
 from offsetstore.client import EARLIEST, GroupNotFoundError, OffsetStoreClient
 from offsetstore.server import storage
-from offsetstore.server.migrate import normalize_url
+from offsetstore.server.engine import create_engine
 
 __all__ = ["checkpoint_location", "starting_offsets"]
 
@@ -27,7 +25,7 @@ def _connection(database: str | Engine) -> Iterator[Connection]:
         with database.connect() as conn:
             yield conn
         return
-    engine = sqlalchemy.create_engine(normalize_url(database), poolclass=NullPool)
+    engine = create_engine(database, pool_size=None, application_name="offsetstore-spark")
     try:
         with engine.connect() as conn:
             yield conn

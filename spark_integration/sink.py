@@ -4,28 +4,33 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy
 from psycopg import sql
 from sqlalchemy import Connection, Engine
-from sqlalchemy.pool import NullPool
 
-from offsetstore.client.errors import StaleGenerationError
-from offsetstore.client.types import OffsetCommit, TopicPartition, Watermark
-from offsetstore.server import storage
-from offsetstore.server.migrate import normalize_url
-
-from . import _sql
-from ._sql import TableName
+from offsetstore.client.errors import OffsetStoreError, StaleGenerationError
+from offsetstore.client.types import TopicPartition, Watermark
+from offsetstore.server import engine as store_engine
+from offsetstore.server import sink_sql, storage
+from offsetstore.server.batch_write import (
+    BatchOutcome,
+    PartitionStats,
+    SinkTarget,
+    TableName,
+    column_names,
+    commit_next_offsets,
+    sink_metrics,
+    write_batch,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from prometheus_client import CollectorRegistry
     from pyspark.sql import DataFrame
-
-    from ._arrow import PartitionStats
 
 __all__ = ["ExactlyOnceSink", "Mode", "WritePath"]
 
@@ -34,7 +39,8 @@ log = logging.getLogger("offsetstore.spark_integration")
 Mode = Literal["append", "upsert"]
 WritePath = Literal["auto", "driver", "executors"]
 
-_BATCH_TABLE = sql.Identifier("_offsetstore_batch")
+# What a watermark says when its reporter did not see the log start (a Spark batch never does).
+_UNOBSERVED = -1
 
 
 @dataclass
@@ -69,13 +75,15 @@ class ExactlyOnceSink:
         The batch columns to write, by name. Default: all of them. The batch must carry
         ``topic``, ``partition`` and ``offset`` in any case.
     write_path : {"auto", "driver", "executors"}, default "auto"
-        ``"driver"`` collects the batch as Arrow and COPYs it inside the transaction.
+        ``"driver"`` collects the whole batch as Arrow and COPYs it inside the
+        transaction; use it only where batches are bounded (``maxOffsetsPerTrigger``).
         ``"executors"`` has every task COPY its partition into a staging table in
-        parallel, and the transaction then moves the rows. ``"auto"`` takes the
-        executors for a run's first batch (often a backlog of unknown size) and after a
-        batch of more than ``executor_threshold`` rows, the driver otherwise.
+        parallel, and the transaction then moves the rows. ``"auto"`` decides from
+        each batch itself: it collects at most ``executor_threshold + 1`` rows of it;
+        a batch that fits is written from the driver, a larger one by the executors.
     executor_threshold : int, default 200000
-        Rows of the previous batch above which ``"auto"`` takes the executors.
+        Rows of a batch above which ``"auto"`` takes the executors; the most rows
+        ``"auto"`` ever holds on the driver.
     staging_table : str or tuple of (str, str), optional
         The staging table of the executors' path. Default: one beside ``table``, named
         after it and the group. It belongs to the sink: it is dropped and recreated.
@@ -85,17 +93,43 @@ class ExactlyOnceSink:
     report_watermarks : bool, default True
         Report each batch's log ends (from the query's progress and the batch) to the
         store, for DescribeGroup's lag and the lag metrics.
+    statement_timeout_ms : int, default 600000
+        PostgreSQL ``statement_timeout`` of the sink's and the staging tasks' sessions:
+        long enough for a big batch's COPY and move; 0 disables it.
+    lock_timeout_ms : int, default 60000
+        PostgreSQL ``lock_timeout`` of those sessions (waiting for the group's lock, or
+        for the table's); 0 disables it.
+    registry : prometheus_client.CollectorRegistry, optional
+        Where the sink's counters go (default: prometheus_client's ``REGISTRY``).
+        Not pickled: a copy counts into its own process's default registry.
 
     Notes
     -----
-    Call protocol. Each call writes one batch in one transaction: lock the group
-    (checking the run's generation), drop the rows below their partition's stored
-    offset, write the rest, commit ``max(offset) + 1`` per partition with the storage
-    core's ``commit_offsets``, then COMMIT. Nothing is acknowledged to Spark before the
+    Call protocol. Each call writes one batch in one transaction through
+    :func:`offsetstore.server.batch_write.write_batch`: lock the group (checking the
+    run's generation), drop the rows below their partition's stored offset, write the
+    rest, commit ``max(offset) + 1`` per partition with the storage core's
+    ``commit_offsets``, then COMMIT. Nothing is acknowledged to Spark before the
     COMMIT, and a replayed or retried batch finds its rows' offsets already stored, so
     every source record reaches the table exactly once, whatever the checkpoint says.
     A stored sentinel (-2 earliest, -1 latest, left by a reset to a boundary with no
     known watermark) skips nothing in its partition.
+
+    Durability. The sink's and the staging tasks' sessions are opened by the store's
+    engine factory (:mod:`offsetstore.server.engine`), with the server's settings:
+    ``synchronous_commit=on`` whatever the database's default, bounded statements and
+    lock waits.
+
+    Observability. After each batch, one INFO line on the
+    ``offsetstore.spark_integration`` logger gives the group, the batch id, the rows
+    received, written and skipped, and the write path; and the counters
+    ``offsetstore_sink_rows_written_total``, ``offsetstore_sink_rows_skipped_total``
+    and ``offsetstore_sink_batches_total`` (label ``group``) grow. Skipped rows are a
+    replay of delivered data, e.g. a query restarted without its checkpoint.
+
+    Watermarks. A batch sees log ends, never the log start; the sink reports the
+    start as -1 ("not observed"), so the store keeps one a Kafka client reported and
+    otherwise knows none (a reset to earliest then stores the sentinel -2).
 
     Fencing. The first batch of each query run (Spark's ``runId``) joins the group,
     which moves its generation on; later commits carry that generation. A run that was
@@ -138,55 +172,74 @@ class ExactlyOnceSink:
         staging_table: str | tuple[str, str] | None = None,
         member_id: str | None = None,
         report_watermarks: bool = True,
+        statement_timeout_ms: int = 600_000,
+        lock_timeout_ms: int = 60_000,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
-        if mode not in ("append", "upsert"):
-            raise ValueError(f"mode must be 'append' or 'upsert', not {mode!r}")
         if write_path not in ("auto", "driver", "executors"):
             raise ValueError(f"write_path must be 'auto', 'driver' or 'executors', not {write_path!r}")
-        key_columns = _names(key_columns, "key_columns")
-        if mode == "upsert" and not key_columns:
-            raise ValueError("mode='upsert' needs key_columns")
-        if mode == "append" and key_columns:
-            raise ValueError("key_columns are only for mode='upsert'")
-        if columns is not None:
-            columns = _names(columns, "columns")
-            if not columns:
-                raise ValueError("columns must name at least one column")
-            if missing := [k for k in key_columns if k not in columns]:
-                raise ValueError(f"key_columns {missing} are not among the written columns")
         if executor_threshold < 0:
             raise ValueError("executor_threshold must be >= 0")
+        self.target = SinkTarget(
+            TableName.parse(table),
+            mode,
+            column_names(key_columns, "key_columns"),
+            None if columns is None else column_names(columns, "columns"),
+        )
+        # Checked here, not at the first batch, so a bad value fails where it is written.
+        store_engine.connect_args(statement_timeout_ms=statement_timeout_ms, lock_timeout_ms=lock_timeout_ms)
         self.database_url = database_url
         self.group_id = group_id
-        self.table = TableName.parse(table)
-        self.mode: Mode = mode
-        self.key_columns = key_columns
-        self.columns = columns
         self.write_path: WritePath = write_path
         self.executor_threshold = executor_threshold
         self.staging_table = (
-            TableName.parse(staging_table) if staging_table is not None else _sql.staging_name(self.table, group_id)
+            TableName.parse(staging_table)
+            if staging_table is not None
+            else sink_sql.staging_name(self.target.table, group_id)
         )
         self.member_id = member_id
         self.report_watermarks = report_watermarks
+        self.statement_timeout_ms = statement_timeout_ms
+        self.lock_timeout_ms = lock_timeout_ms
+        self._registry = registry
         self._reset_runtime()
+
+    @property
+    def table(self) -> TableName:
+        """The sink table."""
+        return self.target.table
+
+    @property
+    def mode(self) -> Mode:
+        """``"append"`` or ``"upsert"``."""
+        return self.target.mode
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The upsert's key columns (empty for append)."""
+        return self.target.key_columns
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        """The columns written; None: every column of the batch."""
+        return self.target.columns
 
     def _reset_runtime(self) -> None:
         self._engine: Engine | None = None
         self._run: _Run | None = None
-        self._last_rows: int | None = None
 
-    # Pickling ships the configuration only; connections and the run are per process.
+    # Pickling ships the configuration only; connections, the run and the registry are per process.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_engine", "_run", "_last_rows"):
+        for name in ("_engine", "_run", "_registry"):
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._registry = None
         self._reset_runtime()
 
     def __repr__(self) -> str:
@@ -221,55 +274,42 @@ class ExactlyOnceSink:
         """
         key = _query_run(batch_df)
         if self._run is not None and self._run.key != key:
-            self._run, self._last_rows = None, None
+            self._run = None
         self._hook("start", batch_id)
         batch_columns = batch_df.columns
-        columns = self._written_columns(batch_columns)
-        needed = columns + [c for c in _sql.COORDINATES if c not in columns]
+        columns = self.target.written_columns(batch_columns)
+        needed = columns + [c for c in sink_sql.COORDINATES if c not in columns]
         frame = batch_df if needed == batch_columns else batch_df.select(*[_spark_column(c) for c in needed])
         # One connection for the whole call, closed at its end: nothing lingers between
         # batches, and each of the call's transactions is on it in turn.
         with self._get_engine().connect() as conn:
             if self._run is None:
                 self._run = self._join(conn, key)
-            path = self._choose_path()
-            if path == "driver":
-                stats = self._write_from_driver(conn, frame, columns, batch_id)
+            collected = self._collect_on_driver(frame)
+            if collected is not None:
+                path = "driver"
+                outcome = self._write_from_driver(conn, collected, batch_id)
+                del collected
             else:
-                stats = self._write_from_executors(conn, frame, columns, batch_id)
-            self._last_rows = sum(s.rows for s in stats.values())
-            log.debug(
-                "batch committed",
-                extra={"group_id": self.group_id, "batch_id": batch_id, "rows": self._last_rows, "path": path},
-            )
-            if self.report_watermarks and stats:
-                self._report_watermarks(conn, stats, key)
+                path = "executors"
+                outcome = self._write_from_executors(conn, frame, columns, batch_id)
+            self._observe(batch_id, path, outcome)
+            if self.report_watermarks and outcome.partitions:
+                self._report_watermarks(conn, outcome.partitions, key)
         self._hook("committed", batch_id)
 
     def _hook(self, stage: str, batch_id: int) -> None:
         if self._fault_hook is not None:
             self._fault_hook(stage, batch_id)
 
-    def _written_columns(self, batch_columns: Sequence[str]) -> list[str]:
-        if len(set(batch_columns)) != len(batch_columns):
-            raise ValueError(f"the batch has duplicate column names: {list(batch_columns)}")
-        if missing := [c for c in _sql.COORDINATES if c not in batch_columns]:
-            raise ValueError(f"the batch has no {', '.join(missing)} column: it must carry the Kafka source's columns")
-        if self.columns is None:
-            columns = list(batch_columns)
-            if missing := [k for k in self.key_columns if k not in columns]:
-                raise ValueError(f"key_columns {missing} are not columns of the batch")
-            return columns
-        if missing := [c for c in self.columns if c not in batch_columns]:
-            raise ValueError(f"columns {missing} are not columns of the batch")
-        return list(self.columns)
-
     def _get_engine(self) -> Engine:
         if self._engine is None:
-            self._engine = sqlalchemy.create_engine(
-                normalize_url(self.database_url),
-                poolclass=NullPool,
-                connect_args={"application_name": "offsetstore-spark-sink"},
+            self._engine = store_engine.create_engine(
+                self.database_url,
+                pool_size=None,
+                statement_timeout_ms=self.statement_timeout_ms,
+                lock_timeout_ms=self.lock_timeout_ms,
+                application_name="offsetstore-spark-sink",
             )
         return self._engine
 
@@ -285,85 +325,70 @@ class ExactlyOnceSink:
         log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
         return _Run(key, generation, member)
 
-    def _choose_path(self) -> Literal["driver", "executors"]:
-        if self.write_path != "auto":
-            return self.write_path
-        if self._last_rows is None or self._last_rows > self.executor_threshold:
-            return "executors"
-        return "driver"
+    def _collect_on_driver(self, frame: DataFrame) -> pa.Table | None:
+        """The batch as Arrow when the driver writes it; None when the executors do.
 
-    def _commit(
-        self,
-        conn: Connection,
-        stats: Mapping[TopicPartition, PartitionStats],
-        stored: Mapping[TopicPartition, int],
-        batch_id: int,
-    ) -> None:
-        assert self._run is not None
-        metadata = f"spark batch {batch_id}"
-        commits = []
-        for tp in sorted(stats):
-            next_offset = stats[tp].max_offset + 1
-            have = stored.get(tp)
-            # Never backwards: a replayed batch below the stored offset leaves it alone.
-            if have is None or have < 0 or next_offset > have:
-                commits.append(OffsetCommit(tp.topic, tp.partition, next_offset, metadata))
-        if commits:
-            storage.commit_offsets(
-                conn, self.group_id, commits, generation=self._run.generation, actor=self._run.member
-            )
+        ``"auto"`` collects at most ``executor_threshold + 1`` rows: if that many
+        came, the batch is too big for the driver and is left to the executors, so
+        the driver never holds more, whatever the batch (a previous batch's size says
+        nothing about this one's).
+        """
+        if self.write_path == "executors":
+            return None
+        if self.write_path == "driver":
+            return frame.toArrow()
+        head = frame.limit(self.executor_threshold + 1).toArrow()
+        return head if head.num_rows <= self.executor_threshold else None
+
+    def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:
+        """The batch's log line and counters: what an operator sees of a replay."""
+        sink_metrics(self._registry).observe(self.group_id, outcome)
+        log.info(
+            "group %s batch %s: %d rows, %d written, %d skipped (offsets already committed), %s path",
+            self.group_id,
+            batch_id,
+            outcome.rows,
+            outcome.written,
+            outcome.skipped,
+            path,
+            extra={
+                "group_id": self.group_id,
+                "batch_id": batch_id,
+                "rows": outcome.rows,
+                "written": outcome.written,
+                "skipped": outcome.skipped,
+                "path": path,
+                "driver_max_rows": self.executor_threshold if self.write_path == "auto" else None,
+            },
+        )
 
     # --- path (a): the driver COPYs the batch -------------------------------------
 
-    def _write_from_driver(
-        self, conn: Connection, frame: DataFrame, columns: list[str], batch_id: int
-    ) -> dict[TopicPartition, PartitionStats]:
-        from . import _arrow
-
+    def _write_from_driver(self, conn: Connection, data: pa.Table, batch_id: int) -> BatchOutcome:
         assert self._run is not None
-        table = frame.toArrow()
-        _arrow.check_coordinates(table)
-        stats = _arrow.partition_stats(table)
         with conn.begin():
-            stored = storage.lock_offsets(conn, self.group_id, generation=self._run.generation)
-            # Filtering here rather than in SQL lets an append COPY straight into the
-            # target: a staging detour would write every row twice to skip, usually, none.
-            fresh = _arrow.skip_delivered(table, stats, stored)
-            with conn.connection.driver_connection.cursor() as cur:
-                if fresh.num_rows and self.mode == "append":
-                    _arrow.copy_batches(cur, _sql.copy_into(self.table, columns), fresh.select(columns).to_batches())
-                elif fresh.num_rows:
-                    self._upsert_from_driver(cur, fresh, columns)
-            self._commit(conn, stats, stored, batch_id)
-            self._hook("in_transaction", batch_id)
-        return stats
-
-    def _upsert_from_driver(self, cur: Any, fresh: pa.Table, columns: list[str]) -> None:
-        import pyarrow as pa
-
-        from . import _arrow
-
-        cur.execute(_sql.create_batch_table(_BATCH_TABLE, self.table, columns))
-        data = pa.Table.from_arrays([fresh["offset"], *(fresh[c] for c in columns)], names=[_sql.OFFSET, *columns])
-        _arrow.copy_batches(cur, _sql.copy_into(_BATCH_TABLE, [_sql.OFFSET, *columns]), data.to_batches())
-        cur.execute(
-            _sql.move_rows(
-                self.table,
-                sql.SQL("{} AS s").format(_BATCH_TABLE),
-                columns,
-                where=sql.SQL("true"),
-                key_columns=self.key_columns,
+            outcome = write_batch(
+                conn,
+                self.target,
+                data,
+                group_id=self.group_id,
+                generation=self._run.generation,
+                actor=self._run.member,
+                metadata=_metadata(batch_id),
             )
-        )
+            self._hook("in_transaction", batch_id)
+        return outcome
 
     # --- path (b): the executors stage, the driver moves --------------------------
 
     def _write_from_executors(
         self, conn: Connection, frame: DataFrame, columns: list[str], batch_id: int
-    ) -> dict[TopicPartition, PartitionStats]:
+    ) -> BatchOutcome:
         import pyarrow.compute as pc
 
-        from . import _arrow, _staging
+        from offsetstore.server import arrow_copy
+
+        from . import _staging
 
         assert self._run is not None
         generation = self._run.generation
@@ -371,10 +396,17 @@ class ExactlyOnceSink:
             # A fenced run must not spend a job on rows it can never commit.
             storage.lock_offsets(conn, self.group_id, generation=generation)
             with conn.connection.driver_connection.cursor() as cur:
-                cur.execute(_sql.create_staging(self.staging_table, self.table, columns))
+                cur.execute(sink_sql.create_staging(self.staging_table, self.table, columns))
         names = frame.columns
         job = _staging.StageJob(
-            conninfo=_sql.conninfo(normalize_url(self.database_url)),
+            conninfo=store_engine.libpq_conninfo(
+                self.database_url,
+                **store_engine.connect_args(
+                    statement_timeout_ms=self.statement_timeout_ms,
+                    lock_timeout_ms=self.lock_timeout_ms,
+                    application_name="offsetstore-spark-stage",
+                ),
+            ),
             stage=self.staging_table,
             columns=tuple(columns),
             coordinates=(names.index("topic"), names.index("partition"), names.index("offset")),
@@ -396,60 +428,79 @@ class ExactlyOnceSink:
         for t, p, lo, hi, n in zip(
             *(summary[c].to_pylist() for c in ("topic", "partition", "min_offset", "max_offset", "rows")), strict=True
         ):
-            _arrow.merge_stats(stats, {TopicPartition(t, p): _arrow.PartitionStats(lo, hi, n)})
+            arrow_copy.merge_stats(stats, {TopicPartition(t, p): PartitionStats(lo, hi, n)})
         if not stats:
-            return stats
+            return BatchOutcome(0, 0, 0)
         per_task = summary.group_by("task").aggregate([("rows", "sum")])
         expected = dict(
             zip(per_task["task"].to_pylist(), pc.cast(per_task["rows_sum"], "int64").to_pylist(), strict=True)
         )
+        received = sum(expected.values())
 
         with conn.begin():
             stored = storage.lock_offsets(conn, self.group_id, generation=generation)
+            # The partitions with rows below their stored offset (a sentinel skips nothing).
+            behind = {tp: off for tp, off in stored.items() if tp in stats and off > stats[tp].min_offset}
             with conn.connection.driver_connection.cursor() as cur:
-                skip = {tp: off for tp, off in stored.items() if tp in stats and off >= 0}
                 # Unless rows are skipped or merged, the INSERT's row count checks the
                 # staged rows against what the tasks reported, without a scan of its own.
-                counted = self.mode == "append" and all(off <= stats[tp].min_offset for tp, off in skip.items())
+                counted = self.mode == "append" and not behind
                 if not counted:
                     self._check_staged(cur, generation, batch_id, expected)
-                source = sql.SQL(
-                    "{stage} AS s LEFT JOIN unnest({t}::text[], {p}::integer[], {o}::bigint[]) AS d(topic, partition, next_offset) "
-                    "ON d.topic = s.{topic} AND d.partition = s.{partition}"
-                ).format(
-                    stage=self.staging_table.ident(),
-                    t=sql.Placeholder("topics"),
-                    p=sql.Placeholder("partitions"),
-                    o=sql.Placeholder("offsets"),
-                    topic=sql.Identifier(_sql.TOPIC),
-                    partition=sql.Identifier(_sql.PARTITION),
-                )
-                where = sql.SQL(
-                    "s.{gen} = {g} AND s.{batch} = {b} AND (d.next_offset IS NULL OR s.{offset} >= d.next_offset)"
-                ).format(
-                    gen=sql.Identifier(_sql.GENERATION),
-                    batch=sql.Identifier(_sql.BATCH),
-                    offset=sql.Identifier(_sql.OFFSET),
-                    g=sql.Placeholder("generation"),
-                    b=sql.Placeholder("batch"),
-                )
+                params = {
+                    "topics": [tp.topic for tp in behind],
+                    "partitions": [tp.partition for tp in behind],
+                    "offsets": list(behind.values()),
+                    "generation": generation,
+                    "batch": batch_id,
+                }
+                skipped = self._count_behind(cur, params) if behind else 0
                 cur.execute(
-                    _sql.move_rows(self.table, source, columns, where=where, key_columns=self.key_columns),
-                    {
-                        "topics": [tp.topic for tp in skip],
-                        "partitions": [tp.partition for tp in skip],
-                        "offsets": list(skip.values()),
-                        "generation": generation,
-                        "batch": batch_id,
-                    },
+                    sink_sql.move_rows(
+                        self.table,
+                        self._staged_source(),
+                        columns,
+                        where=_STAGED_AND_FRESH,
+                        key_columns=self.key_columns,
+                    ),
+                    params,
                 )
-                if counted and cur.rowcount != sum(expected.values()):
+                if counted and cur.rowcount != received:
                     self._check_staged(cur, generation, batch_id, expected)  # raises, with the details
                 # The table is this group's alone and every row in it is now moved or garbage.
                 cur.execute(sql.SQL("TRUNCATE {}").format(self.staging_table.ident()))
-            self._commit(conn, stats, stored, batch_id)
+            committed = commit_next_offsets(
+                conn,
+                stats,
+                stored,
+                group_id=self.group_id,
+                generation=generation,
+                actor=self._run.member,
+                metadata=_metadata(batch_id),
+            )
             self._hook("in_transaction", batch_id)
-        return stats
+        return BatchOutcome(received, received - skipped, skipped, stats, committed)
+
+    def _staged_source(self) -> sql.Composed:
+        """The staged rows, each with its partition's stored offset where rows must be skipped."""
+        return sql.SQL(
+            "{stage} AS s LEFT JOIN unnest({t}::text[], {p}::integer[], {o}::bigint[]) AS d(topic, partition, next_offset) "
+            "ON d.topic = s.{topic} AND d.partition = s.{partition}"
+        ).format(
+            stage=self.staging_table.ident(),
+            t=sql.Placeholder("topics"),
+            p=sql.Placeholder("partitions"),
+            o=sql.Placeholder("offsets"),
+            topic=sql.Identifier(sink_sql.TOPIC),
+            partition=sql.Identifier(sink_sql.PARTITION),
+        )
+
+    def _count_behind(self, cur: Any, params: Mapping[str, Any]) -> int:
+        """Staged rows of this batch below their partition's stored offset: the replayed ones."""
+        statement = sql.SQL("SELECT count(*) FROM {source} WHERE {staged} AND s.{offset} < d.next_offset").format(
+            source=self._staged_source(), staged=_STAGED, offset=sql.Identifier(sink_sql.OFFSET)
+        )
+        return cur.execute(statement, params).fetchone()[0]
 
     def _check_staged(self, cur: Any, generation: int, batch_id: int, expected: Mapping[int, int]) -> None:
         found = dict(
@@ -457,10 +508,10 @@ class ExactlyOnceSink:
                 sql.SQL(
                     "SELECT {task}, count(*) FROM {stage} WHERE {gen} = %s AND {batch} = %s GROUP BY {task}"
                 ).format(
-                    task=sql.Identifier(_sql.TASK),
+                    task=sql.Identifier(sink_sql.TASK),
                     stage=self.staging_table.ident(),
-                    gen=sql.Identifier(_sql.GENERATION),
-                    batch=sql.Identifier(_sql.BATCH),
+                    gen=sql.Identifier(sink_sql.GENERATION),
+                    batch=sql.Identifier(sink_sql.BATCH),
                 ),
                 (generation, batch_id),
             ).fetchall()
@@ -497,27 +548,27 @@ class ExactlyOnceSink:
                     s = stats[tp]
                     start, end = known.get(tp, (None, 0))
                     end = max(end, s.max_offset + 1, progress_ends.get(tp, 0))
-                    # The log start is invisible from a batch: keep one a Kafka client
-                    # reported, else the lowest offset seen, which certainly existed.
                     start = min(s.min_offset if start is None else start, end)
                     marks.append(Watermark(tp.topic, tp.partition, start, end))
                 storage.report_watermarks(conn, marks)
-        except sqlalchemy.exc.SQLAlchemyError as error:
+        except (sqlalchemy.exc.SQLAlchemyError, OffsetStoreError) as error:
             log.warning(
                 "could not report watermarks",
                 extra={"group_id": self.group_id, "error": type(getattr(error, "orig", error)).__name__},
             )
 
 
-def _names(values: Iterable[str], what: str) -> tuple[str, ...]:
-    if isinstance(values, str):
-        raise TypeError(f"{what} must be a sequence of column names, not a string")
-    names = tuple(values)
-    if any(not isinstance(n, str) or not n for n in names):
-        raise ValueError(f"{what} must be non-empty strings")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{what} name a column twice")
-    return names
+# Staged rows of this run's batch, and of those the ones at or above their partition's stored offset.
+_STAGED = sql.SQL("s.{gen} = %(generation)s AND s.{batch} = %(batch)s").format(
+    gen=sql.Identifier(sink_sql.GENERATION), batch=sql.Identifier(sink_sql.BATCH)
+)
+_STAGED_AND_FRESH = sql.SQL("{staged} AND (d.next_offset IS NULL OR s.{offset} >= d.next_offset)").format(
+    staged=_STAGED, offset=sql.Identifier(sink_sql.OFFSET)
+)
+
+
+def _metadata(batch_id: int) -> str:
+    return f"spark batch {batch_id}"
 
 
 def _spark_column(name: str) -> str:

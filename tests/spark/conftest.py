@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from offsetstore.server.sink_sql import TableName, staging_name
 from offsetstore.spark_integration import ExactlyOnceSink
-from offsetstore.spark_integration._sql import TableName, staging_name
 
 # Spark's Python workers must run this interpreter (the one with the package and
 # pyarrow); the loopback address keeps the driver off the machine's other interfaces.

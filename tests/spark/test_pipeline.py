@@ -212,7 +212,7 @@ def test_progress_is_visible_through_the_running_service(
         assert registry.get_sample_value("offsetstore_group_lag", labels) == 0
 
 
-def test_auto_stages_a_runs_first_batch_on_the_executors_then_uses_the_driver(
+def test_auto_writes_batches_that_fit_the_driver_bound_from_the_driver(
     spark, database_url, engine, group_id, topic, make_table, tmp_path
 ):
     table = make_table()
@@ -224,8 +224,8 @@ def test_auto_stages_a_runs_first_batch_on_the_executors_then_uses_the_driver(
         kafka_stream(spark, topic, partitions=2, records=60, maxOffsetsPerTrigger=40), sink, tmp_path / "checkpoint"
     )
 
-    staged = sorted(b for b, stage in stages if stage == "staged")
-    assert staged == [0], "the first batch's size is unknown: it goes to the executors, later small ones do not"
+    assert sorted(b for b, stage in stages if stage == "in_transaction") == [0, 1, 2]
+    assert [b for b, stage in stages if stage == "staged"] == [], "batches of 40 rows fit a bound of 100"
     table.assert_exactly_once(records(topic, 2, 60))
 
 

@@ -15,9 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import Boundary, OffsetCommit
+from offsetstore.server import arrow_copy as _arrow
+from offsetstore.server import sink_sql as _sql
 from offsetstore.server import storage
-from offsetstore.spark_integration import ExactlyOnceSink, _arrow, _sql, checkpoint_location, starting_offsets
-from offsetstore.spark_integration._sql import TableName
+from offsetstore.server.sink_sql import TableName
+from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 
 pytestmark = pytest.mark.spark
 

@@ -1,9 +1,12 @@
-"""Arrow data into PostgreSQL COPY, and the per-partition arithmetic of a batch, without per-row Python objects."""
+"""Arrow data into PostgreSQL COPY, and the per-partition arithmetic of a batch, without per-row Python objects.
+
+Needs pyarrow and numpy (the ``spark`` or ``kafka`` extra); only the writers import it,
+lazily, so importing :mod:`offsetstore.server` needs neither.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +16,8 @@ from psycopg import Cursor, sql
 
 from offsetstore.client.types import TopicPartition
 
+from .batch_write import PartitionStats
+
 # Rows per CSV chunk handed to COPY: bounds the memory of one encoded chunk.
 _CHUNK_ROWS = 32_768
 
@@ -20,15 +25,6 @@ _CSV = pacsv.WriteOptions(include_header=False)
 
 # Each byte's two lower-case hex digits, as one little 2-byte string per byte value.
 _HEX_PAIRS = np.frombuffer(b"".join(f"{b:02x}".encode() for b in range(256)), dtype="S2")
-
-
-@dataclass(frozen=True)
-class PartitionStats:
-    """What one batch holds of one Kafka partition."""
-
-    min_offset: int
-    max_offset: int
-    rows: int
 
 
 def check_coordinates(data: pa.Table | pa.RecordBatch) -> None:
@@ -76,24 +72,26 @@ def merge_stats(into: dict[TopicPartition, PartitionStats], more: Mapping[TopicP
 
 
 def skip_delivered(
-    table: pa.Table, stats: Mapping[TopicPartition, PartitionStats], stored: Mapping[TopicPartition, int]
-) -> pa.Table:
-    """The rows at or above their partition's stored offset; the table itself when none is below.
+    data: pa.Table | pa.RecordBatch,
+    stats: Mapping[TopicPartition, PartitionStats],
+    stored: Mapping[TopicPartition, int],
+) -> pa.Table | pa.RecordBatch:
+    """The rows at or above their partition's stored offset; ``data`` itself when none is below.
 
     A stored sentinel (-2 earliest, -1 latest, left by a reset with no known watermark)
     says nothing about what was delivered, so it skips nothing.
     """
     behind = [(tp, stored[tp]) for tp, s in stats.items() if stored.get(tp, -1) > s.min_offset]
     if not behind:
-        return table
+        return data
     drop = None
     for (topic, partition), next_offset in behind:
         mask = pc.and_(
-            pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition)),
-            pc.less(table["offset"], next_offset),
+            pc.and_(pc.equal(data["topic"], topic), pc.equal(data["partition"], partition)),
+            pc.less(data["offset"], next_offset),
         )
         drop = mask if drop is None else pc.or_(drop, mask)
-    return table.filter(pc.invert(drop))
+    return data.filter(pc.invert(drop))
 
 
 def _hex_bytea(arr: pa.Array) -> pa.Array:

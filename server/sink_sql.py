@@ -1,4 +1,8 @@
-"""Names and statements of the sink's target, staging and batch tables, quoted with psycopg.sql."""
+"""Names and statements of a sink's target, staging and batch tables, quoted with psycopg.sql.
+
+Shared by the exactly-once writers (:mod:`offsetstore.server.batch_write`, the Spark
+sink's staging path): one place decides how a table name parses and quotes.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from psycopg import sql
-from sqlalchemy.engine import make_url
 
 # Columns of the staging and batch tables that are not the user's. The prefix keeps them
 # apart from anything a sink table may have; Kafka's own `offset` and `partition` stay
@@ -51,6 +54,7 @@ class TableName:
         raise ValueError(f"table {table!r}: give a dotted name as a (schema, table) tuple")
 
     def ident(self) -> sql.Identifier:
+        """The name quoted for psycopg.sql."""
         return sql.Identifier(self.name) if self.schema is None else sql.Identifier(self.schema, self.name)
 
     def regclass(self) -> str:
@@ -70,10 +74,12 @@ def staging_name(target: TableName, group_id: str) -> TableName:
 
 
 def idents(names: Sequence[str]) -> sql.Composed:
+    """Column names, quoted and comma-separated."""
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
 def copy_into(table: TableName | sql.Identifier, columns: Sequence[str]) -> sql.Composed:
+    """``COPY table (columns) FROM STDIN`` in the CSV format that :mod:`.arrow_copy` writes."""
     ident = table.ident() if isinstance(table, TableName) else table
     return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(ident, idents(columns))
 
@@ -108,7 +114,7 @@ STAGING_PREFIX = (GENERATION, BATCH, TASK, TOPIC, PARTITION, OFFSET)
 
 
 def create_batch_table(name: sql.Identifier, target: TableName, columns: Sequence[str]) -> sql.Composed:
-    """The driver path's per-transaction table for an upsert: the written columns and the offset."""
+    """An upsert's per-transaction table: the written columns and the offset."""
     return sql.SQL(
         "CREATE TEMPORARY TABLE {name} ON COMMIT DROP AS SELECT NULL::bigint AS {offset}, {cols} "
         "FROM {target} WITH NO DATA"
@@ -159,24 +165,3 @@ def move_rows(
         conflict=idents(key_columns),
         action=action,
     )
-
-
-def conninfo(database_url: str) -> str:
-    """The libpq connection string of a SQLAlchemy URL, for executors that connect with psycopg alone."""
-    from psycopg.conninfo import make_conninfo
-
-    url = make_url(database_url)
-    params: dict[str, object] = {}
-    for key, value in url.query.items():
-        # A repeated query parameter (several hosts) is libpq's comma-separated list.
-        params[key] = ",".join(value) if isinstance(value, tuple) else value
-    for key, value in (
-        ("host", url.host),
-        ("port", url.port),
-        ("user", url.username),
-        ("password", url.password),
-        ("dbname", url.database),
-    ):
-        if value is not None and key not in params:
-            params[key] = value
-    return make_conninfo("", **params)
