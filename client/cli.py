@@ -373,6 +373,9 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
     return {
         "group_id": group.group_id,
         "generation": group.generation,
+        # kafka-consumer-groups' CONSUMER-ID and HOST: the member and peer of the latest JoinGroup.
+        "member_id": group.member_id,
+        "member_host": group.member_host,
         "partitions": [
             {
                 "topic": p.topic,
@@ -403,7 +406,18 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
         out.document(documents if args.all_groups else documents[0])
         return EXIT_OK
     out.table(
-        ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "METADATA", "COMMIT-TIME"),
+        (
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "METADATA",
+            "COMMIT-TIME",
+        ),
         (
             (
                 group.group_id,
@@ -412,6 +426,8 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
                 _offset_cell(p.offset, stored=True),
                 _unknown_cell(p.log_end_offset),
                 _unknown_cell(p.lag),
+                _text_cell(group.member_id),
+                _text_cell(group.member_host),
                 _text_cell(p.metadata),
                 _table_time(p.commit_time),
             )
@@ -985,7 +1001,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p = command(
         "describe",
         "show a group's offsets and lag",
-        "Show each partition's committed offset, log end, lag, metadata and commit time (- where unknown; "
+        "Show each partition's committed offset, log end, lag, the group's latest member (CONSUMER-ID and "
+        "HOST: the member id and peer of its latest JoinGroup), metadata and commit time (- where unknown; "
         "'earliest' and 'latest' are the placeholders -2 and -1). An unknown group is an error.",
     )
     which = p.add_mutually_exclusive_group(required=True)

@@ -211,6 +211,28 @@ def test_import_fences_writers_of_the_group(client, groups, group_id, tmp_path: 
         client.commit_offsets(group_id, {("orders", 0): 2}, generation=writer)
 
 
+# --- describe: the latest member ---
+
+
+def test_describe_shows_the_latest_joiner_as_consumer_id_and_host(client, groups, group_id) -> None:
+    client.commit_offsets(group_id, {("orders", 0): 3})
+    before = groups("describe", group_id)
+    assert before.code == 0, before.err
+    header = before.out.splitlines()[0].split()
+    assert header[6:8] == ["CONSUMER-ID", "HOST"]
+    assert table_rows(before.out)[0][6:8] == ["-", "-"]  # nobody joined yet
+
+    client.join_group(group_id, "first")
+    client.join_group(group_id, "worker-7")
+    document = groups("describe", group_id, "--output", "json").json()
+    assert document["member_id"] == "worker-7"
+    # The peer as gRPC saw it: this test's own connection over the loopback interface.
+    assert "127.0.0.1" in document["member_host"]
+
+    row = table_rows(groups("describe", group_id).out)[0]
+    assert row[6:8] == ["worker-7", document["member_host"]]
+
+
 # --- describe --all-groups ---
 
 
