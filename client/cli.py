@@ -312,7 +312,7 @@ def _change_json(change: OffsetChange, *, previous_stored: bool, new_stored: boo
         "partition": change.partition,
         **_offset_json("previous_offset", change.previous_offset, stored=previous_stored),
         **_offset_json("new_offset", change.new_offset, stored=new_stored),
-        "kind": f"CHANGE_KIND_{change.kind.name}",
+        "kind": f"CHANGE_KIND_{_kind_name(change.kind)}",
         "generation": change.generation,
         "change_time": _json_time(change.change_time),
         "actor": change.actor,
@@ -435,18 +435,14 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ),
     )
-    empty = [g.group_id for g in groups if not g.partitions]
-    if empty or (args.all_groups and not groups):
+    empty = [g for g in groups if not g.partitions]
+    if empty or not groups:
         out.line()
-    for group_id in empty:
-        out.line(f"Group {group_id} has no offsets (generation {_generation_of(groups, group_id)}).")
-    if args.all_groups and not groups:
+    for group in empty:
+        out.line(f"Group {group.group_id} has no offsets (generation {group.generation}).")
+    if not groups:
         out.line("There are no groups.")
     return EXIT_OK
-
-
-def _generation_of(groups: Sequence[GroupDescription], group_id: str) -> int:
-    return next(g.generation for g in groups if g.group_id == group_id)
 
 
 def _selection(args: argparse.Namespace) -> dict[str, list[int]] | None:
@@ -534,9 +530,10 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
     for tp, off in kept:
         name = _placeholder(off, stored=True)
         end = "start" if off == EARLIEST else "end"
+        hint = "" if args.to_current else " Give it an offset with --to-offset."
         out.line(
             f"{tp.topic}:{tp.partition} holds the {name} placeholder and no log {end} is known, so there is "
-            f"nothing to shift from: it stays {name}. Give it an offset with --to-offset."
+            f"nothing to shift from: it stays {name}.{hint}"
         )
     if not changes and not kept:
         out.line(f"No partition selected: group {args.group} has no offsets for that selection.")
@@ -596,12 +593,15 @@ def _history_stored(changes: Sequence[OffsetChange]) -> list[tuple[bool, bool]]:
     does not. A previous offset was stored if the partition's change just before it stored one,
     which only the listed changes can tell: beyond them, -1 is shown as none.
     """
+    stores = (ChangeKind.COMMIT, ChangeKind.RESET)
+    last_stored: dict[tuple[str, int], bool] = {}
     result: list[tuple[bool, bool]] = []
-    for i, change in enumerate(changes):
-        new_stored = change.kind in (ChangeKind.COMMIT, ChangeKind.RESET)
-        older = next((c for c in changes[i + 1 :] if (c.topic, c.partition) == (change.topic, change.partition)), None)
-        previous_stored = older is not None and older.kind in (ChangeKind.COMMIT, ChangeKind.RESET)
-        result.append((previous_stored, new_stored))
+    for change in reversed(changes):
+        key = (change.topic, change.partition)
+        new_stored = change.kind in stores
+        result.append((last_stored.get(key, False), new_stored))
+        last_stored[key] = new_stored
+    result.reverse()
     return result
 
 
