@@ -226,12 +226,21 @@ def serve(settings: Settings) -> int:
             credentials=credentials,
             max_message_bytes=settings.max_message_bytes,
         ).start()
-        metrics_server = metrics.serve_http(registry, settings.metrics_listen) if settings.metrics_listen else None
+        metrics_server = None
+        if settings.metrics_listen:
+            tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
+            metrics_server = metrics.serve_http(
+                registry,
+                settings.metrics_listen,
+                certfile=settings.tls_cert_file if tls else None,
+                keyfile=settings.tls_key_file if tls else None,
+                client_cafile=settings.tls_client_ca_file if tls else None,
+            )
         log.info(
             "serving",
             extra={
                 "listen": server.address,
-                "metrics_listen": settings.metrics_listen,
+                "metrics": metrics_server.url if metrics_server is not None else "off",
                 "embedded": embedded is not None,
                 "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
                 "tokens": settings.tokens_file is not None,

@@ -1,12 +1,14 @@
-"""Who is calling and what they may do: bearer tokens, mTLS identities, grants by group-id prefix.
+"""Who is calling and what they may do: bearer tokens, mTLS identities, grants by group-id or topic prefix.
 
 Off unless configured. A tokens file (TOML) names principals, the SHA-256 of their bearer
 tokens, and their grants; a grant gives a permission on every group whose id starts with its
-prefix (``""`` is every group), and admin implies commit implies read::
+prefix (``""`` is every group), and admin implies commit implies read. Log watermarks are
+per topic and steer every group's resets, so reporting them needs a topic grant (commit on
+a ``topic_prefix``) or admin on every group::
 
     [principals.orders-etl]
     token_sha256 = "3690a4a2ed3b26b46a696e9ab873a300d9da3ae56bc84352e2bf724885c91dfd"  # SHA-256 of its token
-    grants = [{ prefix = "orders-", permissions = ["commit"] }]
+    grants = [{ prefix = "orders-", permissions = ["commit"] }, { topic_prefix = "orders", permissions = ["commit"] }]
 
     [principals."reporting.example.com"]   # an mTLS client, named by its certificate's subject CN
     grants = [{ prefix = "", permissions = ["read"] }]
@@ -65,8 +67,9 @@ class Permission(enum.IntEnum):
 
 
 #: The permission each RPC needs. Group RPCs need it on the request's group_id, ListGroups
-#: on its prefix (so that every group it could list is covered), ReportWatermarks (which
-#: names no group) on any prefix. A method missing here is refused to everyone.
+#: on its prefix (so that every group it could list is covered), ReportWatermarks on every
+#: topic it reports (a topic grant, or admin on every group). A method missing here is
+#: refused to everyone.
 RPC_PERMISSIONS: Mapping[str, Permission] = {
     "FetchOffsets": Permission.READ,
     "DescribeGroup": Permission.READ,
@@ -86,10 +89,11 @@ class AuthConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Grant:
-    """``permission`` on every group whose id starts with ``prefix``."""
+    """``permission`` on every group (or, for a topic grant, topic) whose name starts with ``prefix``."""
 
     prefix: str
     permission: Permission
+    topic: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,15 @@ class Principal:
     name: str
     grants: tuple[Grant, ...] = ()
 
-    def may(self, permission: Permission, scope: str | None) -> bool:
-        """Whether a grant covers ``permission`` on the group (or prefix) ``scope``; None = on any."""
-        return any(g.permission >= permission and (scope is None or scope.startswith(g.prefix)) for g in self.grants)
+    def may(self, permission: Permission, scope: str) -> bool:
+        """Whether a group grant covers ``permission`` on the group (or group prefix) ``scope``."""
+        return any(g.permission >= permission and scope.startswith(g.prefix) for g in self.grants if not g.topic)
+
+    def may_report(self, topic: str) -> bool:
+        """Whether this principal may report the watermarks of ``topic``: a topic grant, or admin on every group."""
+        return self.may(Permission.ADMIN, "") or any(
+            g.permission >= Permission.COMMIT and topic.startswith(g.prefix) for g in self.grants if g.topic
+        )
 
 
 def hash_token(token: str) -> str:
@@ -196,8 +206,11 @@ def _grants(value: object, at: str) -> Iterable[Grant]:
         where = f"{at}.grants[{i}]"
         if not isinstance(grant, dict):
             raise AuthConfigError(f"{where}: must be a table {{ prefix = ..., permissions = [...] }}")
-        _keys(grant, {"prefix", "permissions"}, where)
-        prefix, permissions = grant.get("prefix"), grant.get("permissions")
+        _keys(grant, {"prefix", "topic_prefix", "permissions"}, where)
+        if "prefix" in grant and "topic_prefix" in grant:
+            raise AuthConfigError(f"{where}: a grant is on groups (prefix) or on topics (topic_prefix), not both")
+        topic = "topic_prefix" in grant
+        prefix, permissions = grant.get("topic_prefix" if topic else "prefix"), grant.get("permissions")
         if not isinstance(prefix, str):
             raise AuthConfigError(f'{where}: prefix must be a string ("" for every group)')
         if not isinstance(permissions, list) or not permissions:
@@ -207,7 +220,7 @@ def _grants(value: object, at: str) -> Iterable[Grant]:
             if not isinstance(p, str) or p.upper() not in Permission.__members__:
                 raise AuthConfigError(f"{where}: unknown permission {p!r}; expected read, commit or admin")
             levels.append(Permission[p.upper()])
-        yield Grant(prefix, max(levels))
+        yield Grant(prefix, max(levels), topic)
 
 
 #: Every caller of a server with client certificates but no tokens file: the CA is the gate.
@@ -249,9 +262,17 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 principal = self.authenticate(context)
                 if inner is None or permission is None:
                     raise PermissionDeniedError(f"{method} is not open to any principal")
-                scope = _scope(method, request)
-                if not principal.may(permission, scope):
-                    raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}")
+                if method == "ReportWatermarks":
+                    for topic in sorted({w.topic for w in request.watermarks}):
+                        if not principal.may_report(topic):
+                            shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
+                            raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
+                else:
+                    scope = _scope(method, request)
+                    if not principal.may(permission, scope):
+                        raise PermissionDeniedError(
+                            f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}"
+                        )
             except OffsetStoreError as error:
                 who = principal.name if principal is not None else None  # never the token
                 log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": who})
@@ -296,20 +317,14 @@ class AuthInterceptor(grpc.ServerInterceptor):
         )
 
 
-def _what(method: str, scope: str | None) -> str:
-    if scope is None:
-        return "any group"
+def _what(method: str, scope: str) -> str:
     # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
     shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
     return f"every group starting with {shown}" if method == "ListGroups" else f"group {shown}"
 
 
-def _scope(method: str, request: Any) -> str | None:
-    if method == "ListGroups":
-        return request.prefix
-    if method == "ReportWatermarks":
-        return None
-    return request.group_id
+def _scope(method: str, request: Any) -> str:
+    return request.prefix if method == "ListGroups" else request.group_id
 
 
 def server_credentials(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> grpc.ServerCredentials:

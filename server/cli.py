@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         help="CA bundle that signs client certificates: require one of every client (mutual TLS)",
     )
     security.add_argument(
+        "--metrics-tls",
+        choices=("on", "off"),
+        help="serve /metrics over TLS with --tls-cert (and require client certificates with --tls-client-ca); "
+        "default: on whenever --tls-cert is given",
+    )
+    security.add_argument(
         "--tokens-file",
         type=Path,
         metavar="TOML",

@@ -71,6 +71,9 @@ class Settings:
     tls_client_ca_file: Path | None = None
     """PEM CA bundle client certificates must chain to; set, every client needs one (mutual TLS)."""
 
+    metrics_tls: bool | None = None
+    """Serve ``/metrics`` over TLS with the server's certificate (client certificates too under mutual TLS); unset: whenever gRPC serves TLS."""
+
     tokens_file: Path | None = None
     """TOML file of principals, their token hashes and grants; set, every call needs a bearer token."""
 
@@ -84,6 +87,8 @@ class Settings:
             raise ValueError(
                 "OFFSETSTORE_TLS_CLIENT_CA_FILE (mutual TLS) needs the server's own TLS certificate and key"
             )
+        if self.metrics_tls and self.tls_cert_file is None:
+            raise ValueError("OFFSETSTORE_METRICS_TLS needs the server's TLS certificate and key")
         if self.max_message_bytes < 1024:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
 

@@ -14,25 +14,22 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
-from socketserver import ThreadingMixIn
+from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 import psycopg
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 from sqlalchemy import Connection, and_, bindparam, extract, func, select, true
 
@@ -520,36 +517,41 @@ def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, .
     return (MetricsInterceptor(server_metrics(registry)),)
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a scrape in flight never holds up shutdown
-
-
-class _ThreadingWSGIServer6(_ThreadingWSGIServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class' name
-        pass  # one line per scrape is noise
-
-
 class MetricsHTTPServer:
-    """``/metrics`` over HTTP in a thread of its own; ``listen`` may use port 0 (see ``port``)."""
+    """``/metrics`` served by prometheus-client's own server; ``listen`` may use port 0 (see ``port``).
 
-    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+    With ``certfile`` and ``keyfile`` it serves HTTPS, and with ``client_cafile`` it
+    requires a client certificate signed by that CA, as the gRPC server does.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        listen: str,
+        *,
+        certfile: Path | None = None,
+        keyfile: Path | None = None,
+        client_cafile: Path | None = None,
+    ) -> None:
         host, port = split_host_port(listen)
-        server_class = _ThreadingWSGIServer6 if ":" in host else _ThreadingWSGIServer
-        self._httpd = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_QuietHandler)
+        self._httpd, self._thread = start_http_server(
+            port,
+            host,
+            registry,
+            certfile=None if certfile is None else str(certfile),
+            keyfile=None if keyfile is None else str(keyfile),
+            client_cafile=None if client_cafile is None else str(client_cafile),
+            client_auth_required=client_cafile is not None,
+        )
         self.host = host
         self.port: int = self._httpd.server_port
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="offsetstore-metrics", daemon=True)
-        self._thread.start()
+        self.scheme = "https" if certfile is not None else "http"
 
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def shutdown(self) -> None:
         """Stops serving and closes the listening socket."""
@@ -558,6 +560,13 @@ class MetricsHTTPServer:
         self._thread.join()
 
 
-def serve_http(registry: CollectorRegistry, listen: str) -> MetricsHTTPServer:
-    """Serves ``registry`` on ``http://listen/metrics`` until ``.shutdown()``."""
-    return MetricsHTTPServer(registry, listen)
+def serve_http(
+    registry: CollectorRegistry,
+    listen: str,
+    *,
+    certfile: Path | None = None,
+    keyfile: Path | None = None,
+    client_cafile: Path | None = None,
+) -> MetricsHTTPServer:
+    """Serves ``registry`` on ``http(s)://listen/metrics`` until ``.shutdown()``."""
+    return MetricsHTTPServer(registry, listen, certfile=certfile, keyfile=keyfile, client_cafile=client_cafile)

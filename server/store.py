@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from offsetstore.client.errors import StoreUnavailableError
 from offsetstore.client.types import (
@@ -104,6 +105,10 @@ class Store:
         self.statement_timeout_ms = statement_timeout_ms
         #: Called with each operation's name and duration in seconds, failures included (metrics).
         self.observe = observe
+        # The health probe's own pool: the engine's settings, none of its request connections.
+        self._health_pool = engine.pool.recreate()
+        self._health: Any = None
+        self._health_lock = threading.Lock()
 
     def _bound(self, conn: Connection) -> None:
         bound = _deadline.get()
@@ -157,13 +162,25 @@ class Store:
         raise AssertionError("unreachable")
 
     def ping(self) -> bool:
-        """True when the database answers a trivial query."""
-        try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            return True
-        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError):
-            return False
+        """True when the database answers a trivial query.
+
+        On a connection of its own, not one of the request pool: a busy server whose pool
+        is all in use is still healthy, and a load balancer must not drain it for that.
+        """
+        with self._health_lock:
+            try:
+                if self._health is None:
+                    self._health = self._health_pool.connect()
+                with self._health.cursor() as cur:
+                    cur.execute("SELECT 1")
+                    cur.fetchone()
+                self._health.rollback()
+                return True
+            except (psycopg.Error, sqlalchemy.exc.SQLAlchemyError):
+                if self._health is not None:
+                    self._health.invalidate()
+                    self._health = None
+                return False
 
     def commit_offsets(
         self, group_id: str, commits: Sequence[OffsetCommit], *, generation: int = 0, actor: str = ""
@@ -237,4 +254,9 @@ class Store:
         return self.run(storage.report_watermarks, watermarks)
 
     def dispose(self) -> None:
+        with self._health_lock:
+            if self._health is not None:
+                self._health.close()
+                self._health = None
+            self._health_pool.dispose()
         self.engine.dispose()

@@ -164,11 +164,15 @@ grants = [{{ prefix = "t-", permissions = ["read"] }}]
 
 [principals.committer]
 token_sha256 = ["{old}", "{committer}"]   # two tokens: one being rotated out
-grants = [{{ prefix = "t-", permissions = ["commit"] }}]
+grants = [{{ prefix = "t-", permissions = ["commit"] }}, {{ topic_prefix = "t-", permissions = ["commit"] }}]
 
 [principals.admin]
 token_sha256 = "{admin}"
-grants = [{{ prefix = "t-", permissions = ["read", "admin"] }}, {{ prefix = "shared-", permissions = ["read"] }}]
+grants = [
+    {{ prefix = "t-", permissions = ["read", "admin"] }},
+    {{ prefix = "shared-", permissions = ["read"] }},
+    {{ topic_prefix = "t-", permissions = ["commit"] }},
+]
 
 [principals.root]
 token_sha256 = "{root}"
@@ -248,9 +252,10 @@ REQUESTS: dict[str, Callable[[str], object]] = {
     "ListGroups": lambda g: pb.ListGroupsRequest(prefix=g),
     "DescribeGroup": lambda g: pb.DescribeGroupRequest(group_id=g),
     "ListOffsetHistory": lambda g: pb.ListOffsetHistoryRequest(group_id=g),
-    # Not about a group: the topic is made unique by the caller's group id.
+    # Not about a group: the topic is named like the caller's group id, and topic grants
+    # cover the same prefixes as the group grants.
     "ReportWatermarks": lambda g: pb.ReportWatermarksRequest(
-        watermarks=[pb.Watermark(topic=f"wm-{g}", partition=0, log_start_offset=0, log_end_offset=10)]
+        watermarks=[pb.Watermark(topic=g, partition=0, log_start_offset=0, log_end_offset=10)]
     ),
 }
 # What each RPC needs, written out here rather than read from the server's table.
@@ -316,7 +321,7 @@ def nothing_written(engine: sa.Engine, group: str) -> bool:
                 " + (SELECT count(*) FROM offsetstore.offset_history WHERE group_id = :g)"
                 " + (SELECT count(*) FROM offsetstore.watermarks WHERE topic = :wm)"
             ),
-            {"g": group, "wm": f"wm-{group}"},
+            {"g": group, "wm": group},
         ).scalar_one()
     return counts == 0
 
@@ -338,8 +343,42 @@ def test_grants_imply_lower_permissions_on_their_prefix_only() -> None:
     assert p.may(Permission.READ, "anything")
     assert p.may(Permission.COMMIT, "orders-eu") and not p.may(Permission.COMMIT, "payments")
     assert not p.may(Permission.ADMIN, "orders-eu")
-    assert p.may(Permission.COMMIT, None) and not p.may(Permission.ADMIN, None)
     assert not Principal("nobody").may(Permission.READ, "x")
+
+
+def test_watermarks_need_a_topic_grant_or_admin_on_every_group() -> None:
+    # A group grant, even admin on a prefix, says nothing about a topic every group reads.
+    groups_only = Principal("g", (Grant("orders-", Permission.ADMIN),))
+    assert not groups_only.may_report("orders")
+    topics = Principal("t", (Grant("orders", Permission.COMMIT, topic=True), Grant("pay", Permission.READ, topic=True)))
+    assert topics.may_report("orders.eu") and not topics.may_report("payments")
+    assert not topics.may(Permission.READ, "orders")  # a topic grant is no group grant
+    assert Principal("root", (Grant("", Permission.ADMIN),)).may_report("anything")
+
+
+def test_a_principal_with_a_group_grant_cannot_move_another_tenants_resets(
+    token_server: OffsetStoreServer, engine: sa.Engine
+) -> None:
+    # The committer may commit to t-* groups; payments' watermarks steer every group's resets.
+    topic = fresh("payments-")
+    request = pb.ReportWatermarksRequest(
+        watermarks=[
+            pb.Watermark(topic=fresh("t-"), partition=0, log_end_offset=5),
+            pb.Watermark(topic=topic, partition=0, log_end_offset=5),
+        ]
+    )
+    code, reason, message = call(token_server.address, "ReportWatermarks", request, bearer("committer"))
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+    assert topic in message
+    with engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM offsetstore.watermarks WHERE topic = :t"), {"t": topic}
+            ).scalar_one()
+            == 0
+        )
+    code, _, _ = call(token_server.address, "ReportWatermarks", request, bearer("root"))
+    assert code == grpc.StatusCode.OK
 
 
 def test_tokens_are_looked_up_by_hash() -> None:
@@ -365,6 +404,7 @@ def test_tokens_are_looked_up_by_hash() -> None:
         ("[principals.a]\ngrants = [{ prefix = 'x', permission = ['read'] }]\n", "unknown key(s) permission"),
         ("[principals.a]\ngrants = [{ permissions = ['read'] }]\n", "prefix must be a string"),
         ("[principals.a]\ngrants = [{ prefix = 'x', permissions = [] }]\n", "non-empty list"),
+        ("[principals.a]\ngrants = [{ prefix = 'x', topic_prefix = 'x', permissions = ['commit'] }]\n", "not both"),
         (
             f"[principals.a]\ntoken_sha256 = '{'0' * 64}'\n[principals.b]\ntoken_sha256 = '{'0' * 64}'\n",
             "also given to a",
@@ -435,12 +475,9 @@ def test_each_principal_may_do_what_its_grant_allows_on_its_prefix_only(
 
     outside = fresh("u-")
     code, reason, message = call(token_server.address, method, REQUESTS[method](outside), bearer(principal))
-    if method == "ReportWatermarks" and allowed:
-        assert code == grpc.StatusCode.OK  # names no group: commit on any prefix is enough
-    else:
-        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
-        assert principal in message
-        assert nothing_written(engine, outside)
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+    assert principal in message
+    assert nothing_written(engine, outside)
 
 
 def test_a_refusal_does_not_echo_a_huge_group_id(token_server: OffsetStoreServer) -> None:
@@ -642,7 +679,8 @@ def test_the_groups_cli_speaks_tls_and_tokens(
         groups("describe", group, "--server", tls_server.address, "--tls-ca", str(pki.ca.cert), "--output", "json") == 0
     )
     assert '"offset": 11' in capsys.readouterr().out
-    assert groups("delete", group, "--all-topics", "--server", tls_server.address, "--tls-ca", str(pki.ca.cert)) == 1
+    delete = ("delete", group, "--all-topics", "--execute", "--server", tls_server.address)
+    assert groups(*delete, "--tls-ca", str(pki.ca.cert)) == 1
     assert "may not administer" in capsys.readouterr().err
 
     token_file = tmp_path / "token"
@@ -767,3 +805,37 @@ def test_offsetstore_serve_refuses_to_start_with_a_bad_tokens_file(database_url:
     assert result.returncode == 2
     assert "64 hex digits" in result.stderr + result.stdout
     assert "plaintext-token" not in result.stderr + result.stdout
+
+
+def test_metrics_are_served_over_tls_with_the_servers_certificate(pki: PKI) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry, Counter
+
+    from offsetstore.server import metrics
+
+    registry = CollectorRegistry()
+    Counter("probe", "a series to find", registry=registry).inc()
+    served = metrics.serve_http(
+        registry,
+        "127.0.0.1:0",
+        certfile=pki.server.cert,
+        keyfile=pki.server.key,
+        client_cafile=pki.ca.cert,
+    )
+    try:
+        assert served.url.startswith("https://")
+        trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+        trusting.load_cert_chain(str(pki.alice.cert), str(pki.alice.key))
+        with urllib.request.urlopen(served.url, context=trusting, timeout=10) as response:
+            assert "probe_total 1.0" in response.read().decode()
+        # Without a client certificate, or in plaintext, nothing is read.
+        anonymous = ssl.create_default_context(cafile=str(pki.ca.cert))
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(served.url, context=anonymous, timeout=10).read()
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(served.url.replace("https://", "http://"), timeout=10).read()
+    finally:
+        served.shutdown()

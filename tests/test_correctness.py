@@ -207,3 +207,21 @@ def test_history_times_are_taken_at_the_writing_statement_not_the_transaction_st
     assert by_kind[ChangeKind.COMMIT] == committed[0].commit_time
     assert (by_kind[ChangeKind.RESET] - by_kind[ChangeKind.COMMIT]).total_seconds() >= 0.3
     assert reset.changes[0].change_time == by_kind[ChangeKind.RESET]
+
+
+# --- 10. a busy server stays healthy ---
+
+
+def test_health_does_not_wait_for_the_request_pool(database_url):
+    from offsetstore.server.engine import create_engine
+    from offsetstore.server.store import Store
+
+    store = Store(create_engine(database_url, pool_size=1, connect_timeout_s=1))
+    try:
+        with store.engine.connect() as busy:  # every request connection is in use
+            busy.execute(sa.text("SELECT 1"))
+            # Borrowing from the pool would time out after 1 s and report the database down.
+            assert store.ping()
+            assert store.ping()
+    finally:
+        store.dispose()

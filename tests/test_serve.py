@@ -181,7 +181,7 @@ def test_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         assert missing.returncode == 1
         assert "no-such-group" in missing.stderr and "Traceback" not in missing.stderr
 
-        deleted = cli(served, "delete", "payments", "--all-topics")
+        deleted = cli(served, "delete", "payments", "--all-topics", "--execute")
         assert deleted.returncode == 0, deleted.stderr
         assert cli(served, "describe", "payments").returncode == 1
     finally:
