@@ -27,11 +27,14 @@ def consumer_watermarks(
     *,
     timeout: float = 5.0,
 ) -> list[Watermark]:
-    """Each partition's log start and end, asked of the broker (default: the consumer's assignment).
+    """Each partition's log start and end as the consumer knows them (default: its assignment).
 
-    The log end reported is never below the consumer's own position: a message the
-    consumer read proves the log reaches past it, whatever a broker answers (Tansu,
-    for one, answers the base offset of the last record batch + 1).
+    The watermarks of the consumer's last fetch response are used where it has them
+    (no request: the fetch carries log start and end); only the other partitions are
+    asked of the broker, one request each. The log end reported is never below the
+    consumer's own position: a message it read proves the log reaches past it,
+    whatever a broker answers (Tansu, for one, answers the base offset of the last
+    record batch + 1).
     """
     from confluent_kafka import TopicPartition as KafkaPartition
 
@@ -43,7 +46,10 @@ def consumer_watermarks(
     position = {(p.topic, p.partition): p.offset for p in consumer.position([KafkaPartition(t, p) for t, p in pairs])}
     marks = []
     for topic, partition in pairs:
-        low, high = consumer.get_watermark_offsets(KafkaPartition(topic, partition), timeout=timeout, cached=False)
+        tp = KafkaPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, cached=True)
+        if low < 0 or high < 0:  # no fetch response for this partition yet
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
         end = max(high, position.get((topic, partition), -1))
         marks.append(Watermark(topic, partition, min(low, end), end))
     return marks
@@ -54,8 +60,8 @@ class WatermarkReporter:
 
     ``target`` is an :class:`~offsetstore.client.OffsetStoreClient` (over gRPC; with
     auth on, this needs a grant on each topic) or an :class:`ExactlyOnceWriter` (into
-    its database). Call :meth:`maybe_report` from the poll loop; it asks the broker
-    once per assigned partition when it reports, so keep the interval in seconds.
+    its database). Call :meth:`maybe_report` from the poll loop; a report is one
+    store write, plus one broker request per partition not fetched from yet.
     A failure is logged and retried at the next interval: lag is worth less than the
     consumer's progress.
     """

@@ -177,8 +177,17 @@ class ConsumerProcess:
         return self.proc.returncode
 
     def kill(self) -> None:
+        """SIGKILL, and collect what it printed."""
         self.proc.kill()
         self.finish(timeout=30)
+
+    def stop(self) -> None:
+        """Kills it if still running and releases its pipe (for ``finally``)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def output(self) -> str:
         return "\n".join(self.lines[-40:])

@@ -56,7 +56,6 @@ def main() -> int:
         while True:
             batch = consumer.consume(args.batch, timeout=0.2)
             batch = [m for m in batch if m.error() is None]
-            reporter.maybe_report()
             if not batch:
                 if time.monotonic() - idle_since > args.idle_exit:
                     return 0
@@ -68,6 +67,7 @@ def main() -> int:
                 if args.hold:
                     time.sleep(random.uniform(0, args.hold))
             print(f"wrote {len(batch)}", flush=True)
+            reporter.maybe_report()
     except StaleGenerationError as e:
         print(f"fenced {e}", flush=True)
         return 3
