@@ -115,14 +115,16 @@ def checkpoint_location(database_url_or_client: str | Engine | OffsetStoreClient
     query gives up its state (aggregations, deduplication, joins) at that point: the
     state lives only in the checkpoint.
 
-    ``n`` counts the group's resets (DescribeGroup's ``reset_count``). Deleting the whole
-    group restarts the count, so delete the group's checkpoints with it.
+    ``n`` counts the group's resets and deletes (DescribeGroup's ``reset_count``), and is
+    kept across a delete of the whole group: a query of a deleted and recreated group
+    never finds an old checkpoint.
     """
     if isinstance(database_url_or_client, OffsetStoreClient):
         try:
             count = database_url_or_client.describe_group(group_id).reset_count
-        except GroupNotFoundError:
-            count = 0
+        except GroupNotFoundError as error:
+            # A deleted group's id keeps its count; the error carries it.
+            count = int(error.metadata.get("reset_count", "0"))
     else:
         count = _read(database_url_or_client, storage.reset_count, group_id)
     return f"{base.rstrip('/')}/{quote(group_id, safe='')}/reset-{count}"

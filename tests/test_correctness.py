@@ -225,3 +225,17 @@ def test_health_does_not_wait_for_the_request_pool(database_url):
             assert store.ping()
     finally:
         store.dispose()
+
+
+def test_checkpoint_location_moves_on_after_a_delete(client, database_url, group_id, topic):
+    from offsetstore.spark_integration import checkpoint_location
+
+    client.join_group(group_id)
+    client.commit_offsets(group_id, {(topic, 0): 5})
+    first = checkpoint_location(client, group_id, "/ck")
+    client.delete_offsets(group_id, all_topics=True)
+    for source in (client, database_url):
+        after = checkpoint_location(source, group_id, "/ck")
+        assert after != first and after.endswith("/reset-1")
+    client.join_group(group_id)  # the group comes back; its count does not restart
+    assert checkpoint_location(client, group_id, "/ck").endswith("/reset-1")
