@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer
 
@@ -87,6 +89,11 @@ def test_watermarks_from_the_consumer_feed_describe_group_lag(broker, client, gr
         status = {p.partition: (p.log_end_offset, p.lag) for p in client.describe_group(group_id).partitions}
         assert status == {0: (8, 5), 1: (8, 0)}
         produce(broker.bootstrap, topic.name, 2, 10, start=8)
+        # Once the consumer fetched the new records, its watermarks say so.
+        seen = set()
+        deadline = time.monotonic() + 20
+        while (1, 9) not in seen and time.monotonic() < deadline:
+            seen.update((m.partition(), m.offset()) for m in consumer.consume(100, timeout=0.2) if m.error() is None)
         assert consumer_watermarks(consumer, [(topic.name, 1)])[0].log_end_offset == 10
     finally:
         consumer.close()
