@@ -100,9 +100,8 @@ class ExactlyOnceWriter:
             raise ValueError("group_id must be a non-empty string")
         self.group_id = group_id
         self.member_id = member_id or f"kafka:{socket.gethostname()}:{os.getpid()}"
-        self.columns = tuple(columns) if columns is not None else None
         # Built here, so bad options fail now rather than at the first batch.
-        self.target = SinkTarget(table, mode, tuple(key_columns), self.columns)
+        self.target = SinkTarget(table, mode, key_columns, columns)
         self._owns_engine = not isinstance(database_url, Engine)
         # One connection is all a consumer loop uses; a second serves reads beside an open write.
         self.engine = create_engine(database_url, pool_size=2) if self._owns_engine else database_url

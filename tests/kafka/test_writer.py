@@ -113,3 +113,5 @@ def test_bad_input_is_refused_and_nothing_is_written(broker, database_url, engin
         ExactlyOnceWriter(database_url, group_id, table.name, mode="upsert")
     with pytest.raises(ValueError, match="group_id"):
         ExactlyOnceWriter(database_url, "", table.name)
+    with pytest.raises(TypeError, match="not a string"):
+        ExactlyOnceWriter(database_url, group_id, table.name, mode="upsert", key_columns="value")
