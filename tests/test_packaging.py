@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_ROOTS = ("server", "client", "spark_integration", "migrations", "proto")
+PACKAGE_ROOTS = ("server", "client", "spark_integration", "kafka_integration", "migrations", "proto")
 
 
 @pytest.fixture(scope="module")

@@ -231,4 +231,4 @@ def test_storage_core_matches_the_model(engine: sa.Engine) -> None:
 
 @pytest.mark.slow
 def test_storage_core_matches_the_model_at_length(engine: sa.Engine) -> None:
-    _check(engine, examples=200, steps=50)
+    _check(engine, examples=100, steps=40)
