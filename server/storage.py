@@ -592,13 +592,15 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     if not values:
         return
     stmt = pg_insert(watermarks)
+    known_start = func.coalesce(stmt.excluded.log_start_offset, watermarks.c.log_start_offset)
     stmt = stmt.on_conflict_do_update(
         index_elements=[watermarks.c.topic, watermarks.c.partition],
         set_={
-            # A kept log start never lies past the newest log end.
-            "log_start_offset": func.least(
-                func.coalesce(stmt.excluded.log_start_offset, watermarks.c.log_start_offset),
-                stmt.excluded.log_end_offset,
+            # A kept log start never lies past the newest log end. (LEAST skips NULLs, so an
+            # unknown start must stay NULL explicitly.)
+            "log_start_offset": case(
+                (known_start.is_(None), None),
+                else_=func.least(known_start, stmt.excluded.log_end_offset),
             ),
             "log_end_offset": stmt.excluded.log_end_offset,
             "updated_at": func.statement_timestamp(),
