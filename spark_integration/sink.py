@@ -545,11 +545,11 @@ class ExactlyOnceSink:
                 known = storage.read_watermarks(conn, keys)
                 marks = []
                 for tp in keys:
-                    s = stats[tp]
-                    start, end = known.get(tp, (None, 0))
-                    end = max(end, s.max_offset + 1, progress_ends.get(tp, 0))
-                    start = min(s.min_offset if start is None else start, end)
-                    marks.append(Watermark(tp.topic, tp.partition, start, end))
+                    # Never move a log end back that a Kafka client (or a later batch) reported.
+                    end = max(known.get(tp, (None, 0))[1], stats[tp].max_offset + 1, progress_ends.get(tp, 0))
+                    # A batch cannot see the log start: the lowest offset it read may be
+                    # far above it (a query that started mid-topic). Say "not observed".
+                    marks.append(Watermark(tp.topic, tp.partition, _UNOBSERVED, end))
                 storage.report_watermarks(conn, marks)
         except (sqlalchemy.exc.SQLAlchemyError, OffsetStoreError) as error:
             log.warning(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -56,8 +60,42 @@ def build_spark(app: str, workdir: Path):
     return session
 
 
+#: The oldest Java that PySpark 4 runs on.
+MIN_JAVA = 17
+
+
+@functools.cache
+def jdk_problem() -> str | None:
+    """Why no SparkSession can start here (no Java, or one older than 17); None when one can."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java:
+        return f"Spark needs a JDK {MIN_JAVA}+: no java on PATH and no JAVA_HOME"
+    if not os.path.exists(java):
+        return f"Spark needs a JDK {MIN_JAVA}+: JAVA_HOME={home} has no bin/java"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"Spark needs a JDK {MIN_JAVA}+: {java} -version failed ({error})"
+    # `java -version` prints on stderr: 'openjdk version "17.0.15"' or, for Java 8, '"1.8.0_402"'.
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not found:
+        return f"Spark needs a JDK {MIN_JAVA}+: cannot read the version of {java}"
+    major = int(found[2]) if found[1] == "1" and found[2] else int(found[1])
+    if major < MIN_JAVA:
+        return f"Spark needs a JDK {MIN_JAVA}+, found Java {major} at {java}"
+    return None
+
+
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory):
+def jdk() -> None:
+    """Skips the test, saying why, when no JDK 17+ is found."""
+    if problem := jdk_problem():
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def spark(jdk, tmp_path_factory: pytest.TempPathFactory):
     """The session's SparkSession (starting one takes seconds)."""
     session = build_spark("offsetstore-tests", tmp_path_factory.mktemp("spark"))
     yield session

@@ -46,7 +46,7 @@ def _run_driver(*args: str, timeout: float = 400) -> tuple[int, str]:
 
 
 def test_a_driver_killed_anywhere_in_a_batch_loses_and_repeats_nothing(
-    database_url, engine, group_id, topic, make_table, tmp_path
+    jdk, database_url, engine, group_id, topic, make_table, tmp_path
 ):
     table = make_table()
     checkpoint = tmp_path / "checkpoint"

@@ -21,6 +21,8 @@ from offsetstore.server import storage
 from offsetstore.server.sink_sql import TableName
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 
+from .conftest import jdk_problem
+
 pytestmark = pytest.mark.spark
 
 
@@ -215,3 +217,34 @@ def test_table_names_parse_and_quote():
     stage = _sql.staging_name(TableName("s", "x" * 63), "group")
     assert len(stage.name.encode()) <= 63 and stage.schema == "s"
     assert stage != _sql.staging_name(TableName("s", "x" * 63), "other group")
+
+
+@pytest.mark.parametrize(
+    ("printed", "reason"),
+    [
+        ('openjdk version "11.0.22" 2024-01-16', "found Java 11"),
+        ('java version "1.8.0_402"', "found Java 8"),
+        ("no version here", "cannot read the version"),
+        ('openjdk version "17.0.15" 2025-04-15', None),
+        ('openjdk version "21" 2023-09-19', None),
+    ],
+)
+def test_spark_tests_name_the_missing_jdk(tmp_path, monkeypatch, printed, reason):
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text(f"#!/bin/sh\necho '{printed}' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    problem = jdk_problem.__wrapped__()
+    if reason is None:
+        assert problem is None
+    else:
+        assert reason in problem and "17+" in problem
+
+
+def test_spark_tests_say_when_there_is_no_java(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    assert f"JAVA_HOME={tmp_path} has no bin/java" in jdk_problem.__wrapped__()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "no java on PATH and no JAVA_HOME" in jdk_problem.__wrapped__()
