@@ -7,7 +7,11 @@ that a noisy neighbour slows every variant alike:
 - ``plain driver``: foreachBatch collects the batch as Arrow and COPYs it into the
   table, no offsets, no transaction around it (at-least-once);
 - ``plain executors``: every task COPYs its partition straight into the table;
-- ``exactly-once driver`` / ``exactly-once executors``: :class:`ExactlyOnceSink`.
+- ``exactly-once driver`` / ``exactly-once executors``: :class:`ExactlyOnceSink`;
+- ``exactly-once auto``: the sink's default, which collects at most
+  ``executor_threshold + 1`` rows of each batch (a ``limit``) to decide its path;
+  compared with ``plain driver`` (below the threshold it writes from the driver) and
+  with ``exactly-once driver`` (the price of the bound).
 
 Printed per variant: rows/s of the whole query (what a user sees) and of the time
 spent inside foreachBatch (the sink alone), and the ratio exactly-once / plain of
@@ -39,12 +43,10 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
-from offsetstore.server import migrate  # noqa: E402
-from offsetstore.spark_integration import (  # noqa: E402
-    ExactlyOnceSink,  # noqa: E402
-    _arrow,
-    _sql,
-)
+from offsetstore.server import arrow_copy, migrate, sink_sql  # noqa: E402
+from offsetstore.server.engine import libpq_conninfo  # noqa: E402
+from offsetstore.server.sink_sql import TableName  # noqa: E402
+from offsetstore.spark_integration import ExactlyOnceSink  # noqa: E402
 
 PARTITIONS = 4
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
@@ -67,26 +69,24 @@ class Timed:
         self.seconds += time.perf_counter() - started
 
 
-def plain_driver(conninfo: str, table: _sql.TableName) -> Callable:
+def plain_driver(conninfo: str, table: TableName) -> Callable:
     """At-least-once baseline of the driver path: Arrow to COPY, autocommitted, no offsets."""
 
     def write(df, batch_id: int) -> None:
         data = df.toArrow()
         with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor() as cur:
-            _arrow.copy_batches(cur, _sql.copy_into(table, COLUMNS), data.select(COLUMNS).to_batches())
+            arrow_copy.copy_batches(cur, sink_sql.copy_into(table, COLUMNS), data.select(COLUMNS).to_batches())
 
     return write
 
 
-def _copy_partition(
-    conninfo: str, table: _sql.TableName, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
+def _copy_partition(conninfo: str, table: TableName, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor() as cur:
-        rows = _arrow.copy_batches(cur, _sql.copy_into(table, COLUMNS), batches)
+        rows = arrow_copy.copy_batches(cur, sink_sql.copy_into(table, COLUMNS), batches)
     yield pa.record_batch({"rows": pa.array([rows], pa.int64())})
 
 
-def plain_executors(conninfo: str, table: _sql.TableName) -> Callable:
+def plain_executors(conninfo: str, table: TableName) -> Callable:
     """At-least-once baseline of the executors' path: each task COPYs its partition into the table."""
 
     def write(df, batch_id: int) -> None:
@@ -99,11 +99,11 @@ def run_once(
     spark, url: str, engine: sa.Engine, variant: str, batch_size: int, batches: int, work: Path
 ) -> tuple[float, float, int]:
     """One query over ``batch_size * batches`` records; returns (query seconds, sink seconds, rows)."""
-    table = _sql.TableName("public", f"bench_{uuid.uuid4().hex[:10]}")
+    table = TableName("public", f"bench_{uuid.uuid4().hex[:10]}")
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     with engine.begin() as conn:
         conn.exec_driver_sql(TABLE_DDL.format(name=table.regclass()))
-    conninfo = _sql.conninfo(url)
+    conninfo = libpq_conninfo(url)
     if variant == "plain driver":
         fn = plain_driver(conninfo, table)
     elif variant == "plain executors":
@@ -155,7 +155,7 @@ def main() -> None:
     p.add_argument("--master", default="local[2]")
     args = p.parse_args()
     sizes = [int(s) for s in args.batch_sizes.split(",")]
-    variants = ["plain driver", "exactly-once driver", "plain executors", "exactly-once executors"]
+    variants = ["plain driver", "exactly-once driver", "exactly-once auto", "plain executors", "exactly-once executors"]
 
     with ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="offsetstore-bench-"))
@@ -207,8 +207,12 @@ def main() -> None:
                 s = median(r[1] for r in results[variant])
                 ratio = ""
                 if variant.startswith("exactly-once"):
-                    base = results["plain " + variant.split()[-1]]
+                    path = variant.split()[-1]
+                    base = results["plain " + ("driver" if path == "auto" else path)]
                     ratio = f"{q / median(r[0] for r in base):>13.2f}{s / median(r[1] for r in base):>12.2f}"
+                    if path == "auto":
+                        driver = results["exactly-once driver"]
+                        ratio += f"   vs exactly-once driver: {q / median(r[0] for r in driver):.2f}"
                 print(f"{size:>8}  {variant:<24}{q:>14,.0f}{s:>13,.0f}{ratio}", flush=True)
 
 

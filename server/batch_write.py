@@ -220,7 +220,9 @@ def write_batch(
             if kept.num_rows:
                 yield kept
 
-    # Peeking spares a replay that skips everything its COPY (and an upsert its table).
+    # Rows are skipped here, in Arrow, rather than in SQL: an append then COPYs straight
+    # into the target, where a staging detour would write every row twice to skip,
+    # usually, none. Peeking spares a replay that skips everything its COPY.
     pending = fresh()
     head = next(pending, None)
     if head is not None:
@@ -281,7 +283,7 @@ class SinkMetrics:
     skipped: Counter
 
     def observe(self, group_id: str, outcome: BatchOutcome) -> None:
-        """Counts one batch's outcome."""
+        """Counts one batch's outcome; call it once the batch's transaction committed."""
         self.batches.labels(group_id).inc()
         self.written.labels(group_id).inc(outcome.written)
         self.skipped.labels(group_id).inc(outcome.skipped)

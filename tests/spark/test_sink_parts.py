@@ -13,6 +13,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
 
 from offsetstore.client import Boundary, OffsetCommit
 from offsetstore.server import arrow_copy as _arrow
@@ -182,11 +183,18 @@ def test_checkpoint_location_over_grpc(client, engine: sa.Engine, group_id: str)
 
 def test_sink_pickles_without_its_connections(database_url: str):
     sink = ExactlyOnceSink(
-        database_url, group_id="g", table=("my.schema", "my.table"), mode="upsert", key_columns=["id"]
+        database_url,
+        group_id="g",
+        table=("my.schema", "my.table"),
+        mode="upsert",
+        key_columns=["id"],
+        statement_timeout_ms=1234,
+        registry=CollectorRegistry(),
     )
     sink._get_engine()
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone._engine is None and clone.generation is None
+    assert clone._engine is None and clone.generation is None and clone._registry is None
+    assert clone.statement_timeout_ms == 1234
     assert (clone.table, clone.key_columns, clone.mode) == (TableName("my.schema", "my.table"), ("id",), "upsert")
     assert "password" not in repr(clone) and database_url not in repr(clone)
 
@@ -201,6 +209,8 @@ def test_sink_pickles_without_its_connections(database_url: str):
         ({"write_path": "both"}, "write_path"),
         ({"columns": "offset"}, "not a string"),
         ({"columns": ["a", "a"]}, "twice"),
+        ({"statement_timeout_ms": -1}, "timeouts must be >= 0"),
+        ({"executor_threshold": -1}, "executor_threshold"),
     ],
 )
 def test_sink_refuses_inconsistent_options(kwargs, message):
