@@ -18,6 +18,7 @@ COPY proto/ proto/
 COPY server/ server/
 COPY client/ client/
 COPY spark_integration/ spark_integration/
+COPY kafka_integration/ kafka_integration/
 COPY migrations/ migrations/
 # A regular (non-editable) install into a virtualenv that the final stage copies whole.
 RUN python -m venv /opt/offsetstore \
