@@ -7,10 +7,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from offsetstore.client import ChangeKind
+from offsetstore.server import storage
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
 
-from .conftest import at_end, kafka_stream, records, stored_offsets, wait_for
+from .conftest import at_end, kafka_stream, records, run_available_now, stored_offsets, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -135,3 +136,27 @@ def test_an_operator_reset_stops_the_query_and_the_documented_restart_replays_fr
     assert [c.kind for c in history[at : at + 2]] == [ChangeKind.RESET] * 2
     restart = history[at + 2 :]
     assert restart and all(c.kind == ChangeKind.COMMIT and c.generation > reset.generation for c in restart)
+
+
+def test_a_group_deleted_before_its_first_commit_never_hands_the_runs_generation_out_again(
+    spark, database_url, engine, group_id, topic, make_table, tmp_path
+):
+    table = make_table()
+    sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="executors")
+    rival: dict[str, int] = {}
+
+    def meanwhile(stage: str, batch_id: int) -> None:
+        # The run has joined and staged its rows, the group has no offsets yet: an operator
+        # deletes the group and another writer joins it before the run commits.
+        if stage == "staged" and not rival:
+            with engine.begin() as conn:
+                storage.delete_offsets(conn, group_id, all_topics=True, actor="operator")
+            with engine.begin() as conn:
+                rival["generation"] = storage.join_group(conn, group_id, "rival")
+
+    sink._fault_hook = meanwhile
+    with pytest.raises(StreamingQueryException, match="StaleGenerationError"):
+        run_available_now(kafka_stream(spark, topic, partitions=2, records=10), sink, tmp_path / "checkpoint")
+
+    assert rival["generation"] > sink.generation, "the rival must never get the run's generation again"
+    assert table.coordinates() == [] and stored_offsets(engine, group_id) == {}
