@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 pytest.importorskip("confluent_kafka", reason="the kafka extra (confluent-kafka) is not installed")
+
+from exactly_once import assert_exactly_once
 
 from offsetstore.kafka_integration import testing  # noqa: E402
 
@@ -106,13 +107,7 @@ class SinkTable:
 
     def assert_exactly_once(self, expected: set[tuple[str, int, int]]) -> None:
         """Every expected record is in the table once, and nothing else is."""
-        counts = Counter(self.coordinates())
-        twice = sorted(k for k, n in counts.items() if n > 1)
-        assert not twice, f"{len(twice)} records written more than once, e.g. {twice[:5]}"
-        missing = sorted(expected - counts.keys())
-        assert not missing, f"{len(missing)} records lost, e.g. {missing[:5]}"
-        extra = sorted(counts.keys() - expected)
-        assert not extra, f"{len(extra)} unexpected records, e.g. {extra[:5]}"
+        assert_exactly_once(self.coordinates(), expected)
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from exactly_once import assert_exactly_once
 
 from offsetstore.server.sink_sql import TableName, staging_name
 from offsetstore.spark_integration import ExactlyOnceSink
@@ -142,13 +142,7 @@ class SinkTable:
 
     def assert_exactly_once(self, expected: set[tuple[str, int, int]]) -> None:
         """Every expected record is in the table once, and nothing else is."""
-        counts = Counter(self.coordinates())
-        twice = sorted(k for k, n in counts.items() if n > 1)
-        assert not twice, f"{len(twice)} records written more than once, e.g. {twice[:5]}"
-        missing = sorted(expected - counts.keys())
-        assert not missing, f"{len(missing)} records lost, e.g. {missing[:5]}"
-        extra = sorted(counts.keys() - expected)
-        assert not extra, f"{len(extra)} unexpected records, e.g. {extra[:5]}"
+        assert_exactly_once(self.coordinates(), expected)
 
 
 @pytest.fixture
