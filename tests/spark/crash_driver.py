@@ -15,7 +15,8 @@ from pathlib import Path
 
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
 
-sys.path.insert(0, str(Path(__file__).parent))
+# tests/spark for its conftest, tests/ for the helpers that conftest imports, as pytest sets them.
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 from conftest import build_spark, kafka_stream  # noqa: E402  (the tests' own Spark setup)
 
 
