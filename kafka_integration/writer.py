@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Connection, Engine
 
 from offsetstore.client.types import Watermark
+from offsetstore.server.sink_sql import COORDINATES
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -23,8 +24,6 @@ __all__ = ["ExactlyOnceWriter", "Mode"]
 log = logging.getLogger("offsetstore.kafka_integration")
 
 Mode = Literal["append", "upsert"]
-
-COORDINATES = ("topic", "partition", "offset")
 
 
 class ExactlyOnceWriter:
