@@ -196,7 +196,6 @@ def serve(settings: Settings) -> int:
 
         embedded = EmbeddedPostgres(settings.data_dir)
         database_url = embedded.start()
-        log.info("embedded postgresql started", extra={"data_dir": str(settings.data_dir)})
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
