@@ -32,8 +32,8 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 proto: $(DEV_STAMP)  ## Regenerate the committed gRPC code from proto/.
 	$(PY) scripts/gen_proto.py
 
-bench: $(DEV_STAMP)  ## Commit-throughput benchmark against the embedded PostgreSQL.
-	$(PY) bench/commit_throughput.py
+bench: $(DEV_STAMP)  ## RPC throughput vs the transport and PostgreSQL alone (embedded PostgreSQL); see docs/performance.md.
+	$(PY) bench/rpc_throughput.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

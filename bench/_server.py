@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +31,17 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(*, max_workers: int, pool_size: int, prefix: str = "offsetstore-bench-") -> Iterator[Served]:
-    """A server over ``OFFSETSTORE_BENCH_DATABASE_URL``, or over an embedded PostgreSQL; healthy on entry."""
+def served(
+    *,
+    max_workers: int | None = None,
+    pool_size: int | None = None,
+    extra_args: Sequence[str] = (),
+    prefix: str = "offsetstore-bench-",
+) -> Iterator[Served]:
+    """A server over ``OFFSETSTORE_BENCH_DATABASE_URL``, or over an embedded PostgreSQL; healthy on entry.
+
+    ``max_workers`` and ``pool_size`` left unset keep the server's defaults.
+    """
     from offsetstore.client import OffsetStoreClient
     from offsetstore.server import migrate
 
@@ -51,9 +60,12 @@ def served(*, max_workers: int, pool_size: int, prefix: str = "offsetstore-bench
         log = workdir / "serve.log"
         command = [
             sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", url, "--listen", listen,
-            "--metrics-listen", "", "--no-migrate", "--max-workers", str(max_workers),
-            "--pool-size", str(pool_size), "--log-level", "WARNING",
+            "--metrics-listen", "", "--no-migrate", "--log-level", "WARNING", *extra_args,
         ]  # fmt: skip
+        if max_workers is not None:
+            command += ["--max-workers", str(max_workers)]
+        if pool_size is not None:
+            command += ["--pool-size", str(pool_size)]
         with log.open("wb") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         try:

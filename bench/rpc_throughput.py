@@ -1,0 +1,261 @@
+"""RPC throughput and latency against the transport's own ceiling, all in one run.
+
+Runs ``offsetstore serve`` as a separate process over one PostgreSQL and drives it from
+grpc.aio clients spread over client processes (so no client GIL is the bottleneck):
+
+- ``echo``: grpc.health.v1 Check, the transport's ceiling on the stack that ships;
+- ``commit1`` / ``commit16``: CommitOffsets of 1 or 16 partitions, each client its own group;
+- ``fetch16``: FetchOffsets of a 16-partition group.
+
+In the same run it measures PostgreSQL alone (``pg-upsert``, ``pg-fetch16``: prepared
+statements over psycopg, autocommit, one connection per client), then, with ``--big``,
+fills the store with 1M offsets and 10M history rows and measures the RPCs again.
+Rates, p50/p99 and ratios to echo are printed; ``--write-docs`` rewrites the table in
+docs/performance.md. Timings are reported, never asserted.
+
+Usage: ``python bench/rpc_throughput.py [--seconds 5] [--concurrency 16 64] [--big] [--write-docs]``
+(``OFFSETSTORE_BENCH_DATABASE_URL`` selects a PostgreSQL; otherwise an embedded one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+from _server import served
+
+RPCS = ("echo", "commit1", "commit16", "fetch16")
+PG = ("pg-upsert", "pg-fetch16")
+
+PG_UPSERT = (
+    'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset", metadata) VALUES (%s, %s, %s, %s, \'\') '
+    'ON CONFLICT (group_id, topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset", '
+    "commit_time = statement_timestamp()"
+)
+PG_FETCH = 'SELECT topic, partition, "offset", metadata, commit_time FROM offsetstore.offsets WHERE group_id = %s'
+
+
+async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag: str) -> list[float]:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from offsetstore.v1 import offset_store_pb2 as pb
+    from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.OffsetStoreServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        partitions = 16 if kind.endswith("16") else 1
+
+        def commit(group: str, n: int) -> pb.CommitOffsetsRequest:
+            return pb.CommitOffsetsRequest(
+                group_id=group,
+                offsets=[pb.OffsetCommit(topic="bench", partition=p, offset=n) for p in range(partitions)],
+            )
+
+        groups = [f"bench-{tag}-{i}" for i in range(clients)]
+        if kind == "fetch16":
+            for g in groups:
+                await stub.CommitOffsets(commit(g, 1), timeout=30)
+        stop_at = time.perf_counter() + seconds
+
+        async def loop(group: str) -> None:
+            n = 0
+            while time.perf_counter() < stop_at:
+                n += 1
+                t = time.perf_counter()
+                if kind == "echo":
+                    await health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+                elif kind == "fetch16":
+                    await stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group), timeout=30)
+                else:
+                    await stub.CommitOffsets(commit(group, n), timeout=30)
+                latencies.append(time.perf_counter() - t)
+
+        await asyncio.gather(*(loop(g) for g in groups))
+    return latencies
+
+
+def _pg_clients(kind: str, url: str, clients: int, seconds: float, tag: str) -> list[float]:
+    import threading
+
+    import psycopg
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def loop(i: int) -> None:
+        group = f"pg-{tag}-{i}"
+        mine = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            if kind == "pg-fetch16":
+                with conn.transaction():
+                    for p in range(16):
+                        conn.execute(PG_UPSERT, (group, "bench", p, 1))
+            n = 0
+            while time.perf_counter() < stop_at:
+                n += 1
+                t = time.perf_counter()
+                if kind == "pg-upsert":
+                    conn.execute(PG_UPSERT, (group, "bench", 0, n), prepare=True)
+                else:
+                    conn.execute(PG_FETCH, (group,), prepare=True).fetchall()
+                mine.append(time.perf_counter() - t)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies
+
+
+def _worker(kind: str, target: str, clients: int, seconds: float, tag: str, out: multiprocessing.Queue) -> None:
+    if kind in PG:
+        out.put(_pg_clients(kind, target, clients, seconds, tag))
+    else:
+        out.put(asyncio.run(_rpc_clients(kind, target, clients, seconds, tag)))
+
+
+def measure(kind: str, target: str, clients: int, seconds: float, processes: int) -> dict[str, float]:
+    """Rate and latency percentiles of ``clients`` concurrent callers over ``processes`` processes."""
+    ctx = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue = ctx.Queue()
+    tag = uuid.uuid4().hex[:8]
+    per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    workers = [
+        ctx.Process(target=_worker, args=(kind, target, n, seconds, f"{tag}-{i}", out)) for i, n in enumerate(per) if n
+    ]
+    for w in workers:
+        w.start()
+    latencies = sorted(x for _ in workers for x in out.get())
+    for w in workers:
+        w.join()
+    return {
+        "per_s": len(latencies) / seconds,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+    }
+
+
+def fill(url: str, offsets: int, history: int) -> None:
+    """Stores ``offsets`` offsets (16 per group) and ``history`` history rows, as set-based SQL."""
+    import psycopg
+
+    url = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as conn:
+        groups = offsets // 16
+        conn.execute(
+            "INSERT INTO offsetstore.groups (group_id, generation) "
+            "SELECT 'big-' || g, 1 FROM generate_series(1, %s) g ON CONFLICT DO NOTHING",
+            (groups,),
+        )
+        conn.execute(
+            'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
+            "SELECT 'big-' || g, 'bench', p, 1000 FROM generate_series(1, %s) g, generate_series(0, 15) p "
+            "ON CONFLICT DO NOTHING",
+            (groups,),
+        )
+        step = 1_000_000
+        for start in range(0, history, step):
+            conn.execute(
+                "INSERT INTO offsetstore.offset_history "
+                "(group_id, topic, partition, previous_offset, new_offset, kind, generation, change_time) "
+                "SELECT 'big-' || (i %% %s + 1), 'bench', i %% 16, i, i + 1, 1, 1, "
+                "now() - interval '1 second' * (%s - i) / 100 "
+                "FROM generate_series(%s, %s) i",
+                (groups, history, start, min(start + step, history) - 1),
+            )
+        conn.execute("VACUUM ANALYZE offsetstore.offsets")
+        conn.execute("VACUUM ANALYZE offsetstore.offset_history")
+        conn.execute("VACUUM ANALYZE offsetstore.groups")
+
+
+def _row(name: str, r: dict[str, float], echo: dict[str, float] | None) -> str:
+    ratio = f"{r['per_s'] / echo['per_s']:.2f}×" if echo else ""
+    return f"| {name} | {r['per_s']:,.0f}/s | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {ratio} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--big", action="store_true", help="also measure with 1M offsets and 10M history rows")
+    parser.add_argument("--big-offsets", type=int, default=1_000_000)
+    parser.add_argument("--big-history", type=int, default=10_000_000)
+    parser.add_argument("--only", nargs="+", choices=RPCS + PG, help="measure just these")
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra `offsetstore serve` argument")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/performance.md")
+    args = parser.parse_args()
+
+    kinds = [k for k in RPCS + PG if not args.only or k in args.only]
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    header = "| load | rate | p50 | p99 | ÷ echo |\n|---|---|---|---|---|"
+    with served(extra_args=args.serve_arg) as server:
+        pg_url = server.database_url.replace("postgresql+psycopg://", "postgresql://")
+        results: dict[tuple[str, int, str], dict[str, float]] = {}
+
+        def run(label: str) -> None:
+            for clients in args.concurrency:
+                say(f"\n{label}, {clients} concurrent clients, {args.seconds:g} s each\n\n{header}")
+                echo = None
+                for kind in kinds:
+                    target = pg_url if kind in PG else server.address
+                    r = measure(kind, target, clients, args.seconds, args.client_processes)
+                    results[(label, clients, kind)] = r
+                    if kind == "echo":
+                        echo = r
+                    say(_row(kind, r, echo if kind != "echo" else None))
+
+        run("empty store")
+        if args.big:
+            started = time.perf_counter()
+            fill(server.database_url, args.big_offsets, args.big_history)
+            say(
+                f"\n(filled {args.big_offsets:,} offsets and {args.big_history:,} history rows"
+                f" in {time.perf_counter() - started:.0f} s)"
+            )
+            kinds = [k for k in kinds if k not in PG]
+            run(f"{args.big_offsets:,} offsets, {args.big_history:,} history rows")
+            say("\nbig ÷ empty, same run:")
+            big = f"{args.big_offsets:,} offsets, {args.big_history:,} history rows"
+            for clients in args.concurrency:
+                for kind in kinds:
+                    ratio = results[(big, clients, kind)]["per_s"] / results[("empty store", clients, kind)]["per_s"]
+                    say(f"- {kind} at {clients}: {ratio:.2f}")
+
+    if args.write_docs:
+        machine = f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+        table = "\n".join(lines).strip()
+        doc = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+        text = doc.read_text()
+        block = (
+            "<!-- bench:start -->\n"
+            f"Measured {time.strftime('%Y-%m-%d')} on {machine}, `make bench`"
+            f" ({' '.join(['--seconds', str(args.seconds)] + (['--big'] if args.big else []))}).\n\n"
+            f"{table}\n<!-- bench:end -->"
+        )
+        doc.write_text(re.sub(r"<!-- bench:start -->.*<!-- bench:end -->", lambda _: block, text, flags=re.S))
+        print(f"\nwrote {doc}")
+
+
+if __name__ == "__main__":
+    main()
