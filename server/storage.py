@@ -14,12 +14,13 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+import psycopg
+import sqlalchemy.exc
 from sqlalchemy import (
     ARRAY,
-    BigInteger,
     ColumnElement,
     Connection,
     Integer,
@@ -45,6 +46,7 @@ from offsetstore.client.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
     OffsetMismatchError,
+    OffsetStoreError,
     StaleGenerationError,
 )
 from offsetstore.client.types import (
@@ -70,6 +72,12 @@ from . import _validate as check
 from .schema import groups, offset_history, offsets, watermarks
 
 __all__ = [
+    "CommitRequest",
+    "JoinRequest",
+    "WriteRequest",
+    "WriteOutcome",
+    "check_write",
+    "write_batch",
     "commit_offsets",
     "fetch_offsets",
     "reset_offsets",
@@ -97,72 +105,6 @@ _GROUP_FOR_WRITE = (
     # NO KEY UPDATE: conflicts with every other writer of the group, not with readers.
     .with_for_update(key_share=True)
 )
-
-_rows = (
-    func.unnest(
-        bindparam("topics", type_=ARRAY(Text)),
-        bindparam("partitions", type_=ARRAY(Integer)),
-        bindparam("offsets", type_=ARRAY(BigInteger)),
-        bindparam("metadatas", type_=ARRAY(Text)),
-    )
-    .table_valued("topic", "partition", "offset", "metadata")
-    .render_derived(name="u", with_types=False)
-)
-
-
-def _build_commit_statement():
-    # One round trip: read the previous offsets, upsert, append history for real changes.
-    # All parts of a statement share one snapshot, so "prev" sees the values before the upsert;
-    # the group lock taken before keeps them current.
-    gid = bindparam("group_id", type_=Text)
-    prev = (
-        select(offsets.c.topic, offsets.c.partition, offsets.c.offset)
-        .where(
-            offsets.c.group_id == gid,
-            tuple_(offsets.c.topic, offsets.c.partition).in_(select(_rows.c.topic, _rows.c.partition)),
-        )
-        .cte("prev")
-    )
-    ins = pg_insert(offsets).from_select(
-        ["group_id", "topic", "partition", "offset", "metadata"],
-        select(gid, _rows.c.topic, _rows.c.partition, _rows.c.offset, _rows.c.metadata),
-    )
-    up = (
-        ins.on_conflict_do_update(
-            index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
-            set_={
-                "offset": ins.excluded.offset,
-                "metadata": ins.excluded.metadata,
-                "commit_time": func.statement_timestamp(),
-            },
-        )
-        .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset, offsets.c.metadata, offsets.c.commit_time)
-        .cte("up")
-    )
-    joined = up.outerjoin(prev, and_(prev.c.topic == up.c.topic, prev.c.partition == up.c.partition))
-    hist = (
-        offset_history.insert()
-        .from_select(
-            ["group_id", "topic", "partition", "previous_offset", "new_offset", "kind", "generation", "actor"],
-            select(
-                gid,
-                up.c.topic,
-                up.c.partition,
-                prev.c.offset,
-                up.c.offset,
-                literal(int(ChangeKind.COMMIT)),
-                bindparam("generation", type_=BigInteger),
-                bindparam("actor", type_=Text),
-            )
-            .select_from(joined)
-            .where(prev.c.offset.is_distinct_from(up.c.offset)),
-        )
-        .cte("hist")
-    )
-    return select(up).add_cte(hist)
-
-
-_COMMIT = _build_commit_statement()
 
 
 def _among(table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
@@ -210,7 +152,138 @@ def _none(offset: int | None) -> int:
     return NO_OFFSET if offset is None else offset
 
 
-# --- commit ---------------------------------------------------------------------
+# --- commit and join: one server-side function writes a batch of them ------------
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """One CommitOffsets call: validated by :func:`check_write` before it joins a batch."""
+
+    group_id: str
+    commits: Sequence[OffsetCommit]
+    generation: int = 0
+    actor: str = ""
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """One JoinGroup call."""
+
+    group_id: str
+    member_id: str = ""
+    member_host: str = ""
+
+
+WriteRequest = CommitRequest | JoinRequest
+#: A commit's offsets in request order, a join's generation, or the request's own error.
+WriteOutcome = list[CommittedOffset] | int | OffsetStoreError
+
+# migrations/versions/0003: each request decided under its group's lock, in group-id order.
+_WRITE_BATCH = (
+    'SELECT req, outcome, topic, partition, "offset", metadata, commit_time, stored FROM offsetstore.write_batch('
+    "%(join)s::boolean[], %(group)s::text[], %(generation)s::bigint[], %(actor)s::text[], %(member_id)s::text[], "
+    "%(member_host)s::text[], %(cas)s::boolean[], %(first)s::integer[], %(last)s::integer[], "
+    "%(topic)s::text[], %(partition)s::integer[], %(offset)s::bigint[], %(metadata)s::text[], "
+    "%(expected)s::bigint[])"
+)
+_DONE, _STALE, _MISMATCH = 0, 1, 2
+
+
+def check_write(request: WriteRequest) -> None:
+    """Raises :class:`InvalidArgumentError` naming every bad field of ``request``."""
+    v = check.Violations()
+    check.group_id(request.group_id, violations=v)
+    if isinstance(request, CommitRequest):
+        check.commits(request.commits, violations=v)
+        check.generation(request.generation, violations=v)
+    else:
+        check.member_id(request.member_id, violations=v)
+        check.member_id(request.member_host, "member_host", violations=v)
+    v.raise_if_any()
+
+
+def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[WriteOutcome]:
+    """Writes every request that may be written, in one statement; one outcome per request, in order.
+
+    Requests must have passed :func:`check_write`. A stale generation or a
+    compare-and-set mismatch is that request's outcome and writes nothing of it; the
+    others still write. Commits with no offsets are not written here (see
+    :func:`commit_offsets`). Row locks of the groups are held until the caller's
+    transaction ends; they are taken in group-id order.
+    """
+    params: dict[str, list] = {k: [] for k in ("join", "group", "generation", "actor", "member_id", "member_host")}
+    params.update({k: [] for k in ("cas", "first", "last", "topic", "partition", "offset", "metadata", "expected")})
+    for r in requests:
+        params["group"].append(r.group_id)
+        if isinstance(r, JoinRequest):
+            for key, value in (("join", True), ("generation", 0), ("actor", ""), ("cas", False)):
+                params[key].append(value)
+            params["member_id"].append(r.member_id)
+            params["member_host"].append(r.member_host)
+            params["first"].append(1)
+            params["last"].append(0)
+            continue
+        params["join"].append(False)
+        params["generation"].append(r.generation)
+        params["actor"].append(r.actor)
+        params["member_id"].append("")
+        params["member_host"].append("")
+        params["cas"].append(any(c.expected_offset is not None for c in r.commits))
+        params["first"].append(len(params["topic"]) + 1)
+        for c in r.commits:
+            params["topic"].append(c.topic)
+            params["partition"].append(c.partition)
+            params["offset"].append(c.offset)
+            params["metadata"].append(c.metadata)
+            params["expected"].append(c.expected_offset)
+        params["last"].append(len(params["topic"]))
+    rows = _hot(conn, _WRITE_BATCH, params)
+    found: dict[int, list[tuple]] = {}
+    for row in rows:
+        found.setdefault(row[0] - 1, []).append(row)
+    return [_outcome(r, found.get(i, [])) for i, r in enumerate(requests)]
+
+
+def _outcome(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
+    if isinstance(request, JoinRequest):
+        return rows[0][7]
+    if rows and rows[0][1] == _STALE:
+        return _stale(request.group_id, request.generation, rows[0][7])
+    if rows and rows[0][1] == _MISMATCH:
+        _, _, topic, partition, expected, _, _, stored = rows[0]
+        return OffsetMismatchError(
+            f"{topic}:{partition} has offset {stored}, not the expected {expected}",
+            metadata={
+                "topic": topic,
+                "partition": str(partition),
+                "stored_offset": str(stored),
+                "expected_offset": str(expected),
+            },
+        )
+    by_key = {(row[2], row[3]): row for row in rows}
+    return [
+        CommittedOffset(c.topic, c.partition, row[4], row[5], row[6])
+        for c in request.commits
+        for row in (by_key[(c.topic, c.partition)],)
+    ]
+
+
+def _hot(conn: Connection, sql: str, params: Mapping[str, object]) -> list[tuple]:
+    """Runs a hot-path statement, prepared, on the psycopg connection under ``conn``.
+
+    It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
+    fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
+    psycopg's error, the connection invalidated where it broke.
+    """
+    raw = conn.connection.driver_connection
+    try:
+        return raw.execute(sql, params, prepare=True).fetchall()
+    except psycopg.Error as error:
+        if raw.broken:
+            conn.invalidate()
+        raise sqlalchemy.exc.DBAPIError.instance(
+            sql, None, error, psycopg.Error, hide_parameters=True, connection_invalidated=raw.broken
+        ) from None
 
 
 def commit_offsets(
@@ -227,37 +300,16 @@ def commit_offsets(
     (:class:`StaleGenerationError`). A commit with ``expected_offset`` is a
     compare-and-set (:class:`OffsetMismatchError`; -1 means "none stored yet").
     """
-    v = check.Violations()
-    check.group_id(group_id, violations=v)
-    check.commits(commits, violations=v)
-    check.generation(generation, violations=v)
-    v.raise_if_any()
+    request = CommitRequest(group_id, commits, generation, actor)
+    check_write(request)
     if not commits:
         _check_generation(group_id, generation, group_generation(conn, group_id))
         return []
-    group = _lock_group(conn, group_id, create=True)
-    assert group is not None
-    _check_generation(group_id, generation, group.generation)
-    if any(c.expected_offset is not None for c in commits):
-        _compare(conn, group_id, commits)
-    rows = conn.execute(
-        _COMMIT,
-        {
-            "group_id": group_id,
-            "topics": [c.topic for c in commits],
-            "partitions": [c.partition for c in commits],
-            "offsets": [c.offset for c in commits],
-            "metadatas": [c.metadata for c in commits],
-            "generation": group.generation,
-            "actor": actor,
-        },
-    )
-    by_key = {(r.topic, r.partition): r for r in rows}
-    return [
-        CommittedOffset(c.topic, c.partition, r.offset, r.metadata, r.commit_time)
-        for c in commits
-        for r in (by_key[(c.topic, c.partition)],)
-    ]
+    outcome = write_batch(conn, [request])[0]
+    if isinstance(outcome, OffsetStoreError):
+        raise outcome
+    assert isinstance(outcome, list)
+    return outcome
 
 
 def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dict[TopicPartition, int]:
@@ -286,37 +338,16 @@ def reset_count(conn: Connection, group_id: str) -> int:
     return value or 0
 
 
+def _stale(group_id: str, requested: int, current: int) -> StaleGenerationError:
+    return StaleGenerationError(
+        f"generation {requested} of group {group_id!r} is stale; the current generation is {current}",
+        metadata={"group_id": group_id, "current_generation": str(current), "generation": str(requested)},
+    )
+
+
 def _check_generation(group_id: str, requested: int, current: int) -> None:
     if requested != 0 and requested != current:
-        raise StaleGenerationError(
-            f"generation {requested} of group {group_id!r} is stale; the current generation is {current}",
-            metadata={"group_id": group_id, "current_generation": str(current), "generation": str(requested)},
-        )
-
-
-def _compare(conn: Connection, group_id: str, commits: Sequence[OffsetCommit]) -> None:
-    expected = [c for c in commits if c.expected_offset is not None]
-    stored = {
-        (r.topic, r.partition): r.offset
-        for r in conn.execute(
-            select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
-                offsets.c.group_id == group_id,
-                _among(offsets, [(c.topic, c.partition) for c in expected]),
-            )
-        )
-    }
-    for c in expected:
-        actual = stored.get((c.topic, c.partition), NO_OFFSET)
-        if actual != c.expected_offset:
-            raise OffsetMismatchError(
-                f"{c.topic}:{c.partition} has offset {actual}, not the expected {c.expected_offset}",
-                metadata={
-                    "topic": c.topic,
-                    "partition": str(c.partition),
-                    "stored_offset": str(actual),
-                    "expected_offset": str(c.expected_offset),
-                },
-            )
+        raise _stale(group_id, requested, current)
 
 
 # --- reads ----------------------------------------------------------------------
@@ -328,6 +359,25 @@ def group_generation(conn: Connection, group_id: str) -> int:
     return value or 0
 
 
+_FETCH = """
+SELECT g.generation, o.topic, o.partition, o."offset", o.metadata, o.commit_time
+FROM (
+    SELECT coalesce(
+        (SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0
+    ) AS generation
+) AS g
+LEFT JOIN offsetstore.offsets AS o ON o.group_id = %(group)s {selected}
+ORDER BY o.topic, o.partition
+"""
+_FETCH_ALL = _FETCH.format(selected="")
+_FETCH_SELECTED = _FETCH.format(
+    selected="""AND (
+    o.topic = ANY(%(whole)s::text[])
+    OR (o.topic, o.partition) IN (SELECT * FROM unnest(%(topics)s::text[], %(partitions)s::integer[]))
+)"""
+)
+
+
 def fetch_offsets(conn: Connection, group_id: str, topics: SelectionArg = None) -> FetchResult:
     """Committed offsets; a named partition without one comes back with offset -1.
 
@@ -337,29 +387,29 @@ def fetch_offsets(conn: Connection, group_id: str, topics: SelectionArg = None) 
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
     v.raise_if_any()
-    live = select(groups.c.generation).where(groups.c.group_id == group_id, groups.c.deleted_at.is_(None))
-    generation = select(func.coalesce(live.scalar_subquery(), 0).label("generation")).subquery("g")
-    rows = conn.execute(
-        select(
-            generation.c.generation,
-            offsets.c.topic,
-            offsets.c.partition,
-            offsets.c.offset,
-            offsets.c.metadata,
-            offsets.c.commit_time,
+    if sels:
+        pairs = [(t, p) for t, parts in sels for p in parts]
+        rows = _hot(
+            conn,
+            _FETCH_SELECTED,
+            {
+                "group": group_id,
+                "whole": [t for t, parts in sels if not parts],
+                "topics": [t for t, _ in pairs],
+                "partitions": [p for _, p in pairs],
+            },
         )
-        .select_from(generation.outerjoin(offsets, and_(offsets.c.group_id == group_id, _selected(offsets, sels))))
-        .order_by(offsets.c.topic, offsets.c.partition)
-    ).all()
+    else:
+        rows = _hot(conn, _FETCH_ALL, {"group": group_id})
     found = {
-        TopicPartition(r.topic, r.partition): CommittedOffset(r.topic, r.partition, r.offset, r.metadata, r.commit_time)
-        for r in rows
-        if r.topic is not None
+        TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
+        for _, topic, partition, offset, metadata, at in rows
+        if topic is not None
     }
     for t, parts in sels:
         for p in parts:
             found.setdefault(TopicPartition(t, p), CommittedOffset(t, p, NO_OFFSET))
-    return FetchResult(offsets=dict(sorted(found.items())), generation=rows[0].generation)
+    return FetchResult(offsets=dict(sorted(found.items())), generation=rows[0][0])
 
 
 def lag_columns():
@@ -564,22 +614,11 @@ def join_group(conn: Connection, group_id: str, member_id: str = "", member_host
 
     A deleted group comes back with a generation above every one its id had.
     """
-    v = check.Violations()
-    check.group_id(group_id, violations=v)
-    check.member_id(member_id, violations=v)
-    check.member_id(member_host, "member_host", violations=v)
-    v.raise_if_any()
-    stmt = pg_insert(groups).values(group_id=group_id, generation=1, member_id=member_id, member_host=member_host)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[groups.c.group_id],
-        set_={
-            "generation": groups.c.generation + 1,
-            "deleted_at": None,
-            "member_id": stmt.excluded.member_id,
-            "member_host": stmt.excluded.member_host,
-        },
-    ).returning(groups.c.generation)
-    return conn.execute(stmt).scalar_one()
+    request = JoinRequest(group_id, member_id, member_host)
+    check_write(request)
+    generation = write_batch(conn, [request])[0]
+    assert isinstance(generation, int)
+    return generation
 
 
 def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:

@@ -1,8 +1,9 @@
 """The server's handle on the database: one transaction per operation, database faults made typed.
 
-The servicer only ever talks to :class:`Store`. Coalescing concurrent commits into one
-transaction (group commit) belongs here, behind ``Store.commit_offsets``, with each
-request under its own savepoint so that one request's failure cannot touch another's.
+The servicer only ever talks to :class:`Store`. Reads of one statement run on an
+autocommit connection (one round trip). Concurrent commits and joins coalesce into one
+transaction (group commit, :class:`WriteBatcher`): while one batch is in the database
+the next one gathers, and each request keeps its own outcome.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextvars
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,7 +22,7 @@ import psycopg
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine
 
-from offsetstore.client.errors import StoreUnavailableError
+from offsetstore.client.errors import OffsetStoreError, StoreUnavailableError
 from offsetstore.client.types import (
     Boundary,
     CommittedOffset,
@@ -92,7 +94,11 @@ def deadline(seconds: float | None, is_active: Callable[[], bool] = lambda: True
 
 
 class Store:
-    """Runs each storage operation in its own transaction and classifies database failures."""
+    """Runs each storage operation in its own transaction and classifies database failures.
+
+    ``write_flushers`` threads write the batches of commits and joins (see
+    :class:`WriteBatcher`); each holds one pool connection while it writes.
+    """
 
     def __init__(
         self,
@@ -100,25 +106,33 @@ class Store:
         *,
         statement_timeout_ms: int = 5000,
         observe: Callable[[str, float], None] | None = None,
+        write_flushers: int = 2,
     ) -> None:
         self.engine = engine
         self.statement_timeout_ms = statement_timeout_ms
         #: Called with each operation's name and duration in seconds, failures included (metrics).
         self.observe = observe
+        # One-statement reads need no BEGIN and COMMIT: a statement is its own snapshot.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         # The health probe's own pool: the engine's settings, none of its request connections.
         self._health_pool = engine.pool.recreate()
         self._health: Any = None
         self._health_lock = threading.Lock()
+        self.writes = WriteBatcher(self, flushers=write_flushers)
 
-    def _bound(self, conn: Connection) -> None:
-        bound = _deadline.get()
+    def _timeout_ms(self, bound: tuple[float, Callable[[], bool]] | None) -> int | None:
+        """The statement timeout ``bound``'s deadline asks for; None where the engine's own is shorter."""
         if bound is None:
-            return
+            return None
         # Keep a margin for the reply to reach the caller.
         ms = int((bound[0] - time.monotonic()) * 900)
         if ms <= 0:
             raise StoreUnavailableError("the caller's deadline passed before the database answered")
-        if ms < self.statement_timeout_ms:
+        return ms if ms < self.statement_timeout_ms else None
+
+    @staticmethod
+    def _set_timeout(conn: Connection, ms: int | None) -> None:
+        if ms is not None:
             conn.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
 
     @staticmethod
@@ -128,36 +142,59 @@ class Store:
 
     def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` in a transaction of its own."""
+        return self._timed(
+            operation.__name__, lambda: self._attempts(operation.__name__, self._transaction, operation, args, kwargs)
+        )
+
+    def read(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
+        """Runs a read of ONE statement on an autocommit connection: one round trip, one snapshot.
+
+        Where the caller's deadline needs a shorter statement timeout, it runs as :meth:`run` does.
+        """
+        return self._timed(
+            operation.__name__, lambda: self._attempts(operation.__name__, self._read, operation, args, kwargs)
+        )
+
+    def _timed(self, name: str, call: Callable[[], R]) -> R:
         started = time.perf_counter()
         try:
-            return self._run(operation, *args, **kwargs)
+            return call()
         finally:
             if self.observe is not None:
-                self.observe(operation.__name__, time.perf_counter() - started)
+                self.observe(name, time.perf_counter() - started)
 
-    def _run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
+    def _transaction(self, operation: Callable[..., R], args: tuple, kwargs: dict) -> R:
+        ms = self._timeout_ms(_deadline.get())
+        with self.engine.begin() as conn:
+            self._set_timeout(conn, ms)
+            result = operation(conn, *args, **kwargs)
+            if self._caller_gone():
+                # Rolled back: nobody would hear that it landed.
+                raise StoreUnavailableError("the caller went away before the transaction committed")
+            return result
+
+    def _read(self, operation: Callable[..., R], args: tuple, kwargs: dict) -> R:
+        if self._timeout_ms(_deadline.get()) is not None:
+            return self._transaction(operation, args, kwargs)
+        with self._autocommit.connect() as conn:
+            return operation(conn, *args, **kwargs)
+
+    def _attempts(self, name: str, body: Callable[..., R], *args: Any) -> R:
+        """``body(*args)``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
         for attempt in range(1, _ATTEMPTS + 1):
             try:
-                with self.engine.begin() as conn:
-                    self._bound(conn)
-                    result = operation(conn, *args, **kwargs)
-                    if self._caller_gone():
-                        # Rolled back: nobody would hear that it landed.
-                        raise StoreUnavailableError("the caller went away before the transaction committed")
-                    return result
+                return body(*args)
             except sqlalchemy.exc.DBAPIError as error:
                 cause = error.orig
                 if isinstance(cause, _RETRYABLE) and attempt < _ATTEMPTS:
                     continue
                 if _unavailable(error):
                     # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
-                    log.warning(
-                        "database unavailable", extra={"operation": operation.__name__, "error": type(cause).__name__}
-                    )
+                    log.warning("database unavailable", extra={"operation": name, "error": type(cause).__name__})
                     raise StoreUnavailableError("the offset store's database is unavailable") from error
                 raise
             except sqlalchemy.exc.TimeoutError as error:
-                log.warning("database pool exhausted", extra={"operation": operation.__name__})
+                log.warning("database pool exhausted", extra={"operation": name})
                 raise StoreUnavailableError("the offset store's database is busy") from error
         raise AssertionError("unreachable")
 
@@ -171,10 +208,10 @@ class Store:
             try:
                 if self._health is None:
                     self._health = self._health_pool.connect()
+                    self._health.driver_connection.autocommit = True
                 with self._health.cursor() as cur:
                     cur.execute("SELECT 1")
                     cur.fetchone()
-                self._health.rollback()
                 return True
             except (psycopg.Error, sqlalchemy.exc.SQLAlchemyError):
                 if self._health is not None:
@@ -185,10 +222,16 @@ class Store:
     def commit_offsets(
         self, group_id: str, commits: Sequence[OffsetCommit], *, generation: int = 0, actor: str = ""
     ) -> list[CommittedOffset]:
-        return self.run(storage.commit_offsets, group_id, commits, generation=generation, actor=actor)
+        if not commits:  # nothing to write: only the generation is checked
+            return self.read(storage.commit_offsets, group_id, commits, generation=generation, actor=actor)
+        outcome = self._timed(
+            "commit_offsets", lambda: self._write(storage.CommitRequest(group_id, commits, generation, actor))
+        )
+        assert isinstance(outcome, list)
+        return outcome
 
     def fetch_offsets(self, group_id: str, topics: storage.SelectionArg = None) -> FetchResult:
-        return self.run(storage.fetch_offsets, group_id, topics)
+        return self.read(storage.fetch_offsets, group_id, topics)
 
     def reset_offsets(
         self,
@@ -222,13 +265,21 @@ class Store:
         return self.run(storage.delete_offsets, group_id, topics, all_topics=all_topics, actor=actor)
 
     def join_group(self, group_id: str, member_id: str = "", member_host: str = "") -> int:
-        return self.run(storage.join_group, group_id, member_id, member_host)
+        generation = self._timed(
+            "join_group", lambda: self._write(storage.JoinRequest(group_id, member_id, member_host))
+        )
+        assert isinstance(generation, int)
+        return generation
+
+    def _write(self, request: storage.WriteRequest) -> storage.WriteOutcome:
+        storage.check_write(request)
+        return self.writes.submit(request)
 
     def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        return self.run(storage.describe_group, group_id)
+        return self.read(storage.describe_group, group_id)
 
     def list_offset_history(
         self,
@@ -254,9 +305,176 @@ class Store:
         return self.run(storage.report_watermarks, watermarks)
 
     def dispose(self) -> None:
+        self.writes.stop()
         with self._health_lock:
             if self._health is not None:
                 self._health.close()
                 self._health = None
             self._health_pool.dispose()
         self.engine.dispose()
+
+
+class _Write:
+    """A caller's request waiting for its batch: ``outcome`` is set, then ``done``."""
+
+    __slots__ = ("request", "bound", "done", "outcome")
+
+    def __init__(self, request: storage.WriteRequest, bound: tuple[float, Callable[[], bool]] | None) -> None:
+        self.request = request
+        self.bound = bound
+        self.done = threading.Event()
+        self.outcome: storage.WriteOutcome | BaseException | object = None
+
+    def finish(self, outcome: storage.WriteOutcome | BaseException | object) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+
+class _CallersLeft(Exception):
+    """Some callers left before the batch committed: roll back, redo without them."""
+
+    def __init__(self, gone: list[_Write]) -> None:
+        self.gone = gone
+
+
+# The batch failed for a reason that may be one request's (a lock wait that ran out, a
+# statement that failed): each request is then run again alone, in its caller's thread.
+_ALONE = object()
+# Up to this much goes into one batch; a larger request is a batch of its own.
+_MAX_BATCH_REQUESTS = 512
+_MAX_BATCH_OFFSETS = 10_000
+
+
+class WriteBatcher:
+    """Group commit: concurrent commits and joins share one transaction, one statement and one WAL flush.
+
+    Callers queue a validated request and wait. Each of ``flushers`` threads takes
+    everything queued whenever it is free, so while one batch is in the database the
+    next one gathers (PostgreSQL's own group-commit idea; no timer, no fixed wait).
+    Each request keeps its own outcome (:func:`storage.write_batch`). The batch's
+    statement timeout is that of its most pressed caller; a caller that left before
+    COMMIT has its request taken out and the rest redone, so a caller that went away
+    never has its request committed. A reply is sent only after COMMIT returned.
+    """
+
+    def __init__(self, store: Store, *, flushers: int = 2) -> None:
+        if flushers < 1:
+            raise ValueError("write_flushers must be >= 1")
+        self.store = store
+        self._queue: deque[_Write] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"offsetstore-writes-{n}", daemon=True) for n in range(flushers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
+        """Waits for ``request``'s batch; returns its outcome or raises its error."""
+        bound = _deadline.get()
+        self.store._timeout_ms(bound)  # a deadline already past never reaches the database
+        write = _Write(request, bound)
+        with self._lock:
+            if self._stopped:
+                raise StoreUnavailableError("the offset store is shutting down")
+            self._queue.append(write)
+            self._wake.notify()
+        write.done.wait()
+        outcome = write.outcome
+        if outcome is _ALONE:
+            outcome = self.store._attempts(
+                "write_batch", self.store._transaction, storage.write_batch, ([request],), {}
+            )[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        """Writes what is queued, then ends the flushers."""
+        with self._lock:
+            self._stopped = True
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._stopped:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft()]
+                size = len(getattr(batch[0].request, "commits", ()))
+                while self._queue and len(batch) < _MAX_BATCH_REQUESTS:
+                    size += len(getattr(self._queue[0].request, "commits", ()))
+                    if size > _MAX_BATCH_OFFSETS:
+                        break
+                    batch.append(self._queue.popleft())
+            try:
+                self._flush(batch)
+            except BaseException as error:  # noqa: BLE001 - no caller may wait forever
+                log.exception("write batch crashed")
+                for write in batch:
+                    if not write.done.is_set():
+                        write.finish(error)
+
+    def _flush(self, batch: list[_Write]) -> None:
+        live = []
+        for write in batch:
+            if write.bound is None:
+                live.append(write)
+            elif not write.bound[1]():
+                write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
+            elif write.bound[0] <= time.monotonic():
+                write.finish(StoreUnavailableError("the caller's deadline passed before the database answered"))
+            else:
+                live.append(write)
+        while live:
+            try:
+                outcomes = self.store._attempts("write_batch", self._transaction, live)
+            except _CallersLeft as left:
+                for write in left.gone:
+                    write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
+                live = [write for write in live if write not in left.gone]
+                continue
+            except OffsetStoreError as error:
+                alone = len(live) > 1 and _one_requests_fault(error)
+                for write in live:
+                    write.finish(_ALONE if alone else error)
+                return
+            except Exception as error:
+                if len(live) == 1:
+                    raise
+                log.warning("write batch failed; its requests run alone", extra={"error": type(error).__name__})
+                for write in live:
+                    write.finish(_ALONE)
+                return
+            for write, outcome in zip(live, outcomes, strict=True):
+                write.finish(outcome)
+            return
+
+    def _transaction(self, live: list[_Write]) -> list[storage.WriteOutcome]:
+        timeouts = []
+        for write in live:
+            try:
+                timeouts.append(self.store._timeout_ms(write.bound))
+            except StoreUnavailableError:
+                timeouts.append(1)  # its deadline is past: it ends the batch at once, then runs alone
+        ms = min((t for t in timeouts if t is not None), default=None)
+        with self.store.engine.begin() as conn:
+            self.store._set_timeout(conn, ms)
+            outcomes = storage.write_batch(conn, [write.request for write in live])
+            gone = [write for write in live if write.bound is not None and not write.bound[1]()]
+            if gone:
+                raise _CallersLeft(gone)  # rolled back
+            return outcomes
+
+
+def _one_requests_fault(error: OffsetStoreError) -> bool:
+    """A batch that timed out or waited too long for a lock may have waited for one request's group."""
+    cause = error.__cause__
+    orig = getattr(cause, "orig", None)
+    return isinstance(orig, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable))
