@@ -36,7 +36,7 @@ RPCS = ("echo", "commit1", "commit16", "fetch16")
 PG = ("pg-upsert", "pg-fetch16")
 
 PG_UPSERT = (
-    'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset", metadata) VALUES (%s, %s, %s, %s, \'\') '
+    "INSERT INTO offsetstore.offsets (group_id, topic, partition, \"offset\", metadata) VALUES (%s, %s, %s, %s, '') "
     'ON CONFLICT (group_id, topic, partition) DO UPDATE SET "offset" = EXCLUDED."offset", '
     "commit_time = statement_timestamp()"
 )

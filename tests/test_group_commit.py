@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from test_deadlines import group_locked, wait_until
 
 from offsetstore.client import (
     ChangeKind,
@@ -30,7 +31,6 @@ from offsetstore.client import (
 from offsetstore.server import storage
 from offsetstore.server.engine import create_engine
 from offsetstore.server.store import Store, deadline
-from test_deadlines import group_locked, wait_until
 
 TOPIC = "orders"
 
@@ -130,9 +130,7 @@ def one_flusher(database_url: str) -> Iterator[Store]:
     store.dispose()
 
 
-def submit_while_blocked(
-    store: Store, database_url: str, calls: list[Callable[[], Any]]
-) -> list[Future[Any]]:
+def submit_while_blocked(store: Store, database_url: str, calls: list[Callable[[], Any]]) -> list[Future[Any]]:
     """Runs ``calls`` so that they all land in one batch: queued while the only flusher is busy."""
     blocker = fresh("blocker")
     store.commit_offsets(blocker, [OffsetCommit(TOPIC, 0, 1)])
@@ -186,9 +184,7 @@ def test_concurrent_commits_share_one_transaction_and_keep_their_own_answers(
     assert [k for k, _, _ in history(engine, fenced)] == [int(ChangeKind.COMMIT)]
 
 
-def test_a_batch_stuck_on_one_locked_group_still_commits_the_others(
-    one_flusher: Store, database_url: str
-) -> None:
+def test_a_batch_stuck_on_one_locked_group_still_commits_the_others(one_flusher: Store, database_url: str) -> None:
     store = one_flusher
     locked, free = fresh(), fresh()
     store.commit_offsets(locked, [OffsetCommit(TOPIC, 0, 1)])
