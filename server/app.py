@@ -212,6 +212,7 @@ def serve(settings: Settings) -> int:
                 database_url, pool_size=settings.pool_size, statement_timeout_ms=settings.statement_timeout_ms
             ),
             statement_timeout_ms=settings.statement_timeout_ms,
+            write_flushers=settings.write_flushers,
         )
         from . import metrics
 

@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-workers", type=int, help="RPCs served at once (default 32)")
     serve.add_argument("--pool-size", type=int, help="database connections (default 16)")
+    serve.add_argument(
+        "--write-flushers", type=int, help="threads writing batches of concurrent commits (group commit; default 2)"
+    )
     serve.add_argument("--statement-timeout-ms", type=int, help="bound of one SQL statement (default 5000)")
     serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")

@@ -47,6 +47,9 @@ class Settings:
     pool_size: int = 16
     """Database connections held by the server."""
 
+    write_flushers: int = 2
+    """Threads writing batches of concurrent commits and joins, one transaction each (group commit)."""
+
     statement_timeout_ms: int = 5000
     """Upper bound of one SQL statement; a slower database answers UNAVAILABLE."""
 
@@ -89,6 +92,8 @@ class Settings:
             )
         if self.metrics_tls and self.tls_cert_file is None:
             raise ValueError("OFFSETSTORE_METRICS_TLS needs the server's TLS certificate and key")
+        if not 1 <= self.write_flushers < self.pool_size:
+            raise ValueError("OFFSETSTORE_WRITE_FLUSHERS must be at least 1 and below OFFSETSTORE_POOL_SIZE")
         if self.max_message_bytes < 1024:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
 

@@ -261,3 +261,14 @@ def test_a_caller_gone_before_commit_is_taken_out_and_the_batch_redone(one_flush
     assert isinstance(outcome[staying], list)
     assert store.fetch_offsets(leaving).offsets[TopicPartition(TOPIC, 0)].offset == 1
     assert store.fetch_offsets(staying).offsets[TopicPartition(TOPIC, 0)].offset == 5
+
+
+def test_write_flushers_are_read_from_flags_and_environment_and_bounded_by_the_pool() -> None:
+    from offsetstore.server.config import Settings
+
+    assert Settings.load({}, {}).write_flushers == 2
+    assert Settings.load({}, {"OFFSETSTORE_WRITE_FLUSHERS": "3"}).write_flushers == 3
+    assert Settings.load({"write_flushers": 1}, {"OFFSETSTORE_WRITE_FLUSHERS": "3"}).write_flushers == 1
+    for flushers, pool in ((0, 16), (16, 16)):  # none, or so many that reads find no connection
+        with pytest.raises(ValueError, match="WRITE_FLUSHERS"):
+            Settings.load({"write_flushers": flushers, "pool_size": pool}, {})
