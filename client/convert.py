@@ -6,7 +6,7 @@ Shared by the client and the server: both speak the contract in these values.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -39,9 +39,21 @@ Topics = Mapping[str, Iterable[int]] | Iterable[str | tuple[str, int]] | None
 
 def datetime_to_timestamp(value: datetime) -> Timestamp:
     """A Timestamp for `value`; a naive datetime is taken as UTC."""
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
+    seconds, nanos = _epoch_parts(value)
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _epoch_parts(value: datetime) -> tuple[int, int]:
+    # Integer arithmetic on the timedelta: exact, and several times cheaper than
+    # Timestamp.FromDatetime, which a fetch of many partitions pays for each one.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    seconds, micros = divmod((value - _EPOCH) // _MICROSECOND, 1_000_000)
+    return seconds, micros * 1000
 
 
 def timestamp_to_datetime(ts: Timestamp) -> datetime:
@@ -52,7 +64,9 @@ def timestamp_to_datetime(ts: Timestamp) -> datetime:
 def _set_time(message: Any, name: str, value: datetime | None) -> None:
     # None leaves the field unset, which is how "no time" travels.
     if value is not None:
-        getattr(message, name).CopyFrom(datetime_to_timestamp(value))
+        ts = getattr(message, name)
+        ts.SetInParent()  # present even at the epoch itself, whose fields are all zero
+        ts.seconds, ts.nanos = _epoch_parts(value)
 
 
 def _get_time(message: Any, name: str) -> datetime | None:

@@ -445,3 +445,23 @@ def test_unknown_status_is_internal_and_keeps_the_code() -> None:
 def test_deadline_exceeded_is_its_own_error() -> None:
     error = from_rpc_error(FakeCall(grpc.StatusCode.DEADLINE_EXCEEDED, "late", None))
     assert type(error) is DeadlineExceededError
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 11, 24, 13, 48, 11, 123456),  # naive: taken as UTC
+        datetime(2026, 11, 24, 13, 48, 11, 654321, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
+    ],
+)
+def test_timestamps_are_exactly_protobufs_own(value: datetime) -> None:
+    expected = pb.CommittedOffset().commit_time
+    expected.FromDatetime(value)
+    assert convert.datetime_to_timestamp(value) == expected
+    message = pb.CommittedOffset()
+    convert._set_time(message, "commit_time", value)
+    assert message.HasField("commit_time") and message.commit_time == expected
