@@ -577,6 +577,8 @@ def join_group(conn: Connection, group_id: str, member_id: str = "", member_host
             "deleted_at": None,
             "member_id": stmt.excluded.member_id,
             "member_host": stmt.excluded.member_host,
+            # Activity for retention (server/retention.py); commits show in offsets.commit_time.
+            "active_at": func.statement_timestamp(),
         },
     ).returning(groups.c.generation)
     return conn.execute(stmt).scalar_one()
@@ -758,6 +760,7 @@ def _bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) 
             "generation": groups.c.generation + 1,
             "reset_count": groups.c.reset_count + 1,
             "deleted_at": deleted_at,
+            "active_at": func.statement_timestamp(),
         },
     ).returning(groups.c.generation)
     return conn.execute(stmt).scalar_one()
