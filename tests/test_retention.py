@@ -6,6 +6,7 @@ and expires idle groups of the whole database, which must not touch other tests'
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from offsetstore.client import (
     OffsetStoreClient,
     StaleGenerationError,
     Watermark,
+    cli,
 )
 from offsetstore.client.durations import format_duration, parse_duration
 from offsetstore.server import metrics, retention
@@ -381,3 +383,50 @@ def test_expire_groups_is_refused_without_idle_for(rclient: OffsetStoreClient) -
     with pytest.raises(grpc.RpcError) as raised:
         stub.ExpireGroups(pb.ExpireGroupsRequest(prefix="x"), timeout=10)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --- the CLI ----------------------------------------------------------------------------
+
+
+def test_cli_lists_what_would_expire_and_expires_only_with_execute(
+    server: OffsetStoreServer, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The session's server and database: every call is confined to this test's prefix.
+    prefix = fresh("cli-")
+    group = prefix + "-a"
+    client.commit_offsets(group, {("t", 0): 7})
+    time.sleep(1.2)
+
+    def run(*argv: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = cli.main([*argv, "--server", server.address])
+        return code, capsys.readouterr().out
+
+    code, out = run("list", "--prefix", prefix)
+    assert code == 0 and out.splitlines()[0].split()[:2] == ["GROUP", "GENERATION"]  # the usual listing
+    code, out = run("list", "--prefix", prefix, "--idle-for", "1s")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["GROUP", "GENERATION", "PARTITIONS", "LAST-ACTIVE", "IDLE"]
+    assert out.splitlines()[1].split()[:3] == [group, "0", "1"]
+    code, out = run("list", "--prefix", prefix, "--idle-for", "1h")
+    assert code == 0 and len(out.splitlines()) == 1
+
+    code, out = run("expire", "--prefix", prefix, "--idle-for", "1")
+    assert code == 0 and "Dry run" in out and group in out
+    assert client.fetch_offsets(group).offsets[("t", 0)].offset == 7
+
+    code, out = run("--output", "json", "expire", "--prefix", prefix, "--idle-for", "1s", "--execute")
+    assert code == 0
+    document = json.loads(out)
+    assert document["dry_run"] is False and [g["group_id"] for g in document["groups"]] == [group]
+    assert client.fetch_offsets(group).offsets == {}
+    code, out = run("history", group)
+    assert code == 0 and "EXPIRE" in out
+
+
+def test_cli_refuses_a_zero_or_bad_idle_time(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "soon", "-1s"):
+        with pytest.raises(SystemExit) as raised:
+            cli.main(["expire", "--idle-for", bad])
+        assert raised.value.code == 2
+    assert "idle" in capsys.readouterr().err
