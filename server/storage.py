@@ -42,6 +42,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.client.errors import (
+    FieldViolation,
     GroupNotFoundError,
     InvalidArgumentError,
     OffsetMismatchError,
@@ -650,7 +651,15 @@ def _selection_required(sels: list[check.Selection], all_topics: bool, v: check.
 def _offsets_at(
     conn: Connection, group_id: str, sels: list[check.Selection], instant: datetime
 ) -> dict[TopicPartition, int | None]:
-    """Each partition's offset as of ``instant`` from the history (None: it had none then)."""
+    """Each partition's offset as of ``instant`` from the history (None: it had none then).
+
+    Where retention dropped old history, an instant before what is kept is
+    INVALID_ARGUMENT naming the oldest one that can be restored; from that one on, a
+    partition whose last change before ``instant`` was dropped has the offset its next
+    change started from, or, changed since by nothing, the one it has now.
+    """
+    from .retention import history_horizon
+
     h = offset_history
     latest = (
         select(h.c.topic, h.c.partition, h.c.new_offset)
@@ -658,7 +667,33 @@ def _offsets_at(
         .where(h.c.group_id == group_id, h.c.change_time <= instant, _selected(h, sels))
         .order_by(h.c.topic, h.c.partition, h.c.id.desc())
     )
-    return {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+    found = {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+    horizon = history_horizon(conn)
+    if horizon is None:
+        return found  # the whole history is kept: no change before the instant means no offset then
+    if instant < horizon:
+        oldest = horizon.isoformat().replace("+00:00", "Z")
+        raise InvalidArgumentError(
+            f"to_commit_time: is older than the kept history; the oldest instant that can be restored is {oldest}",
+            violations=[
+                FieldViolation("to_commit_time", f"is older than the oldest instant that can be restored, {oldest}")
+            ],
+            metadata={"oldest_restorable_time": oldest},
+        )
+    following = (
+        select(h.c.topic, h.c.partition, h.c.previous_offset)
+        .ext(distinct_on(h.c.topic, h.c.partition))
+        .where(h.c.group_id == group_id, h.c.change_time > instant, _selected(h, sels))
+        .order_by(h.c.topic, h.c.partition, h.c.id)
+    )
+    for r in conn.execute(following):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.previous_offset)
+    unchanged = select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+        offsets.c.group_id == group_id, _selected(offsets, sels)
+    )
+    for r in conn.execute(unchanged):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+    return found
 
 
 def reset_offsets(
