@@ -184,11 +184,30 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
             slowest[0] = max(slowest[0], time.perf_counter() - started)
             commits[0] += 1
 
+    holding = threading.Event()
+
+    def long_writer() -> None:
+        # A transaction that wrote history and stays open 1.5 s (a long sink batch): the
+        # round's DDL must give up on its lock within LOCK_TIMEOUT_MS, not queue the
+        # commits behind it for as long.
+        with rstore.engine.begin() as conn:
+            insert_history(conn, fresh("long-"), [datetime.now(UTC)])
+            holding.set()
+            time.sleep(1.5)
+
     threads = [threading.Thread(target=load, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
     try:
         start = datetime.now(UTC)
+        writer = threading.Thread(target=long_writer)
+        writer.start()
+        holding.wait(10)
+        blocked = retention.Maintenance(
+            rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda: start + timedelta(days=19)
+        ).run_once()
+        writer.join()
+        assert blocked is not None and blocked.deferred
         for day in range(20, 26):
             # Each round is "day" days on: it makes new days ahead and drops the ones behind.
             when = start + timedelta(days=day)
@@ -336,11 +355,13 @@ def test_a_commit_racing_with_expiry_is_never_lost(rstore: Store) -> None:
             sa.text("UPDATE offsetstore.groups SET active_at = now() - interval '1 hour' WHERE group_id = :g"),
             {"g": group},
         )
+    idle_for = timedelta(minutes=30)
+    assert [g.group_id for g in rstore.expire_groups(idle_for, prefix=group)] == [group]  # a candidate
     # A commit holds the group's lock: expiry skips the group rather than wait.
     holder = rstore.engine.connect()
     try:
         holder.execute(sa.text("SELECT 1 FROM offsetstore.groups WHERE group_id = :g FOR NO KEY UPDATE"), {"g": group})
-        assert rstore.expire_groups(timedelta(minutes=30), prefix=group, execute=True) == []
+        assert rstore.run(retention.expire_group, group, idle_for) is None
         holder.execute(
             sa.text('UPDATE offsetstore.offsets SET "offset" = 6, commit_time = now() WHERE group_id = :g'),
             {"g": group},
@@ -348,8 +369,8 @@ def test_a_commit_racing_with_expiry_is_never_lost(rstore: Store) -> None:
         holder.commit()
     finally:
         holder.close()
-    # It committed first: the re-check under the lock sees it.
-    assert rstore.expire_groups(timedelta(minutes=30), prefix=group, execute=True) == []
+    # Picked as a candidate before the commit, the group is re-checked under the lock, which sees the commit.
+    assert rstore.run(retention.expire_group, group, idle_for) is None
     assert rstore.fetch_offsets(group).offsets[("t", 0)].offset == 6
 
 
