@@ -340,6 +340,11 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
     # The generation survives: the fenced writer stays fenced, a rejoin goes above all.
     with pytest.raises(StaleGenerationError):
         rclient.commit_offsets(idle, {("t", 0): 11}, generation=fenced)
+    # Expiry is not a reset: the writer that held the current generation may commit again
+    # (the group comes back), and the reset count, which Spark's checkpoint follows, stays.
+    rclient.commit_offsets(idle, {("t", 0): 11}, generation=generation)
+    described = rclient.describe_group(idle)
+    assert (described.generation, described.reset_count) == (generation, 0)
     assert rclient.join_group(idle) > generation
 
 
