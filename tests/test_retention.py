@@ -79,6 +79,11 @@ def insert_history(conn: sa.Connection, group: str, times: list[datetime]) -> No
         )
 
 
+def partitions(store: Store) -> list[retention.HistoryPartition]:
+    with store.engine.connect() as conn:
+        return retention.history_partitions(conn)
+
+
 def midnight(value: datetime) -> datetime:
     return datetime(value.year, value.month, value.day, tzinfo=UTC)
 
@@ -121,40 +126,53 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     now = datetime.now(UTC)
     today = midnight(now)
     group = fresh()
-    # 30 and 10 days ago fall in the "before" partition (the store before partitioning);
-    # 12 days ahead has no partition yet: DEFAULT takes it.
-    times = [now - timedelta(days=30), now - timedelta(days=10), now, now + timedelta(days=1), now + timedelta(days=12)]
-    with rstore.engine.begin() as conn:
-        insert_history(conn, group, times)
-        where = partition_of(conn, group)
-    before = [p.name for p in retention.history_partitions(rstore.engine.connect()) if p.lower is None]
-    assert len(before) == 1
-    assert where[times[0]] == where[times[1]] == before[0]
-    assert where[times[3]] == f"offset_history_p{today + timedelta(days=1):%Y%m%d}"
-    assert where[times[4]] == "offset_history_default"
+    days = (-30, -10, 0, 1, 6, 9, 12)
+    times = {d: now + timedelta(days=d) for d in days}
 
-    # Twelve days on, history retention 5 days: the before partition (everything up to
-    # the migration's tomorrow) goes, and so do the daily ones that ended 5 days ago.
+    def day_partition(d: int) -> str:
+        return f"offset_history_p{today + timedelta(days=d):%Y%m%d}"
+
+    with rstore.engine.begin() as conn:
+        insert_history(conn, group, list(times.values()))
+        where = partition_of(conn, group)
+    # The past and today fall in the "before" partition (the store before partitioning),
+    # tomorrow in its day's, and days with no partition yet in DEFAULT.
+    (before,) = [p.name for p in partitions(rstore) if p.lower is None]
+    assert where[times[-30]] == where[times[-10]] == where[times[0]] == before
+    assert where[times[1]] == day_partition(1)
+    assert where[times[6]] == where[times[9]] == where[times[12]] == "offset_history_default"
+
+    # Making a day's partition moves its rows out of DEFAULT.
+    with rstore.engine.begin() as conn:
+        made = retention.make_history_partitions(conn, today.date(), days_ahead=9)
+        where = partition_of(conn, group)
+    assert made == [day_partition(d) for d in range(4, 10)]
+    assert (where[times[6]], where[times[9]], where[times[12]]) == (
+        day_partition(6),
+        day_partition(9),
+        "offset_history_default",
+    )
+
+    # Twelve days on, history retention 5 days: the before partition and the days that
+    # ended before the cutoff go; the day holding the cutoff stays.
     later = now + timedelta(days=12)
     cutoff = later - timedelta(days=5)
-    existing = retention.history_partitions(rstore.engine.connect())
+    existing = partitions(rstore)
     worker = retention.Maintenance(
         rstore, history_retention=5 * 86400, offsets_retention=0, registry=registry, clock=lambda: later
     )
     result = worker.run_once()
     assert result is not None
-    assert result.made == [f"offset_history_p{midnight(later) + timedelta(days=n):%Y%m%d}" for n in range(4)]
-    left = {p.name: p for p in retention.history_partitions(rstore.engine.connect())}
-    # Exactly the partitions that ended before the cutoff went, the before partition among them.
+    assert result.made == [day_partition(d) for d in range(12, 16)]
+    assert sorted(result.dropped) == sorted([before, *(day_partition(d) for d in range(1, 7))])
     assert sorted(result.dropped) == sorted(p.name for p in existing if p.upper <= cutoff)
-    assert before[0] in result.dropped
-    assert set(left) == {p.name for p in existing if p.upper > cutoff} | set(result.made)
+    left = {p.name: p for p in partitions(rstore)}
     oldest = min(left.values())
+    assert oldest.name == day_partition(7) and oldest.lower is not None and oldest.lower <= cutoff < oldest.upper
     with rstore.engine.begin() as conn:
         where = partition_of(conn, group)
         # Only the rows of kept days are left; the DEFAULT row moved into its new day.
-        assert set(where) == {times[4]}
-        assert where[times[4]] == f"offset_history_p{midnight(later):%Y%m%d}"
+        assert where == {times[9]: day_partition(9), times[12]: day_partition(12)}
         assert conn.execute(sa.text("SELECT count(*) FROM offsetstore.offset_history_default")).scalar_one() == 0
         assert retention.history_horizon(conn) == oldest.lower
     assert registry.get_sample_value("offsetstore_maintenance_seconds_count") >= 1
@@ -281,11 +299,12 @@ def test_stale_watermarks_of_topics_nobody_reads_are_dropped(rstore: Store) -> N
 def test_idle_groups_expire_loudly_and_busy_ones_survive(
     rstore: Store, registry: CollectorRegistry, rclient: OffsetStoreClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    idle, busy = fresh("idle-"), fresh("busy-")
+    idle, busy, joiner = fresh("idle-"), fresh("busy-"), fresh("busy-")
     fenced = rclient.join_group(idle)
     generation = rclient.join_group(idle)
     rclient.commit_offsets(idle, {("t", 0): 10, ("t", 1): 20}, generation=generation)
     rclient.commit_offsets(busy, {("t", 0): 1})
+    rclient.commit_offsets(joiner, {("t", 0): 1})
     before = registry.get_sample_value("offsetstore_groups_expired_total") or 0.0
 
     stop = threading.Event()
@@ -297,6 +316,7 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
             offset += 1
             try:
                 rclient.commit_offsets(busy, {("t", 0): offset})
+                rclient.join_group(joiner)  # joins only: active too
             except BaseException as error:  # noqa: BLE001
                 errors.append(error)
 
@@ -322,7 +342,8 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
     assert errors == []
     assert rclient.fetch_offsets(idle).offsets == {}
     assert rclient.fetch_offsets(idle).generation == 0
-    assert busy in {g.group_id for g in rclient.list_groups("busy-").items}
+    assert {busy, joiner} <= {g.group_id for g in rclient.list_groups("busy-").items}
+    assert rclient.fetch_offsets(joiner).offsets[("t", 0)].offset == 1
     assert rclient.fetch_offsets(busy).offsets[("t", 0)].offset > 1
 
     history = rclient.list_offset_history(idle).items
@@ -334,7 +355,7 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
     assert {c.actor for c in expired} == {"offsetstore"} and {c.generation for c in expired} == {generation}
     # One log line names each expired group (the module's earlier, idle groups too), and the counter counts them.
     named = [getattr(r, "group", None) for r in caplog.records if r.getMessage() == "group expired"]
-    assert named.count(idle) == 1 and busy not in named
+    assert named.count(idle) == 1 and busy not in named and joiner not in named
     assert registry.get_sample_value("offsetstore_groups_expired_total") == before + len(named)
 
     # The generation survives: the fenced writer stays fenced, a rejoin goes above all.
