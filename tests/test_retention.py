@@ -543,3 +543,55 @@ def test_a_reset_to_a_time_before_the_kept_history_names_the_oldest_restorable_i
         }
     finally:
         engine.dispose()
+
+
+def test_two_servers_expiring_at_once_expire_each_group_once(rstore: Store, module_database_url: str) -> None:
+    other = Store(create_engine(module_database_url, pool_size=2))
+    prefix = fresh("twice-")
+    names = [f"{prefix}-{n:02d}" for n in range(12)]
+    for name in names:
+        rstore.commit_offsets(name, [OffsetCommit("t", 0, 1), OffsetCommit("t", 1, 2)])
+    time.sleep(1.1)
+    start = threading.Barrier(2, timeout=10)
+    done: list[list[str]] = [[], []]
+
+    def expire(i: int, store: Store) -> None:
+        start.wait()
+        done[i] = [g.group_id for g in store.expire_groups(timedelta(seconds=1), prefix=prefix, execute=True)]
+
+    threads = [threading.Thread(target=expire, args=(i, s)) for i, s in enumerate((rstore, other))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        other.dispose()
+    assert sorted(done[0] + done[1]) == names
+    with rstore.engine.connect() as conn:
+        expire_rows = conn.execute(
+            sa.text("SELECT count(*) FROM offsetstore.offset_history WHERE starts_with(group_id, :p) AND kind = :k"),
+            {"p": prefix, "k": int(ChangeKind.EXPIRE)},
+        ).scalar_one()
+    assert expire_rows == 2 * len(names)
+
+
+def test_the_asyncio_client_expires_too(rstore: Store) -> None:
+    import asyncio
+
+    from offsetstore.client import AsyncOffsetStoreClient
+
+    prefix = fresh("async-")
+    rstore.commit_offsets(prefix + "-a", [OffsetCommit("t", 0, 1)])
+    time.sleep(1.1)
+    server = OffsetStoreServer(rstore, "127.0.0.1:0", max_workers=4)
+
+    async def run() -> tuple[list[str], list[str]]:
+        async with AsyncOffsetStoreClient(server.address, timeout=20) as client:
+            preview = await client.expire_groups(1, prefix=prefix)
+            done = await client.expire_groups(timedelta(seconds=1), prefix=prefix, execute=True)
+            return [g.group_id for g in preview], [g.group_id for g in done]
+
+    with server:
+        assert asyncio.run(run()) == ([prefix + "-a"], [prefix + "-a"])
+    assert rstore.fetch_offsets(prefix + "-a").offsets == {}
