@@ -64,6 +64,8 @@ DAYS_AHEAD = 3
 EXPIRE_PER_ROUND = 1000
 #: The most groups one ExpireGroups call returns or expires.
 EXPIRE_LIMIT = 1000
+#: The longest idle time ExpireGroups takes.
+MAX_IDLE_FOR = timedelta(days=36525)
 #: How long a DDL statement of a round waits for its lock before giving up until the next round.
 LOCK_TIMEOUT_MS = 200
 #: Key of the advisory lock that lets one server of a database run a round at a time.
@@ -210,9 +212,18 @@ def _idle_query(idle_for: timedelta):
     )
 
 
-def _check_idle_for(idle_for: timedelta) -> None:
+def _idle_for_problem(idle_for: timedelta) -> str | None:
     if idle_for <= timedelta(0):
-        raise InvalidArgumentError.field("idle_for", "must be above zero")
+        return "must be above zero"
+    if idle_for > MAX_IDLE_FOR:
+        # Further back than PostgreSQL's timestamps reach is no idle time of any group.
+        return "must be at most 100 years"
+    return None
+
+
+def _check_idle_for(idle_for: timedelta) -> None:
+    if (problem := _idle_for_problem(idle_for)) is not None:
+        raise InvalidArgumentError.field("idle_for", problem)
 
 
 def idle_groups(
@@ -221,8 +232,8 @@ def idle_groups(
     """Live groups with no commit, join or reset for ``idle_for``, longest idle first: what expiry would take."""
     v = check.Violations()
     check.prefix(prefix, violations=v)
-    if idle_for <= timedelta(0):
-        v.add("idle_for", "must be above zero")
+    if (problem := _idle_for_problem(idle_for)) is not None:
+        v.add("idle_for", problem)
     if not 0 <= limit <= EXPIRE_LIMIT:
         v.add("limit", f"must be between 0 (the default, {EXPIRE_LIMIT}) and {EXPIRE_LIMIT}")
     v.raise_if_any()
