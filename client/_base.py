@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from grpc_health.v1 import health_pb2
@@ -22,6 +22,7 @@ from .errors import InvalidArgumentError
 from .types import (
     Boundary,
     CommittedOffset,
+    ExpiredGroup,
     GroupSummary,
     OffsetChange,
     OffsetCommit,
@@ -140,6 +141,18 @@ def list_groups_request(prefix: str, page_size: int, page_token: str) -> pb.List
 
 def list_groups_result(response: pb.ListGroupsResponse) -> Page[GroupSummary]:
     return Page([convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
+
+
+def expire_groups_request(
+    idle_for: timedelta | float, prefix: str, execute: bool, limit: int
+) -> pb.ExpireGroupsRequest:
+    request = pb.ExpireGroupsRequest(prefix=prefix, execute=execute, limit=limit)
+    request.idle_for.FromTimedelta(idle_for if isinstance(idle_for, timedelta) else timedelta(seconds=idle_for))
+    return request
+
+
+def expire_groups_result(response: pb.ExpireGroupsResponse) -> list[ExpiredGroup]:
+    return [convert.expired_group_from_proto(g) for g in response.groups]
 
 
 def describe_group_request(group_id: str) -> pb.DescribeGroupRequest:

@@ -8,7 +8,7 @@ not, because a repeat of one whose reply was lost would act twice (see ``_channe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from .errors import from_rpc_error
 from .types import (
     Boundary,
     CommittedOffset,
+    ExpiredGroup,
     FetchResult,
     GroupDescription,
     GroupSummary,
@@ -161,6 +162,23 @@ class OffsetStoreClient(_base.ClientBase):
             token = page.next_page_token
             if not token:
                 return
+
+    def expire_groups(
+        self,
+        idle_for: timedelta | float,
+        *,
+        prefix: str = "",
+        execute: bool = False,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> list[ExpiredGroup]:
+        """Groups idle (no commit, join or reset) for `idle_for` (seconds or a timedelta), longest idle first.
+
+        A preview unless `execute`: then their offsets expire, as the server's retention
+        expires them, and the groups that did are returned. Needs admin on `prefix`.
+        """
+        request = _base.expire_groups_request(idle_for, prefix, execute, limit)
+        return self._call(self._stub.ExpireGroups, request, _base.expire_groups_result, timeout)
 
     def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
         """The group's partitions with offsets, log ends and lag; GroupNotFoundError if unknown."""

@@ -23,6 +23,7 @@ import grpc
 from grpc_status import rpc_status
 
 from ._sync import OffsetStoreClient
+from .durations import format_duration, parse_duration
 from .errors import (
     DeadlineExceededError,
     GroupNotFoundError,
@@ -40,6 +41,7 @@ from .types import (
     NO_OFFSET,
     Boundary,
     ChangeKind,
+    ExpiredGroup,
     FetchResult,
     GroupDescription,
     OffsetChange,
@@ -116,6 +118,8 @@ def _merge_topic_specs(specs: Iterable[tuple[str, tuple[int, ...]]]) -> dict[str
 def _parse_duration(text: str) -> timedelta:
     """A duration as kafka writes it (``PT1H30M``, ``P1D``) or shortly (``90s``, ``15m``, ``2h``, ``1d``)."""
     value = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        value += "s"  # plain seconds, as every duration of offsetstore takes them
     match = _ISO_DURATION.fullmatch(value) or _SHORT_DURATION.fullmatch(value)
     parts = match.groupdict() if match else {}
     # Both patterns match strings with no number at all ("", "P", "PT"); so does "P1DT".
@@ -134,6 +138,17 @@ def _parse_duration(text: str) -> timedelta:
     except OverflowError:
         raise argparse.ArgumentTypeError(f"duration {text!r} is too long") from None
     return duration
+
+
+def _parse_idle_for(text: str) -> timedelta:
+    """An idle time above zero: ``90s``, ``15m``, ``12h``, ``7d`` or plain seconds."""
+    try:
+        value = parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"invalid idle time {text!r}: must be above zero")
+    return value
 
 
 def _parse_datetime(text: str) -> datetime:
@@ -343,7 +358,39 @@ class _Output:
 # --- the commands ---------------------------------------------------------------------
 
 
+def _expired_rows(groups: Sequence[ExpiredGroup], out: _Output) -> list[dict[str, Any]] | None:
+    """Writes the idle groups as a table (returns None), or returns them for a JSON document."""
+    now = datetime.now(UTC)
+
+    def idle(g: ExpiredGroup) -> str:
+        if g.last_active_time is None:
+            return "-"
+        return format_duration(max(0, int((now - g.last_active_time).total_seconds())))
+
+    if out.json:
+        return [
+            {
+                "group_id": g.group_id,
+                "generation": g.generation,
+                "partition_count": g.partition_count,
+                "last_active_time": _json_time(g.last_active_time),
+            }
+            for g in groups
+        ]
+    out.table(
+        ("GROUP", "GENERATION", "PARTITIONS", "LAST-ACTIVE", "IDLE"),
+        ((g.group_id, g.generation, g.partition_count, _table_time(g.last_active_time), idle(g)) for g in groups),
+    )
+    return None
+
+
 def _cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    if args.idle_for is not None:
+        # What expiry would take: a preview of ExpireGroups, which needs admin on the prefix.
+        rows = _expired_rows(client.expire_groups(args.idle_for, prefix=args.prefix), out)
+        if rows is not None:
+            out.document(rows)
+        return EXIT_OK
     groups = list(client.iter_groups(args.prefix))
     if out.json:
         out.document(
@@ -366,6 +413,25 @@ def _cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: _Output)
             for g in groups
         ),
     )
+    return EXIT_OK
+
+
+def _cmd_expire(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    groups = client.expire_groups(args.idle_for, prefix=args.prefix, execute=args.execute)
+    rows = _expired_rows(groups, out)
+    if rows is not None:
+        out.document({"dry_run": not args.execute, "idle_for": format_duration(args.idle_for), "groups": rows})
+        return EXIT_OK
+    out.line()
+    idle = format_duration(args.idle_for)
+    if not groups:
+        out.line(f"Nothing to expire: no group has been idle for {idle}.")
+    elif args.execute:
+        out.line(f"Expired {len(groups)} group(s) idle for {idle}; their history shows CHANGE_KIND_EXPIRE.")
+    else:
+        out.line(f"Would expire {len(groups)} group(s) idle for {idle}.")
+    if not args.execute:
+        out.line("Dry run: nothing changed. Run again with --execute to expire.")
     return EXIT_OK
 
 
@@ -783,6 +849,7 @@ _COMMANDS: dict[str, Callable[[OffsetStoreClient, argparse.Namespace, _Output], 
     "history": _cmd_history,
     "export": _cmd_export,
     "import": _cmd_import,
+    "expire": _cmd_expire,
 }
 
 
@@ -962,6 +1029,17 @@ _IMPORT_HELP = (
     "offset of the file is committed with that generation in one transaction. Partitions not in the file "
     "keep their offsets."
 )
+_IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
+_IDLE_FOR_LIST_HELP = (
+    "list instead the groups idle (no commit, join or reset) for this long, which 'expire' and the "
+    "server's --offsets-retention would expire (needs admin on --prefix)"
+)
+_EXPIRE_HELP = (
+    "Expire the offsets of groups idle for --idle-for, as the server's --offsets-retention does (Kafka's "
+    "offsets.retention.minutes): their offsets are removed and recorded in their history as "
+    "CHANGE_KIND_EXPIRE; each group keeps its generation, so a rejoin gets a higher one. Nothing changes "
+    "without --execute. At most 1000 groups, longest idle first; run again for more."
+)
 _DELETE_HELP = (
     "Delete the selected offsets (--all-topics deletes the group). Like 'reset' and 'import', and unlike "
     "kafka-consumer-groups, it only shows what it would delete until --execute is given."
@@ -997,6 +1075,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
     p = command("list", "list the groups", "List the groups with their generation, partitions, last commit and lag.")
     p.add_argument("--prefix", default="", help="only groups whose id starts with this")
+    p.add_argument("--idle-for", type=_parse_idle_for, metavar="DURATION", help=_IDLE_FOR_LIST_HELP)
 
     p = command(
         "describe",
@@ -1057,6 +1136,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p = command("export", "write a group's offsets as CSV", _EXPORT_HELP)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--file", metavar="FILE", help="write to FILE instead of standard output")
+
+    p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", _EXPIRE_HELP)
+    p.add_argument("--idle-for", type=_parse_idle_for, metavar="DURATION", required=True, help=_IDLE_FOR_HELP)
+    p.add_argument("--prefix", default="", help="only groups whose id starts with this")
+    _add_execute(p)
 
     p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
     p.add_argument("file", metavar="FILE")

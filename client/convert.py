@@ -17,6 +17,7 @@ from .types import (
     Boundary,
     ChangeKind,
     CommittedOffset,
+    ExpiredGroup,
     FetchResult,
     GroupDescription,
     GroupSummary,
@@ -81,6 +82,7 @@ _KIND_TO_PROTO = {
     ChangeKind.COMMIT: pb.CHANGE_KIND_COMMIT,
     ChangeKind.RESET: pb.CHANGE_KIND_RESET,
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
+    ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
 }
 _KIND_FROM_PROTO = {v: k for k, v in _KIND_TO_PROTO.items()}
 
@@ -222,6 +224,23 @@ def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
         partition_count=message.partition_count,
         last_commit_time=_get_time(message, "last_commit_time"),
         total_lag=message.total_lag,
+    )
+
+
+def expired_group_to_proto(value: ExpiredGroup) -> pb.ExpiredGroup:
+    message = pb.ExpiredGroup(
+        group_id=value.group_id, generation=value.generation, partition_count=value.partition_count
+    )
+    _set_time(message, "last_active_time", value.last_active_time)
+    return message
+
+
+def expired_group_from_proto(message: pb.ExpiredGroup) -> ExpiredGroup:
+    return ExpiredGroup(
+        group_id=message.group_id,
+        generation=message.generation,
+        partition_count=message.partition_count,
+        last_active_time=_get_time(message, "last_active_time"),
     )
 
 

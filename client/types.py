@@ -47,6 +47,8 @@ class ChangeKind(enum.IntEnum):
     COMMIT = 1
     RESET = 2
     DELETE = 3
+    #: Retention removed an idle group's offsets.
+    EXPIRE = 4
 
 
 class TopicPartition(NamedTuple):
@@ -105,6 +107,17 @@ class GroupSummary:
     partition_count: int
     last_commit_time: datetime | None
     total_lag: int
+
+
+@dataclass(frozen=True)
+class ExpiredGroup:
+    """A group whose offsets expired (or would, in a preview) for being idle."""
+
+    group_id: str
+    generation: int
+    partition_count: int
+    #: The group's latest commit, join or reset.
+    last_active_time: datetime | None
 
 
 @dataclass(frozen=True)

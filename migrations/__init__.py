@@ -6,9 +6,12 @@ from typing import Any
 
 from offsetstore.server.schema import SCHEMA
 
-__all__ = ["MIGRATION_LOCK_ID", "VERSION_TABLE", "context_options", "include_name"]
+__all__ = ["HISTORY_PARTITION_PREFIX", "MIGRATION_LOCK_ID", "VERSION_TABLE", "context_options", "include_name"]
 
 VERSION_TABLE = "alembic_version"
+
+#: Every partition of ``offset_history`` is named with this prefix.
+HISTORY_PARTITION_PREFIX = "offset_history_"
 
 # Key of the PostgreSQL advisory lock held while migrating. Advisory locks are
 # per database, so this only serialises migrations of the same database.
@@ -20,7 +23,8 @@ def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> 
     if type_ == "schema":
         # The default schema comes through as None: it is the user's, not ours.
         return name == SCHEMA
-    return True
+    # The history's partitions come and go with retention; the models know only their parent.
+    return not (type_ == "table" and name is not None and name.startswith(HISTORY_PARTITION_PREFIX))
 
 
 def context_options() -> dict[str, Any]:

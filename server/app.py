@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from offsetstore.client.durations import format_duration
 from offsetstore.client.errors import InvalidArgumentError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
@@ -226,6 +227,15 @@ def serve(settings: Settings) -> int:
             credentials=credentials,
             max_message_bytes=settings.max_message_bytes,
         ).start()
+        from .retention import Maintenance
+
+        maintenance = Maintenance(
+            store,
+            history_retention=settings.history_retention,
+            offsets_retention=settings.offsets_retention,
+            interval=settings.maintenance_interval,
+            registry=registry,
+        ).start()
         metrics_server = None
         if settings.metrics_listen:
             tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
@@ -244,9 +254,12 @@ def serve(settings: Settings) -> int:
                 "embedded": embedded is not None,
                 "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
                 "tokens": settings.tokens_file is not None,
+                "history_retention": format_duration(settings.history_retention),
+                "offsets_retention": format_duration(settings.offsets_retention),
             },
         )
         stopping.wait()
+        maintenance.stop()
         server.stop(settings.grace_seconds)
         if metrics_server is not None:
             metrics_server.shutdown()

@@ -80,6 +80,7 @@ RPC_PERMISSIONS: Mapping[str, Permission] = {
     "ReportWatermarks": Permission.COMMIT,
     "ResetOffsets": Permission.ADMIN,
     "DeleteOffsets": Permission.ADMIN,
+    "ExpireGroups": Permission.ADMIN,
 }
 
 
@@ -320,11 +321,15 @@ class AuthInterceptor(grpc.ServerInterceptor):
 def _what(method: str, scope: str) -> str:
     # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
     shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
-    return f"every group starting with {shown}" if method == "ListGroups" else f"group {shown}"
+    return f"every group starting with {shown}" if method in _PREFIX_SCOPED else f"group {shown}"
+
+
+# RPCs over every group whose id starts with the request's prefix, not over one group.
+_PREFIX_SCOPED = ("ListGroups", "ExpireGroups")
 
 
 def _scope(method: str, request: Any) -> str:
-    return request.prefix if method == "ListGroups" else request.group_id
+    return request.prefix if method in _PREFIX_SCOPED else request.group_id
 
 
 def server_credentials(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> grpc.ServerCredentials:

@@ -48,6 +48,20 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="largest request taken (default 48 MiB, which admits the largest valid one)",
     )
+    retention = serve.add_argument_group("retention (durations: 90s, 15m, 12h, 7d or seconds; see docs/operations.md)")
+    retention.add_argument(
+        "--history-retention",
+        metavar="DURATION",
+        help="history kept; older days are dropped whole (default 7d; 0 keeps everything)",
+    )
+    retention.add_argument(
+        "--offsets-retention",
+        metavar="DURATION",
+        help="expire the offsets of groups with no commit, join or reset for this long (default 0 = never)",
+    )
+    retention.add_argument(
+        "--maintenance-interval", metavar="DURATION", help="time between maintenance rounds (default 60s)"
+    )
     security = serve.add_argument_group("security (off by default; see docs/security.md)")
     security.add_argument(
         "--tls-cert", dest="tls_cert_file", type=Path, metavar="PEM", help="server certificate chain: serve TLS"

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from offsetstore.client.durations import parse_duration
+
 # The largest valid request is a commit of 10,000 partitions, each with a 249-character
 # topic, 4096 bytes of metadata and every number at its widest: 4,381 bytes a partition,
 # ~43.8 MB in all. Larger requests are refused with RESOURCE_EXHAUSTED before they are read,
@@ -83,6 +85,15 @@ class Settings:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     """Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB)."""
 
+    history_retention: float = field(default=7 * 86400.0, metadata={"duration": True})
+    """Seconds of offset history kept (whole days are dropped once older); 0 keeps everything."""
+
+    offsets_retention: float = field(default=0.0, metadata={"duration": True})
+    """Seconds without a commit, join or reset after which a group's offsets expire; 0 never expires them."""
+
+    maintenance_interval: float = field(default=60.0, metadata={"duration": True})
+    """Seconds between maintenance rounds (history partitions, expiry)."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -96,6 +107,10 @@ class Settings:
             raise ValueError("OFFSETSTORE_WRITE_FLUSHERS must be at least 1 and below OFFSETSTORE_POOL_SIZE")
         if self.max_message_bytes < 1024:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
+        if self.maintenance_interval <= 0:
+            raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
+        if self.history_retention < 0 or self.offsets_retention < 0:
+            raise ValueError("retention durations must be 0 (keep everything) or above")
 
     @property
     def tls(self) -> bool:
@@ -114,8 +129,18 @@ class Settings:
                 raw = environ.get(f"OFFSETSTORE_{f.name.upper()}")
             if raw is None or (raw == "" and f.name == "database_url"):
                 continue
-            values[f.name] = _coerce(f.name, f.type, raw)
+            values[f.name] = _duration(f.name, raw) if f.metadata.get("duration") else _coerce(f.name, f.type, raw)
         return cls(**values)
+
+
+def _duration(name: str, raw: Any) -> float:
+    """Seconds of ``90s``, ``15m``, ``12h``, ``7d`` or plain seconds (also a number already parsed)."""
+    if not isinstance(raw, str):
+        return float(raw.total_seconds() if hasattr(raw, "total_seconds") else raw)
+    try:
+        return parse_duration(raw).total_seconds()
+    except ValueError as error:
+        raise ValueError(f"OFFSETSTORE_{name.upper()}: {error}") from None
 
 
 def _coerce(name: str, kind: Any, raw: Any) -> Any:

@@ -44,9 +44,11 @@ __all__ = [
     "GroupCollector",
     "MetricsHTTPServer",
     "MetricsInterceptor",
+    "RetentionMetrics",
     "ServerMetrics",
     "build_registry",
     "interceptors",
+    "retention_metrics",
     "serve_http",
 ]
 
@@ -487,6 +489,46 @@ def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
         return found
 
 
+class RetentionMetrics:
+    """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.groups_expired = Counter(
+            "offsetstore_groups_expired",
+            "Idle groups whose offsets expired (by the maintenance round or ExpireGroups).",
+            registry=registry,
+        )
+        #: Change time of the oldest kept history entry, set by each maintenance round.
+        self.oldest_history: Any = None
+        Gauge(
+            "offsetstore_history_oldest_seconds",
+            "Age of the oldest kept history entry (0 with no history), as of the latest maintenance round.",
+            registry=registry,
+        ).set_function(self._oldest_age)
+        self.maintenance_seconds = Histogram(
+            "offsetstore_maintenance_seconds",
+            "Duration of maintenance rounds (partitions, history drop, expiry) this server ran.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=registry,
+        )
+
+    def _oldest_age(self) -> float:
+        oldest = self.oldest_history
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest.timestamp())
+
+
+_RETENTION_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, RetentionMetrics] = weakref.WeakKeyDictionary()
+
+
+def retention_metrics(registry: CollectorRegistry) -> RetentionMetrics:
+    """The :class:`RetentionMetrics` of ``registry``, created on first use."""
+    with _SERVER_METRICS_LOCK:
+        found = _RETENTION_METRICS.get(registry)
+        if found is None:
+            found = _RETENTION_METRICS[registry] = RetentionMetrics(registry)
+        return found
+
+
 def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistry:
     """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`."""
     registry = CollectorRegistry()
@@ -509,6 +551,7 @@ def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistr
         "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
     ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
     registry.register(GroupCollector(store, group_limit))
+    store.expired = retention_metrics(registry).groups_expired.inc
     return registry
 
 

@@ -47,6 +47,10 @@ groups = Table(
     # The member id and peer address of the latest JoinGroup.
     Column("member_id", Text, nullable=False, server_default=""),
     Column("member_host", Text, nullable=False, server_default=""),
+    # The latest creation, join or reset. A commit's activity shows in its offsets'
+    # commit_time instead, so that commits write nothing here. Not indexed: updates
+    # stay HOT, and the maintenance round reads the table once a minute.
+    Column("active_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
 )
 
@@ -67,6 +71,10 @@ offsets = Table(
 )
 
 # Append-only audit trail. No foreign key: the history outlives a deleted group.
+# Range-partitioned by change_time, one partition a day (offset_history_pYYYYMMDD), an
+# offset_history_before_YYYYMMDD partition for everything older and a DEFAULT partition
+# that catches rows when maintenance is behind; retention drops whole partitions
+# (server/retention.py). The primary key must hold the partition key.
 offset_history = Table(
     "offset_history",
     metadata,
@@ -78,10 +86,19 @@ offset_history = Table(
     Column("new_offset", BigInteger, nullable=True),
     Column("kind", SmallInteger, nullable=False),
     Column("generation", BigInteger, nullable=False),
-    Column("change_time", DateTime(timezone=True), nullable=False, server_default=func.statement_timestamp()),
+    Column(
+        "change_time",
+        DateTime(timezone=True),
+        primary_key=True,
+        nullable=False,
+        server_default=func.statement_timestamp(),
+    ),
     Column("actor", Text, nullable=False, server_default=""),
+    # ListOffsetHistory of a group, newest first.
     Index(None, "group_id", "id"),
+    # ListOffsetHistory with a topic filter; a reset to a commit time, per partition.
     Index(None, "group_id", "topic", "partition", "id"),
+    postgresql_partition_by="RANGE (change_time)",
 )
 
 # Log watermarks reported by clients, per (topic, partition), shared by all groups.

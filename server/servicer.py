@@ -182,3 +182,18 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
     ) -> pb.ReportWatermarksResponse:
         self.store.report_watermarks([convert.watermark_from_proto(w) for w in request.watermarks])
         return pb.ReportWatermarksResponse()
+
+    @_rpc
+    def ExpireGroups(self, request: pb.ExpireGroupsRequest, context: grpc.ServicerContext) -> pb.ExpireGroupsResponse:
+        if not request.HasField("idle_for"):
+            raise InvalidArgumentError.field("idle_for", "is required")
+        try:
+            idle_for = request.idle_for.ToTimedelta()
+        except (ValueError, OverflowError):
+            raise InvalidArgumentError.field("idle_for", "is not a valid duration") from None
+        groups = self.store.expire_groups(
+            idle_for, prefix=request.prefix, limit=request.limit, execute=request.execute, actor=_actor(context)
+        )
+        return pb.ExpireGroupsResponse(
+            groups=[convert.expired_group_to_proto(g) for g in groups], executed=request.execute
+        )

@@ -43,6 +43,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.client.errors import (
+    FieldViolation,
     GroupNotFoundError,
     InvalidArgumentError,
     OffsetMismatchError,
@@ -178,7 +179,7 @@ WriteRequest = CommitRequest | JoinRequest
 #: A commit's offsets in request order, a join's generation, or the request's own error.
 WriteOutcome = list[CommittedOffset] | int | OffsetStoreError
 
-# migrations/versions/0003: each request decided under its group's lock, in group-id order.
+# migrations/versions/0004: each request decided under its group's lock, in group-id order.
 _WRITE_BATCH = (
     'SELECT req, outcome, topic, partition, "offset", metadata, commit_time, stored FROM offsetstore.write_batch('
     "%(join)s::boolean[], %(group)s::text[], %(generation)s::bigint[], %(actor)s::text[], %(member_id)s::text[], "
@@ -687,7 +688,15 @@ def _selection_required(sels: list[check.Selection], all_topics: bool, v: check.
 def _offsets_at(
     conn: Connection, group_id: str, sels: list[check.Selection], instant: datetime
 ) -> dict[TopicPartition, int | None]:
-    """Each partition's offset as of ``instant`` from the history (None: it had none then)."""
+    """Each partition's offset as of ``instant`` from the history (None: it had none then).
+
+    Where retention dropped old history, an instant before what is kept is
+    INVALID_ARGUMENT naming the oldest one that can be restored; from that one on, a
+    partition whose last change before ``instant`` was dropped has the offset its next
+    change started from, or, changed since by nothing, the one it has now.
+    """
+    from .retention import history_horizon
+
     h = offset_history
     latest = (
         select(h.c.topic, h.c.partition, h.c.new_offset)
@@ -695,7 +704,33 @@ def _offsets_at(
         .where(h.c.group_id == group_id, h.c.change_time <= instant, _selected(h, sels))
         .order_by(h.c.topic, h.c.partition, h.c.id.desc())
     )
-    return {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+    found = {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+    horizon = history_horizon(conn)
+    if horizon is None:
+        return found  # the whole history is kept: no change before the instant means no offset then
+    if instant < horizon:
+        oldest = horizon.isoformat().replace("+00:00", "Z")
+        raise InvalidArgumentError(
+            f"to_commit_time: is older than the kept history; the oldest instant that can be restored is {oldest}",
+            violations=[
+                FieldViolation("to_commit_time", f"is older than the oldest instant that can be restored, {oldest}")
+            ],
+            metadata={"oldest_restorable_time": oldest},
+        )
+    following = (
+        select(h.c.topic, h.c.partition, h.c.previous_offset)
+        .ext(distinct_on(h.c.topic, h.c.partition))
+        .where(h.c.group_id == group_id, h.c.change_time > instant, _selected(h, sels))
+        .order_by(h.c.topic, h.c.partition, h.c.id)
+    )
+    for r in conn.execute(following):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.previous_offset)
+    unchanged = select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+        offsets.c.group_id == group_id, _selected(offsets, sels)
+    )
+    for r in conn.execute(unchanged):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+    return found
 
 
 def reset_offsets(
@@ -797,6 +832,7 @@ def _bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) 
             "generation": groups.c.generation + 1,
             "reset_count": groups.c.reset_count + 1,
             "deleted_at": deleted_at,
+            "active_at": func.statement_timestamp(),
         },
     ).returning(groups.c.generation)
     return conn.execute(stmt).scalar_one()

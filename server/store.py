@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -26,6 +26,7 @@ from offsetstore.client.errors import OffsetStoreError, StoreUnavailableError
 from offsetstore.client.types import (
     Boundary,
     CommittedOffset,
+    ExpiredGroup,
     FetchResult,
     GroupDescription,
     GroupSummary,
@@ -112,6 +113,8 @@ class Store:
         self.statement_timeout_ms = statement_timeout_ms
         #: Called with each operation's name and duration in seconds, failures included (metrics).
         self.observe = observe
+        #: Called with the number of groups each expiry removed (metrics).
+        self.expired: Callable[[int], None] | None = None
         # One-statement reads need no BEGIN and COMMIT: a statement is its own snapshot.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         # The health probe's own pool: the engine's settings, none of its request connections.
@@ -303,6 +306,27 @@ class Store:
 
     def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
         return self.run(storage.report_watermarks, watermarks)
+
+    def expire_groups(
+        self, idle_for: timedelta, *, prefix: str = "", limit: int = 0, execute: bool = False, actor: str = ""
+    ) -> list[ExpiredGroup]:
+        """Groups idle for ``idle_for``; with ``execute``, expires them, each in a transaction of its own.
+
+        Returns the groups that expired (or would): one that became active meanwhile is left out.
+        """
+        from . import retention
+
+        candidates = self.run(retention.idle_groups, idle_for, prefix=prefix, limit=limit)
+        if not execute:
+            return candidates
+        expired = []
+        for candidate in candidates:
+            found = self.run(retention.expire_group, candidate.group_id, idle_for, actor=actor)
+            if found is not None:
+                expired.append(found)
+        if expired and self.expired is not None:
+            self.expired(len(expired))
+        return expired
 
     def dispose(self) -> None:
         self.writes.stop()

@@ -28,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -257,6 +258,8 @@ REQUESTS: dict[str, Callable[[str], object]] = {
     "ReportWatermarks": lambda g: pb.ReportWatermarksRequest(
         watermarks=[pb.Watermark(topic=g, partition=0, log_start_offset=0, log_end_offset=10)]
     ),
+    # Over every group the prefix covers; a preview, so nothing of other tests' groups is touched.
+    "ExpireGroups": lambda g: pb.ExpireGroupsRequest(prefix=g, idle_for=duration_pb2.Duration(seconds=86400)),
 }
 # What each RPC needs, written out here rather than read from the server's table.
 NEEDS = {
@@ -269,6 +272,7 @@ NEEDS = {
     "ReportWatermarks": "commit",
     "ResetOffsets": "admin",
     "DeleteOffsets": "admin",
+    "ExpireGroups": "admin",
 }
 LEVEL = {"read": 1, "commit": 2, "admin": 3}
 GRANTED = {"reader": "read", "committer": "commit", "admin": "admin"}

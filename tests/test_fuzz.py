@@ -165,6 +165,20 @@ def report_watermarks(draw: st.DrawFn, ns: str) -> pb.ReportWatermarksRequest:
     return pb.ReportWatermarksRequest(watermarks=draw(st.lists(marks, max_size=5)))
 
 
+@st.composite
+def expire_groups(draw: st.DrawFn, ns: str) -> pb.ExpireGroupsRequest:
+    # Never the empty prefix: an executed expiry would reach every idle group of the shared database.
+    request = pb.ExpireGroupsRequest(
+        prefix=draw(group_ids(ns).filter(bool)),
+        execute=draw(st.booleans()),
+        limit=draw(st.one_of(st.integers(0, 1001), INT32)),
+    )
+    if draw(st.booleans()):
+        request.idle_for.seconds = draw(st.one_of(st.integers(0, 10**10), INT64))
+        request.idle_for.nanos = draw(st.one_of(st.just(0), INT32))
+    return request
+
+
 REQUESTS: dict[str, Callable[[str], st.SearchStrategy[Any]]] = {
     "CommitOffsets": commit_offsets,
     "FetchOffsets": lambda ns: st.builds(pb.FetchOffsetsRequest, group_id=group_ids(ns), topics=selections(ns)),
@@ -184,6 +198,7 @@ REQUESTS: dict[str, Callable[[str], st.SearchStrategy[Any]]] = {
     "DescribeGroup": lambda ns: st.builds(pb.DescribeGroupRequest, group_id=group_ids(ns)),
     "ListOffsetHistory": list_offset_history,
     "ReportWatermarks": report_watermarks,
+    "ExpireGroups": expire_groups,
 }
 
 

@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.pool import NullPool
 
-from offsetstore.migrations import context_options
+from offsetstore.migrations import HISTORY_PARTITION_PREFIX, context_options
 from offsetstore.server import migrate, schema
 
 
@@ -32,7 +32,10 @@ def inspect_database(url: str) -> tuple[list[str], list[str]]:
             schemas = inspector.get_schema_names()
             if schema.SCHEMA not in schemas:
                 return schemas, []
-            tables = inspector.get_table_names(schema=schema.SCHEMA)
+            # The history's partitions are the parent's business (tested in test_retention.py).
+            tables = [
+                t for t in inspector.get_table_names(schema=schema.SCHEMA) if not t.startswith(HISTORY_PARTITION_PREFIX)
+            ]
             return schemas, sorted(tables)
     finally:
         engine.dispose()
@@ -183,5 +186,70 @@ def test_groups_deleted_before_tombstones_keep_their_generation(scratch_database
             assert storage.join_group(conn, "gone") == 8
         migrate.downgrade(scratch_database_url, "0001")
         migrate.upgrade(scratch_database_url)
+    finally:
+        engine.dispose()
+
+
+def _history(conn: sa.Connection) -> list[tuple]:
+    return [
+        tuple(r)
+        for r in conn.exec_driver_sql(
+            "SELECT id, group_id, topic, partition, previous_offset, new_offset, kind, generation, change_time, actor"
+            " FROM offsetstore.offset_history ORDER BY id"
+        )
+    ]
+
+
+def test_partitioning_keeps_every_history_row(scratch_database_url: str) -> None:
+    # 0002 -> head turns the history into a partitioned table; nothing may be lost either way.
+    migrate.upgrade(scratch_database_url, "0002")
+    engine = sa.create_engine(scratch_database_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO offsetstore.groups (group_id, generation) VALUES ('g', 4)")
+            conn.exec_driver_sql(
+                "INSERT INTO offsetstore.offset_history (group_id, topic, partition, previous_offset, new_offset,"
+                " kind, generation, change_time, actor)"
+                " SELECT 'g', 't', mod(n, 3), n - 1, n, 1 + mod(n, 3), 4, now() - make_interval(days => mod(n, 40)), 'a'"
+                " FROM generate_series(1, 3000) AS n"
+            )
+            before = _history(conn)
+        migrate.upgrade(scratch_database_url)
+        with engine.begin() as conn:
+            assert _history(conn) == before
+            assert (
+                conn.exec_driver_sql(
+                    "SELECT relkind FROM pg_class WHERE oid = 'offsetstore.offset_history'::regclass"
+                ).scalar_one()
+                == "p"
+            )
+            # New rows continue the ids and land in the partitions.
+            from offsetstore.client.types import OffsetCommit
+            from offsetstore.server import storage
+
+            storage.commit_offsets(conn, "g", [OffsetCommit("t", 0, 99_999)])
+            after = _history(conn)
+            assert after[:-1] == before and after[-1][0] > before[-1][0]
+            assert conn.exec_driver_sql(
+                "SELECT active_at IS NOT NULL FROM offsetstore.groups WHERE group_id = 'g'"
+            ).scalar_one()
+        migrate.downgrade(scratch_database_url, "0002")
+        with engine.begin() as conn:
+            assert _history(conn) == after
+            assert (
+                conn.exec_driver_sql(
+                    "SELECT relkind FROM pg_class WHERE oid = 'offsetstore.offset_history'::regclass"
+                ).scalar_one()
+                == "r"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO offsetstore.offset_history (group_id, topic, partition, kind, generation)"
+                " VALUES ('g', 't', 0, 1, 4)"
+            )
+            assert _history(conn)[-1][0] > after[-1][0]
+        migrate.upgrade(scratch_database_url)
+        with engine.begin() as conn:
+            assert _history(conn)[: len(after)] == after
+        assert model_differences(scratch_database_url) == []
     finally:
         engine.dispose()

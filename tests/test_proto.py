@@ -81,4 +81,5 @@ def test_contract_fields() -> None:
         "CHANGE_KIND_COMMIT",
         "CHANGE_KIND_RESET",
         "CHANGE_KIND_DELETE",
+        "CHANGE_KIND_EXPIRE",
     }

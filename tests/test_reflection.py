@@ -24,6 +24,7 @@ RPCS = {
     "DescribeGroup",
     "ListOffsetHistory",
     "ReportWatermarks",
+    "ExpireGroups",
 }
 SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)

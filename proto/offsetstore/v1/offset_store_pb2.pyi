@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -22,6 +23,7 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_KIND_COMMIT: _ClassVar[ChangeKind]
     CHANGE_KIND_RESET: _ClassVar[ChangeKind]
     CHANGE_KIND_DELETE: _ClassVar[ChangeKind]
+    CHANGE_KIND_EXPIRE: _ClassVar[ChangeKind]
 BOUNDARY_UNSPECIFIED: Boundary
 BOUNDARY_EARLIEST: Boundary
 BOUNDARY_LATEST: Boundary
@@ -29,6 +31,7 @@ CHANGE_KIND_UNSPECIFIED: ChangeKind
 CHANGE_KIND_COMMIT: ChangeKind
 CHANGE_KIND_RESET: ChangeKind
 CHANGE_KIND_DELETE: ChangeKind
+CHANGE_KIND_EXPIRE: ChangeKind
 
 class TopicPartition(_message.Message):
     __slots__ = ("topic", "partition")
@@ -303,3 +306,35 @@ class ReportWatermarksRequest(_message.Message):
 class ReportWatermarksResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ExpireGroupsRequest(_message.Message):
+    __slots__ = ("idle_for", "prefix", "execute", "limit")
+    IDLE_FOR_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    idle_for: _duration_pb2.Duration
+    prefix: str
+    execute: bool
+    limit: int
+    def __init__(self, idle_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., prefix: _Optional[str] = ..., execute: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ExpiredGroup(_message.Message):
+    __slots__ = ("group_id", "generation", "partition_count", "last_active_time")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    generation: int
+    partition_count: int
+    last_active_time: _timestamp_pb2.Timestamp
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ExpireGroupsResponse(_message.Message):
+    __slots__ = ("groups", "executed")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTED_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ExpiredGroup]
+    executed: bool
+    def __init__(self, groups: _Optional[_Iterable[_Union[ExpiredGroup, _Mapping]]] = ..., executed: _Optional[bool] = ...) -> None: ...

@@ -80,6 +80,11 @@ class OffsetStoreServiceStub:
                 request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksRequest.SerializeToString,
                 response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksResponse.FromString,
                 _registered_method=True)
+        self.ExpireGroups = channel.unary_unary(
+                '/offsetstore.v1.OffsetStoreService/ExpireGroups',
+                request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.SerializeToString,
+                response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class OffsetStoreServiceServicer:
@@ -152,6 +157,14 @@ class OffsetStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExpireGroups(self, request, context):
+        """Expires the offsets of groups idle for at least idle_for (no commit, join or reset),
+        as the server's retention does: admin only, a dry run unless dry_run is false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OffsetStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +212,11 @@ def add_OffsetStoreServiceServicer_to_server(servicer, server):
                     servicer.ReportWatermarks,
                     request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksRequest.FromString,
                     response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksResponse.SerializeToString,
+            ),
+            'ExpireGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExpireGroups,
+                    request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.FromString,
+                    response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +463,33 @@ class OffsetStoreService:
             '/offsetstore.v1.OffsetStoreService/ReportWatermarks',
             offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksRequest.SerializeToString,
             offsetstore_dot_v1_dot_offset__store__pb2.ReportWatermarksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExpireGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/offsetstore.v1.OffsetStoreService/ExpireGroups',
+            offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.SerializeToString,
+            offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from alembic import op
 
 # Alembic reads these four names.
-revision: str = "0003"
-down_revision: str | Sequence[str] | None = "0002"
+revision: str = "0004"
+down_revision: str | Sequence[str] | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -51,7 +51,9 @@ BEGIN
             VALUES (r_group[i], 1, r_member_id[i], r_member_host[i])
             ON CONFLICT (group_id) DO UPDATE SET
                 generation = g.generation + 1, deleted_at = NULL,
-                member_id = excluded.member_id, member_host = excluded.member_host
+                member_id = excluded.member_id, member_host = excluded.member_host,
+                -- a join is activity for retention; a commit's shows in offsets.commit_time
+                active_at = statement_timestamp()
             RETURNING i, 0::smallint, NULL::text, NULL::integer, NULL::bigint, NULL::text, NULL::timestamptz,
                 g.generation;
             CONTINUE;
