@@ -1,0 +1,59 @@
+"""Hostile tenants (issue 14): no caller can blind, starve or impersonate another.
+
+Each test runs a real server with authentication on (the PKI, tokens file and raw call
+helpers of ``test_auth``), attacks it as one tenant and checks what the others see.
+Every attack is bounded in count and time and aims at 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import test_auth
+from test_auth import TOKENS, bearer, call, fresh
+
+from offsetstore.client import OffsetStoreClient
+from offsetstore.client.types import Watermark
+from offsetstore.server.app import OffsetStoreServer
+from offsetstore.v1 import offset_store_pb2 as pb
+
+INT64_MAX = 2**63 - 1
+
+# The throwaway PKI and the tokens-file server of the auth tests.
+pki = test_auth.pki
+token_server = test_auth.token_server
+
+
+# --- 1. derived figures saturate; absurd watermarks are refused ----------------------------
+
+
+def test_list_groups_survives_watermarks_whose_lag_overflows_int64(token_server: OffsetStoreServer) -> None:
+    topic, victim, attacker = fresh(), fresh(), fresh()
+    # Listed between the two: the victim's page holds the attacker's group.
+    victim, attacker = "t-lag-" + victim, "t-lag-" + attacker
+    with OffsetStoreClient(token_server.address, token=TOKENS["committer"], timeout=20) as committer:
+        committer.commit_offsets(victim, {(topic, 0): 1})
+        committer.commit_offsets(attacker, {(topic, 0): 0, (topic, 1): 0})
+        committer.report_watermarks([Watermark(topic, p, 0, INT64_MAX) for p in (0, 1)])
+    with OffsetStoreClient(token_server.address, token=TOKENS["reader"], timeout=20) as reader:
+        page = {g.group_id: g for g in reader.list_groups("t-lag-", page_size=1000).items}
+        assert page[attacker].total_lag == INT64_MAX  # saturated, not overflowed
+        assert page[victim].total_lag == INT64_MAX - 1
+        described = reader.describe_group(attacker)
+        assert {p.lag for p in described.partitions} == {INT64_MAX}
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(5, 4), (-2, 10), (0, -1), (-1, -1)],
+    ids=["end-before-start", "start-below-minus-one", "negative-end", "no-end"],
+)
+def test_absurd_watermarks_are_refused_and_nothing_is_written(
+    token_server: OffsetStoreServer, start: int, end: int
+) -> None:
+    topic = fresh()
+    request = pb.ReportWatermarksRequest(
+        watermarks=[pb.Watermark(topic=topic, partition=0, log_start_offset=start, log_end_offset=end)]
+    )
+    code, reason, _ = call(token_server.address, "ReportWatermarks", request, bearer("committer"))
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
