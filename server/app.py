@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
@@ -267,5 +268,22 @@ def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthIn
     if config is not None and credentials is None:
         log.warning("bearer tokens over plaintext: anyone on the network can read them; use TLS outside local testing")
     if config is None and not mtls:
+        if not _loopback(settings.listen):
+            log.warning(
+                "AUTHENTICATION IS OFF on %s: every caller that can reach it may read, commit, reset and delete "
+                "every group; set --tokens-file and/or --tls-client-ca (see docs/security.md)",
+                settings.listen,
+            )
         return credentials, None
     return credentials, AuthInterceptor(config, mtls=mtls)
+
+
+def _loopback(listen: str) -> bool:
+    """Whether ``listen`` (HOST:PORT) binds to loopback only; a name other than localhost counts as not."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

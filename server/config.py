@@ -113,9 +113,19 @@ class Settings:
         return cls(**values)
 
 
+#: Settings that turn security on. An empty value is refused rather than read as "unset":
+#: ``OFFSETSTORE_TOKENS_FILE=""`` from a template whose secret did not render must not
+#: serve every call to anonymous callers.
+SECURITY_SETTINGS = frozenset({"tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
+
+
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
+    if name in SECURITY_SETTINGS and not raw.strip():
+        raise ValueError(
+            f"OFFSETSTORE_{name.upper()} is set but empty; unset it to run without it, or give the file"
+        )
     if isinstance(kind, str) and kind.endswith(" | None"):
         if raw == "":
             return None  # an empty variable unsets an optional setting

@@ -7,14 +7,20 @@ Every attack is bounded in count and time and aims at 127.0.0.1 only.
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
+
 import grpc
 import pytest
 import test_auth
-from test_auth import TOKENS, bearer, call, fresh
+from test_auth import PKI, TOKENS, bearer, call, fresh
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.client.types import Watermark
-from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.app import OffsetStoreServer, _security
+from offsetstore.server.config import Settings
 from offsetstore.v1 import offset_store_pb2 as pb
 
 INT64_MAX = 2**63 - 1
@@ -57,3 +63,35 @@ def test_absurd_watermarks_are_refused_and_nothing_is_written(
     )
     code, reason, _ = call(token_server.address, "ReportWatermarks", request, bearer("committer"))
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+
+
+# --- 6. an empty variable never turns authentication off ----------------------------------
+
+
+@pytest.mark.parametrize("variable", ["OFFSETSTORE_TOKENS_FILE", "OFFSETSTORE_TLS_CLIENT_CA_FILE"])
+def test_serve_refuses_to_start_on_an_empty_security_variable(database_url: str, variable: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", database_url, "--no-migrate"],
+        env={**env, variable: "", "OFFSETSTORE_LISTEN": "127.0.0.1:0", "OFFSETSTORE_METRICS_LISTEN": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{variable} is set but empty" in result.stderr
+
+
+def test_authentication_off_on_a_network_address_is_a_loud_warning(pki: PKI, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):
+        assert _security(Settings(listen="0.0.0.0:50051")) == (None, None)
+    assert "AUTHENTICATION IS OFF on 0.0.0.0:50051" in caplog.text
+    for quiet in (
+        Settings(listen="127.0.0.1:50051"),
+        Settings(listen="[::1]:50051"),
+        Settings(listen="0.0.0.0:50051", tokens_file=pki.tokens_file),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):
+            _security(quiet)
+        assert "AUTHENTICATION IS OFF" not in caplog.text
