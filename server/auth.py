@@ -10,8 +10,15 @@ a ``topic_prefix``) or admin on every group::
     token_sha256 = "3690a4a2ed3b26b46a696e9ab873a300d9da3ae56bc84352e2bf724885c91dfd"  # SHA-256 of its token
     grants = [{ prefix = "orders-", permissions = ["commit"] }, { topic_prefix = "orders", permissions = ["commit"] }]
 
-    [principals."reporting.example.com"]   # an mTLS client, named by its certificate's subject CN
+    [principals."cert:CN=reporting.example.com"]   # an mTLS client, by its certificate's subject CN
     grants = [{ prefix = "", permissions = ["read"] }]
+
+    [principals."cert:URI=spiffe://example.org/ns/prod/sa/billing"]   # or by a URI SAN (SPIFFE ID)
+    grants = [{ prefix = "billing-", permissions = ["commit"] }]
+
+Token principals and certificate principals live in separate namespaces: a bare name is
+only ever reached by a token, a ``cert:`` name only by a certificate, so a certificate
+with ``CN=oncall`` never gets the grants of the token principal ``oncall``.
 
 :class:`AuthInterceptor` authenticates each call of the offset store service (health and
 reflection stay open) and checks its RPC's permission (:data:`RPC_PERMISSIONS`) on the
@@ -42,9 +49,11 @@ __all__ = [
     "AuthConfig",
     "AuthConfigError",
     "AuthInterceptor",
+    "CERT_PREFIX",
     "Grant",
     "Permission",
     "Principal",
+    "certificate_identities",
     "current_principal",
     "hash_token",
     "server_credentials",
@@ -81,6 +90,12 @@ RPC_PERMISSIONS: Mapping[str, Permission] = {
     "ResetOffsets": Permission.ADMIN,
     "DeleteOffsets": Permission.ADMIN,
 }
+
+
+#: The prefix of a principal reached by a client certificate; the rest is ``CN=<common name>``
+#: or ``URI=<subject alternative name URI>`` (a SPIFFE ID, say).
+CERT_PREFIX = "cert:"
+_CERT_KINDS = ("CN=", "URI=")
 
 
 class AuthConfigError(ValueError):
@@ -159,7 +174,20 @@ class AuthConfig:
                 owner[digest] = name
                 hashes.append((digest, name))
             principals[name] = Principal(name, tuple(_grants(entry.get("grants", []), at)))
+            _kind(name, entry, at)
         return cls(principals, tuple(hashes))
+
+    def by_certificate(self, identities: Iterable[str]) -> Principal:
+        """The ``cert:`` principal of the first of a certificate's ``identities`` the file names.
+
+        A certificate the file does not name is known but may do nothing.
+        """
+        identities = list(identities)
+        for identity in identities:
+            found = self.principals.get(identity)
+            if found is not None:
+                return found
+        return Principal(identities[0])
 
     def by_token(self, token: str) -> Principal | None:
         """The principal holding ``token``, comparing with every stored hash in constant time."""
@@ -177,6 +205,23 @@ def _keys(table: Mapping[str, Any], allowed: set[str], at: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise AuthConfigError(f"{at}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}")
+
+
+def _kind(name: str, entry: Mapping[str, Any], at: str) -> None:
+    # Which namespace a principal lives in is said by its name, never guessed from a CN.
+    if name.startswith(CERT_PREFIX):
+        rest = name.removeprefix(CERT_PREFIX)
+        if not any(rest.startswith(kind) and len(rest) > len(kind) for kind in _CERT_KINDS):
+            raise AuthConfigError(f'{at}: a certificate principal is named "cert:CN=<common name>" or "cert:URI=<uri>"')
+        if "token_sha256" in entry:
+            raise AuthConfigError(f"{at}: a certificate principal has no tokens; give the tokens to a bare-named one")
+    elif "token_sha256" not in entry:
+        # The format before certificates had names of their own: a bare name without tokens
+        # was a certificate's CN. Refuse it rather than silently drop that client's grants.
+        raise AuthConfigError(
+            f"{at}: a bare name is a token principal and needs token_sha256 (an empty list for none yet); "
+            f'if it is an mTLS client, rename it [principals."cert:CN={name}"] (see docs/security.md)'
+        )
 
 
 def _digests(value: object, at: str) -> Iterable[bytes]:
@@ -233,9 +278,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates and authorises each call of the offset store service before it runs.
 
     With ``config``, a call carries ``authorization: Bearer <token>`` of one of its
-    principals or, when ``mtls``, a client certificate whose subject CN names a principal
-    (a CN it does not list is known but may do nothing). A token, when sent, decides.
-    Without ``config`` (client certificates alone), every verified client may do everything.
+    principals or, when ``mtls``, a client certificate whose URI SAN or subject CN names a
+    ``cert:`` principal (one it does not list is known but may do nothing). A token, when
+    sent, decides. Without ``config`` (client certificates alone), every verified client may
+    do everything. A certificate that names nobody (no CN, no URI) is UNAUTHENTICATED.
     """
 
     def __init__(self, config: AuthConfig | None, *, mtls: bool = False) -> None:
@@ -305,16 +351,28 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 raise UnauthenticatedError("the bearer token is not valid")
             return principal
         if self.mtls:
-            common_names = context.auth_context().get("x509_common_name") or []
-            if common_names:
-                name = common_names[0].decode("utf-8", "replace")
-                if self.config is None:
-                    return Principal(name, _ANY_GROUP_ADMIN)
-                return self.config.principals.get(name) or Principal(name)
-            raise UnauthenticatedError("the client certificate has no subject common name to name a principal by")
+            identities = certificate_identities(context.auth_context())
+            if not identities:
+                raise UnauthenticatedError(
+                    "the client certificate names no one: it needs a subject common name or a URI subject "
+                    "alternative name (a SPIFFE ID)"
+                )
+            if self.config is None:
+                return Principal(identities[0], _ANY_GROUP_ADMIN)
+            return self.config.by_certificate(identities)
         raise UnauthenticatedError(
             "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
         )
+
+
+def certificate_identities(auth_context: Mapping[str, list[bytes]]) -> list[str]:
+    """The ``cert:`` names of a verified peer certificate, URI SANs (SPIFFE IDs) first, then its CN.
+
+    gRPC reports a certificate without a CN as the empty CN; that names no one.
+    """
+    names = [f"{CERT_PREFIX}URI={u.decode('utf-8', 'replace')}" for u in auth_context.get("peer_uri", ()) if u]
+    names += [f"{CERT_PREFIX}CN={c.decode('utf-8', 'replace')}" for c in auth_context.get("x509_common_name", ()) if c]
+    return names
 
 
 def _what(method: str, scope: str) -> str:

@@ -123,9 +123,7 @@ def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     if name in SECURITY_SETTINGS and not raw.strip():
-        raise ValueError(
-            f"OFFSETSTORE_{name.upper()} is set but empty; unset it to run without it, or give the file"
-        )
+        raise ValueError(f"OFFSETSTORE_{name.upper()} is set but empty; unset it to run without it, or give the file")
     if isinstance(kind, str) and kind.endswith(" | None"):
         if raw == "":
             return None  # an empty variable unsets an optional setting

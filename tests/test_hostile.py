@@ -11,16 +11,25 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 
 import grpc
 import pytest
+import sqlalchemy as sa
 import test_auth
-from test_auth import PKI, TOKENS, bearer, call, fresh
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written
 
-from offsetstore.client import OffsetStoreClient
+from offsetstore.client import OffsetStoreClient, PermissionDeniedError
 from offsetstore.client.types import Watermark
 from offsetstore.server.app import OffsetStoreServer, _security
+from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from offsetstore.server.config import Settings
+from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 INT64_MAX = 2**63 - 1
@@ -28,6 +37,7 @@ INT64_MAX = 2**63 - 1
 # The throwaway PKI and the tokens-file server of the auth tests.
 pki = test_auth.pki
 token_server = test_auth.token_server
+mtls_only_server = test_auth.mtls_only_server
 
 
 # --- 1. derived figures saturate; absurd watermarks are refused ----------------------------
@@ -95,3 +105,111 @@ def test_authentication_off_on_a_network_address_is_a_loud_warning(pki: PKI, cap
         with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):
             _security(quiet)
         assert "AUTHENTICATION IS OFF" not in caplog.text
+
+
+# --- 5. certificates and tokens name principals in separate namespaces ---------------------
+
+
+def issue(ca: CA, stem: str, subject: x509.Name, uris: tuple[str, ...] = ()) -> Issued:
+    """A client certificate of ``ca`` with any subject (an empty one too) and URI SANs."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = ca._builder(subject, key.public_key()).add_extension(
+        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+    )
+    if uris:
+        # A certificate with an empty subject must mark its SANs critical (RFC 5280).
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]), critical=not subject
+        )
+    issued = Issued(ca.directory / f"{stem}.crt.pem", ca.directory / f"{stem}.key.pem")
+    issued.cert.write_bytes(builder.sign(ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    issued.key.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return issued
+
+
+def cn(name: str) -> x509.Name:
+    # An empty CN is what the attacker sends, not what cryptography allows without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name, _validate=False)])
+
+
+SPIFFE_ID = "spiffe://example.org/ns/prod/sa/t-billing"
+
+
+@pytest.fixture(scope="module")
+def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OffsetStoreServer]:
+    """Mutual TLS with a tokens file that names a SPIFFE ID next to the test principals."""
+    tokens = tmp_path_factory.mktemp("spiffe") / "tokens.toml"
+    tokens.write_text(
+        pki.tokens_file.read_text()
+        + f'\n[principals."cert:URI={SPIFFE_ID}"]\ngrants = [{{ prefix = "t-", permissions = ["commit"] }}]\n'
+    )
+    auth = AuthInterceptor(AuthConfig.load(tokens), mtls=True)
+    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
+    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
+        yield server
+
+
+def test_a_certificate_named_like_a_token_principal_gets_none_of_its_grants(
+    spiffe_server: OffsetStoreServer, pki: PKI, engine: sa.Engine
+) -> None:
+    group = fresh()
+    root_credentials = pki.channel_credentials(pki.alice)  # mutual TLS: some certificate; the token decides
+    with OffsetStoreClient(spiffe_server.address, credentials=root_credentials, token=TOKENS["root"]) as root:
+        root.commit_offsets(group, {("orders", 0): 4})
+    for name in ("root", "reader"):  # token principals of the file
+        impostor = issue(pki.ca, f"impostor-{name}", cn(name))
+        credentials = pki.channel_credentials(impostor)
+        for method, request in (
+            ("FetchOffsets", pb.FetchOffsetsRequest(group_id=group)),
+            ("DeleteOffsets", pb.DeleteOffsetsRequest(group_id=group, all_topics=True)),
+        ):
+            code, reason, _ = call(spiffe_server.address, method, request, credentials=credentials)
+            assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"), (name, method)
+    with OffsetStoreClient(spiffe_server.address, credentials=root_credentials, token=TOKENS["root"]) as root:
+        assert root.fetch_offsets(group).offsets[("orders", 0)].offset == 4
+
+
+@pytest.mark.parametrize("server_name", ["spiffe_server", "mtls_only_server"])
+def test_a_certificate_that_names_no_one_is_unauthenticated(
+    request: pytest.FixtureRequest, pki: PKI, engine: sa.Engine, server_name: str
+) -> None:
+    server: OffsetStoreServer = request.getfixturevalue(server_name)
+    group = fresh()
+    credentials = pki.channel_credentials(issue(pki.ca, "nameless", x509.Name([])))
+    commit = pb.CommitOffsetsRequest(group_id=group, offsets=[pb.OffsetCommit(topic="t", partition=0, offset=1)])
+    code, reason, _ = call(server.address, "CommitOffsets", commit, credentials=credentials)
+    assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    empty_cn = pki.channel_credentials(issue(pki.ca, "empty-cn", cn("")))
+    code, reason, _ = call(server.address, "CommitOffsets", commit, credentials=empty_cn)
+    assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    assert nothing_written(engine, group)
+
+
+def test_a_spiffe_id_names_a_certificate_principal(spiffe_server: OffsetStoreServer, pki: PKI) -> None:
+    group = fresh()
+    # A SPIFFE SVID: no subject at all, one URI SAN; a CN next to it does not decide.
+    for stem, subject in (("svid", x509.Name([])), ("svid-with-cn", cn("root"))):
+        credentials = pki.channel_credentials(issue(pki.ca, stem, subject, (SPIFFE_ID,)))
+        with OffsetStoreClient(spiffe_server.address, credentials=credentials) as billing:
+            billing.commit_offsets(group, {("orders", 0): 2})
+            with pytest.raises(PermissionDeniedError):
+                billing.delete_offsets(group, all_topics=True)
+            actors = {c.actor for c in billing.list_offset_history(group).items}
+    assert actors == {f"cert:URI={SPIFFE_ID}"}
+
+
+def test_a_grants_file_of_the_old_format_says_how_to_migrate() -> None:
+    old = '[principals."reporting.example.com"]\ngrants = [{ prefix = "", permissions = ["read"] }]\n'
+    with pytest.raises(AuthConfigError, match=r'rename it \[principals."cert:CN=reporting.example.com"\]'):
+        AuthConfig.parse(old, "tokens.toml")
+    for bad in ("cert:alice", "cert:CN=", "cert:URI="):
+        with pytest.raises(AuthConfigError, match="cert:CN=<common name>"):
+            AuthConfig.parse(f'[principals."{bad}"]\ngrants = []\n')
+    with pytest.raises(AuthConfigError, match="has no tokens"):
+        AuthConfig.parse(f'[principals."cert:CN=a"]\ntoken_sha256 = "{"0" * 64}"\n')
+    # A token principal whose tokens are all rotated out says so with an empty list.
+    assert AuthConfig.parse("[principals.a]\ntoken_sha256 = []\n").principals["a"].grants == ()
