@@ -13,9 +13,9 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-from offsetstore.client.errors import InvalidArgumentError
+from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError, ResourceExhaustedError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
@@ -33,6 +33,24 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 
 # Responses are pages (<= 1000 items) or a group's offsets; the client takes up to this much.
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: ``--reflection``: served to everyone, not served, or served to authenticated callers only.
+REFLECTION_MODES = ("on", "off", "authenticated")
+#: Streams (reflection's) open at once; each holds an RPC worker while open.
+MAX_STREAMS = 4
+#: A stream is cancelled after this long: grpcurl's and buf's take milliseconds.
+STREAM_SECONDS = 60.0
+
+# Connections, whoever holds them, do not live forever: an idle one is closed after 5
+# minutes, every one after 30 (with 30 s for its calls to finish; clients reconnect by
+# themselves), and a peer that stops answering keepalive pings is dropped.
+CONNECTION_OPTIONS = (
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.max_connection_idle_ms", 300_000),
+    ("grpc.max_connection_age_ms", 1_800_000),
+    ("grpc.max_connection_age_grace_ms", 30_000),
+)
 
 _UNDECODABLE = object()
 
@@ -70,6 +88,94 @@ class RequestGuard(grpc.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(
             behaviour, request_deserializer=deserialize, response_serializer=handler.response_serializer
         )
+
+
+class StreamGuard(grpc.ServerInterceptor):
+    """Bounds the streams that hold an RPC worker while open (server reflection's), in number and in time.
+
+    gRPC's sync server runs a stream on one worker thread until it ends, and a client may
+    keep a reflection stream open and idle, with no credentials: a few dozen would take every
+    worker from the token holders. Beyond ``limit`` open streams a new one is
+    RESOURCE_EXHAUSTED at once, and each is cancelled after ``seconds``. With
+    ``authenticate`` (``--reflection authenticated``), a stream needs a caller it accepts.
+    Health's Watch does not hold a worker (gRPC's callback streaming) and is left alone.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        seconds: float,
+        authenticate: Callable[[grpc.ServicerContext], object] | None = None,
+    ) -> None:
+        self.limit = limit
+        self.seconds = seconds
+        self.authenticate = authenticate
+        self._slots = threading.BoundedSemaphore(limit) if limit > 0 else None
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or not (handler.request_streaming or handler.response_streaming):
+            return handler
+        behaviour = handler.stream_stream or handler.unary_stream or handler.stream_unary
+        if behaviour is None or getattr(behaviour, "experimental_non_blocking", False):
+            return handler
+        guarded = self._guard(behaviour, streaming_response=handler.response_streaming)
+        options = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(guarded, **options)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(guarded, **options)
+        return grpc.stream_unary_rpc_method_handler(guarded, **options)
+
+    def _admit(self, context: grpc.ServicerContext) -> threading.Timer:
+        try:
+            if self.authenticate is not None:
+                self.authenticate(context)
+            if self._slots is None or not self._slots.acquire(blocking=False):
+                raise ResourceExhaustedError(
+                    f"the server serves at most {self.limit} streams at once; retry later",
+                    retry_after=1.0,
+                    metadata={"limit": "streams"},
+                )
+        except OffsetStoreError as error:
+            context.abort_with_status(error.to_status())
+        timer = threading.Timer(self.seconds, context.cancel)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _release(self, timer: threading.Timer) -> None:
+        timer.cancel()
+        assert self._slots is not None
+        self._slots.release()
+
+    def _guard(self, behaviour: Callable[..., Any], *, streaming_response: bool) -> Callable[..., Any]:
+        if streaming_response:
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Any:
+                timer = self._admit(context)
+                try:
+                    yield from behaviour(request, context)
+                finally:
+                    self._release(timer)
+
+            return stream
+
+        def unary(request: Any, context: grpc.ServicerContext) -> Any:
+            timer = self._admit(context)
+            try:
+                return behaviour(request, context)
+            finally:
+                self._release(timer)
+
+        return unary
 
 
 class HealthWatcher:
@@ -131,10 +237,23 @@ class OffsetStoreServer:
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        reflection_mode: str = "on",
+        max_streams: int | None = None,
+        stream_seconds: float = STREAM_SECONDS,
     ) -> None:
         self.store = store
+        if reflection_mode not in REFLECTION_MODES:
+            raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
+        authenticate = getattr(auth, "authenticate", None)
+        if reflection_mode == "authenticated" and authenticate is None:
+            raise ValueError("reflection 'authenticated' needs authentication: a tokens file or client certificates")
+        if max_streams is None:  # at most half the workers, so that unary calls always get the other half
+            max_streams = min(MAX_STREAMS, max_workers // 2)
+        if not 0 <= max_streams < max_workers:
+            raise ValueError("max_streams must be >= 0 and leave RPC workers for unary calls (< max_workers)")
+        streams = StreamGuard(max_streams, stream_seconds, authenticate if reflection_mode == "authenticated" else None)
         # The first interceptor is the outermost: garbage is refused before auth reads the request.
-        chain = (*interceptors, RequestGuard(), *((auth,) if auth is not None else ()))
+        chain = (*interceptors, streams, RequestGuard(), *((auth,) if auth is not None else ()))
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
             interceptors=chain,
@@ -142,6 +261,7 @@ class OffsetStoreServer:
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
+                *CONNECTION_OPTIONS,
             ],
             # Beyond this many queued calls, new ones get RESOURCE_EXHAUSTED instead of waiting forever.
             maximum_concurrent_rpcs=max_workers * 8,
@@ -149,7 +269,10 @@ class OffsetStoreServer:
         pb_grpc.add_OffsetStoreServiceServicer_to_server(OffsetStoreServicer(store), self.server)
         self.health_servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        if reflection_mode != "off":
+            grpc_reflection.enable_server_reflection(
+                (SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), self.server
+            )
         self.health = HealthWatcher(store, self.health_servicer, health_interval)
         if credentials is None:
             self.port = self.server.add_insecure_port(listen)
@@ -225,6 +348,8 @@ def serve(settings: Settings) -> int:
             auth=auth,
             credentials=credentials,
             max_message_bytes=settings.max_message_bytes,
+            reflection_mode=settings.reflection,
+            max_streams=settings.max_streams,
         ).start()
         metrics_server = None
         if settings.metrics_listen:

@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         "default: on whenever --tls-cert is given",
     )
     security.add_argument(
+        "--reflection",
+        choices=("on", "off", "authenticated"),
+        help="server reflection (grpcurl, buf curl): open to everyone (default), off, or for authenticated callers",
+    )
+    security.add_argument(
+        "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
+    )
+    security.add_argument(
         "--tokens-file",
         type=Path,
         metavar="TOML",

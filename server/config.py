@@ -80,6 +80,14 @@ class Settings:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     """Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB)."""
 
+    # --- hostile callers (docs/security.md, "Threat model") ---
+
+    reflection: str = "on"
+    """Server reflection: ``on`` (open to everyone), ``off``, or ``authenticated`` (a token or certificate)."""
+
+    max_streams: int = 4
+    """Reflection streams open at once; each holds one of ``max_workers`` while open."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -91,6 +99,12 @@ class Settings:
             raise ValueError("OFFSETSTORE_METRICS_TLS needs the server's TLS certificate and key")
         if self.max_message_bytes < 1024:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
+        if self.reflection not in ("on", "off", "authenticated"):
+            raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
+        if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
+            raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if not 0 <= self.max_streams < self.max_workers:
+            raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
     @property
     def tls(self) -> bool:

@@ -11,6 +11,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -22,11 +24,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
 
 from offsetstore.client import OffsetStoreClient, PermissionDeniedError
 from offsetstore.client.types import Watermark
-from offsetstore.server.app import OffsetStoreServer, _security
+from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from offsetstore.server.config import Settings
 from offsetstore.server.store import Store
@@ -213,3 +216,91 @@ def test_a_grants_file_of_the_old_format_says_how_to_migrate() -> None:
         AuthConfig.parse(f'[principals."cert:CN=a"]\ntoken_sha256 = "{"0" * 64}"\n')
     # A token principal whose tokens are all rotated out says so with an empty list.
     assert AuthConfig.parse("[principals.a]\ntoken_sha256 = []\n").principals["a"].grants == ()
+
+
+# --- 2. long-lived streams cannot take the RPC workers --------------------------------------
+
+
+def open_reflection_streams(
+    target: str, count: int, metadata: tuple[tuple[str, str], ...] = ()
+) -> tuple[list[grpc.Channel], list[grpc.Future], threading.Event]:
+    """``count`` reflection streams that send nothing until the returned event is set."""
+    hang = threading.Event()
+
+    def requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        hang.wait(60)
+        return
+        yield
+
+    channels = [grpc.insecure_channel(target) for _ in range(4)]
+    calls = [
+        reflection_pb2_grpc.ServerReflectionStub(channels[i % 4]).ServerReflectionInfo(
+            requests(), metadata=metadata, timeout=60
+        )
+        for i in range(count)
+    ]
+    return channels, calls, hang
+
+
+def list_services(target: str, metadata: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    with grpc.insecure_channel(target) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        response = next(stub.ServerReflectionInfo(iter([request]), metadata=metadata, timeout=10))
+    return [s.name for s in response.list_services_response.service]
+
+
+def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: PKI) -> None:
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    with OffsetStoreServer(store, max_workers=8, auth=auth) as server:
+        channels, calls, hang = open_reflection_streams(server.address, 20)
+        try:
+            deadline = time.monotonic() + 10
+            while sum(c.done() for c in calls) < 16 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            refused = [c for c in calls if c.done()]
+            assert len(refused) == 16  # 4 streams (half of 8 workers) are served, the rest refused at once
+            assert {c.code() for c in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+            assert reason_of(refused[0]) == "RESOURCE_EXHAUSTED"
+            with OffsetStoreClient(server.address, token=TOKENS["committer"], timeout=5) as committer:
+                group = fresh()
+                for offset in range(10):
+                    committer.commit_offsets(group, {("orders", 0): offset})
+                assert committer.health() == "SERVING"
+        finally:
+            hang.set()
+            for channel in channels:
+                channel.close()
+
+
+def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
+    with OffsetStoreServer(store, max_workers=4, stream_seconds=0.5) as server:
+        channels, calls, hang = open_reflection_streams(server.address, 1)
+        try:
+            started = time.monotonic()
+            assert calls[0].code() == grpc.StatusCode.CANCELLED
+            assert time.monotonic() - started < 10
+            assert SERVICE_NAME in list_services(server.address)  # its slot is free again
+        finally:
+            hang.set()
+            channels[0].close()
+
+
+def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pki: PKI) -> None:
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    with OffsetStoreServer(store, max_workers=4, auth=auth, reflection_mode="off") as server:
+        with pytest.raises(grpc.RpcError) as error:
+            list_services(server.address, bearer("root"))
+        assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with OffsetStoreServer(store, max_workers=4, auth=auth, reflection_mode="authenticated") as server:
+        with pytest.raises(grpc.RpcError) as error:
+            list_services(server.address)
+        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as error:
+            list_services(server.address, (("authorization", "Bearer forged"),))
+        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert SERVICE_NAME in list_services(server.address, bearer("reader"))  # any principal
+    with pytest.raises(ValueError, match="needs authentication"):
+        OffsetStoreServer(store, reflection_mode="authenticated")
+    with pytest.raises(ValueError, match="needs a tokens file"):
+        Settings(reflection="authenticated")
