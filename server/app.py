@@ -339,7 +339,23 @@ def serve(settings: Settings) -> int:
         )
         from . import metrics
 
-        registry = metrics.build_registry(store, group_limit=settings.group_metrics_limit)
+        # Scrapes get a connection of their own and reuse a query's rows for a few seconds: no
+        # number of /metrics connections can take the connections the RPCs need (issue 14).
+        scrape_store = Store(
+            create_engine(
+                database_url,
+                pool_size=1,
+                statement_timeout_ms=settings.statement_timeout_ms,
+                application_name="offsetstore-metrics",
+            ),
+            statement_timeout_ms=settings.statement_timeout_ms,
+        )
+        registry = metrics.build_registry(
+            store,
+            group_limit=settings.group_metrics_limit,
+            scrape_store=scrape_store,
+            cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+        )
         server = OffsetStoreServer(
             store,
             settings.listen,
@@ -376,6 +392,7 @@ def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.shutdown()
         store.dispose()
+        scrape_store.dispose()
     finally:
         if embedded is not None:
             embedded.stop()

@@ -14,6 +14,8 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 import time
 import weakref
@@ -21,14 +23,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 import psycopg
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Connection, and_, bindparam, extract, func, select, true
@@ -373,13 +377,35 @@ def group_metrics(conn: Connection, limit: int) -> list[Any]:
 
 
 class GroupCollector(Collector):
-    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time."""
+    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time.
 
-    def __init__(self, store: Store, group_limit: int) -> None:
+    One scrape queries at a time, and a scrape within ``cache_seconds`` of the last query
+    reuses its rows: however many scrapers (or attackers) connect at once, the database
+    sees at most one metrics query per ``cache_seconds``.
+    """
+
+    def __init__(self, store: Store, group_limit: int, *, cache_seconds: float = 0.0) -> None:
         if group_limit < 0:
             raise ValueError("group_limit must be >= 0")
         self.store = store
         self.group_limit = group_limit
+        self.cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Any] | BaseException] | None = None
+
+    def _rows(self) -> list[Any]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
+                try:
+                    result: list[Any] | BaseException = self.store.run(group_metrics, self.group_limit)
+                except Exception as error:
+                    result = error
+                self._cached = (time.monotonic(), result)
+            found = self._cached[1]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
         return {
@@ -420,7 +446,7 @@ class GroupCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         f = self._families()
         try:
-            rows = self.store.run(group_metrics, self.group_limit)
+            rows = self._rows()
         except Exception as error:  # a scrape reports the failure, it never fails itself
             answered = _timed_out(error)
             log.warning(
@@ -487,8 +513,23 @@ def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
         return found
 
 
-def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistry:
-    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`."""
+#: How long ``offsetstore serve`` reuses a scrape's database rows.
+SCRAPE_CACHE_SECONDS = 5.0
+
+
+def build_registry(
+    store: Store,
+    *,
+    group_limit: int = 1000,
+    scrape_store: Store | None = None,
+    cache_seconds: float = 0.0,
+) -> CollectorRegistry:
+    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
+
+    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
+    gives it a connection of its own, so scrapes never take one the RPCs need.
+    ``cache_seconds``: see :class:`GroupCollector`.
+    """
     registry = CollectorRegistry()
     server_metrics(registry)
     Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
@@ -504,11 +545,13 @@ def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistr
     for operation in OPERATIONS:
         query_seconds.labels(operation)
     time_operations(store, query_seconds)
+    if scrape_store is not None and scrape_store is not store:
+        time_operations(scrape_store, query_seconds)
     pool = store.engine.pool
     Gauge(
         "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
     ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
-    registry.register(GroupCollector(store, group_limit))
+    registry.register(GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds))
     return registry
 
 
@@ -517,11 +560,59 @@ def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, .
     return (MetricsInterceptor(server_metrics(registry)),)
 
 
+#: Connections ``/metrics`` serves at once; more are closed at once. A Prometheus or two
+#: need a handful; thousands of idle ones must not become thousands of threads.
+MAX_HTTP_CONNECTIONS = 16
+#: Seconds a ``/metrics`` connection may stay silent (TLS handshake included) before it is dropped.
+HTTP_TIMEOUT_SECONDS = 10.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = HTTP_TIMEOUT_SECONDS  # StreamRequestHandler applies it to the socket
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _BoundedServer(ThreadingMixIn, WSGIServer):
+    """prometheus-client's thread-per-connection WSGI server, with a cap on connections and a TLS
+    handshake that runs on the connection's thread under its timeout, not in the accept loop."""
+
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+    slots: threading.BoundedSemaphore
+    timeout_seconds: float = HTTP_TIMEOUT_SECONDS
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: refuse at once rather than queue a thread
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            request.settimeout(self.timeout_seconds)
+            if self.ssl_context is not None:
+                try:
+                    request = self.ssl_context.wrap_socket(request, server_side=True)
+                except (OSError, ssl.SSLError):
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 class MetricsHTTPServer:
-    """``/metrics`` served by prometheus-client's own server; ``listen`` may use port 0 (see ``port``).
+    """``/metrics`` (prometheus-client's WSGI app) on a bounded server; ``listen`` may use port 0 (see ``port``).
 
     With ``certfile`` and ``keyfile`` it serves HTTPS, and with ``client_cafile`` it
-    requires a client certificate signed by that CA, as the gRPC server does.
+    requires a client certificate signed by that CA, as the gRPC server does. At most
+    ``max_connections`` are served at once and each may stay silent ``timeout`` seconds.
     """
 
     def __init__(
@@ -532,17 +623,26 @@ class MetricsHTTPServer:
         certfile: Path | None = None,
         keyfile: Path | None = None,
         client_cafile: Path | None = None,
+        max_connections: int = MAX_HTTP_CONNECTIONS,
+        timeout: float = HTTP_TIMEOUT_SECONDS,
     ) -> None:
         host, port = split_host_port(listen)
-        self._httpd, self._thread = start_http_server(
-            port,
-            host,
-            registry,
-            certfile=None if certfile is None else str(certfile),
-            keyfile=None if keyfile is None else str(keyfile),
-            client_cafile=None if client_cafile is None else str(client_cafile),
-            client_auth_required=client_cafile is not None,
-        )
+
+        class Server(_BoundedServer):
+            pass
+
+        class Handler(_QuietHandler):
+            pass
+
+        Handler.timeout = timeout
+        Server.timeout_seconds = timeout
+        Server.slots = threading.BoundedSemaphore(max_connections)
+        Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        if certfile is not None and keyfile is not None:
+            Server.ssl_context = _ssl_context(certfile, keyfile, client_cafile)
+        self._httpd = make_server(host, port, make_wsgi_app(registry), Server, handler_class=Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="offsetstore-metrics", daemon=True)
+        self._thread.start()
         self.host = host
         self.port: int = self._httpd.server_port
         self.scheme = "https" if certfile is not None else "http"
@@ -558,6 +658,15 @@ class MetricsHTTPServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+
+def _ssl_context(certfile: Path, keyfile: Path, client_cafile: Path | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(certfile), str(keyfile))
+    if client_cafile is not None:
+        context.load_verify_locations(str(client_cafile))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def serve_http(

@@ -7,14 +7,19 @@ Every attack is bounded in count and time and aims at 127.0.0.1 only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -27,7 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
 
-from offsetstore.client import OffsetStoreClient, PermissionDeniedError
+from offsetstore.client import OffsetStoreClient, PermissionDeniedError, StoreUnavailableError
 from offsetstore.client.types import Watermark
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
@@ -304,3 +309,128 @@ def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pk
         OffsetStoreServer(store, reflection_mode="authenticated")
     with pytest.raises(ValueError, match="needs a tokens file"):
         Settings(reflection="authenticated")
+
+
+# --- the real `offsetstore serve`, tokens on, for the attacks from outside ----------------------
+
+
+@dataclass
+class Served:
+    address: str
+    metrics_url: str
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(database_url: str, pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``offsetstore serve`` with a tokens file, few workers and a small pool: easy to starve."""
+    directory = tmp_path_factory.mktemp("served")
+    address, metrics_port = f"127.0.0.1:{free_port()}", free_port()
+    log = directory / "serve.log"
+    args = [
+        *("serve", "--database-url", database_url, "--no-migrate", "--listen", address),
+        *("--metrics-listen", f"127.0.0.1:{metrics_port}", "--tokens-file", str(pki.tokens_file)),
+        *("--max-workers", "8", "--pool-size", "4"),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "offsetstore.server.cli", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "OFFSETSTORE_DATA_DIR": str(directory)},
+        )
+    try:
+        with OffsetStoreClient(address, timeout=5) as anonymous:
+            stop_at = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, log.read_text()
+                with contextlib.suppress(StoreUnavailableError):
+                    if anonymous.health() == "SERVING":
+                        break
+                assert time.monotonic() < stop_at, log.read_text()
+                time.sleep(0.2)
+        yield Served(address, f"http://127.0.0.1:{metrics_port}/metrics", log)
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0, log.read_text()
+
+
+def timed_commits(address: str, count: int, *, timeout: float) -> list[float]:
+    """Latencies (s) of ``count`` commits by a well-behaved token holder; any error fails the test."""
+    group = fresh()
+    latencies = []
+    with OffsetStoreClient(address, token=TOKENS["committer"], timeout=timeout) as committer:
+        for offset in range(count):
+            started = time.perf_counter()
+            committer.commit_offsets(group, {("orders", 0): offset})
+            latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+# --- 3. /metrics cannot starve the database pool -------------------------------------------
+
+
+def scrape(url: str, timeout: float = 10) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def test_slow_metrics_connections_cannot_starve_token_holders(served: Served) -> None:
+    assert "offsetstore_database_up 1.0" in scrape(served.metrics_url)
+    host, port = served.metrics_url.split("/")[2].split(":")
+    slow: list[socket.socket] = []
+    try:
+        for _ in range(300):  # connect, send half a request, wait
+            s = socket.create_connection((host, int(port)), timeout=5)
+            with contextlib.suppress(OSError):
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+
+        def release() -> None:
+            for s in slow:
+                with contextlib.suppress(OSError):
+                    s.sendall(b"\r\n")
+
+        releasing = threading.Thread(target=release)
+        releasing.start()
+        latencies = timed_commits(served.address, 50, timeout=2)
+        with OffsetStoreClient(served.address, timeout=2) as anonymous:
+            assert anonymous.health() == "SERVING"
+        releasing.join(30)
+        assert max(latencies) < 2
+    finally:
+        for s in slow:
+            s.close()
+    assert "offsetstore_database_up 1.0" in scrape(served.metrics_url)  # Prometheus gets through again
+
+
+def test_metrics_connections_are_capped_and_timed_out(pki: PKI) -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    from offsetstore.server import metrics
+
+    registry = CollectorRegistry()
+    Counter("probe", "a series to find", registry=registry).inc()
+    served = metrics.MetricsHTTPServer(registry, "127.0.0.1:0", max_connections=2, timeout=1)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", served.port), timeout=5) for _ in range(2)]
+        time.sleep(0.2)
+        third = socket.create_connection(("127.0.0.1", served.port), timeout=5)
+        assert third.recv(1) == b""  # full: closed at once, no thread for it
+        third.close()
+        started = time.monotonic()
+        assert idle[0].recv(1) == b""  # a silent connection is dropped after its timeout
+        assert time.monotonic() - started < 5
+        for s in idle:
+            s.close()
+        time.sleep(0.2)
+        assert "probe_total 1.0" in scrape(served.url)
+    finally:
+        served.shutdown()
