@@ -120,6 +120,8 @@ class StreamGuard(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None or not (handler.request_streaming or handler.response_streaming):
             return handler
+        if details.method.startswith(f"/{SERVICE_NAME}/"):  # type: ignore[attr-defined]
+            return handler  # all unary; a "stream" here is auth's refusal, which reads nothing
         behaviour = handler.stream_stream or handler.unary_stream or handler.stream_unary
         if behaviour is None or getattr(behaviour, "experimental_non_blocking", False):
             return handler

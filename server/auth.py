@@ -301,11 +301,18 @@ class AuthInterceptor(grpc.ServerInterceptor):
             return handler  # health and reflection stay open; unknown methods get UNIMPLEMENTED
         inner = handler.unary_unary
         permission = RPC_PERMISSIONS.get(method)
+        # From the metadata alone, before a byte of the request is read: an anonymous caller
+        # must not make the server take (and decode) a 44 MB request only to refuse it.
+        try:
+            early = self._by_metadata(details.invocation_metadata)  # type: ignore[attr-defined]
+        except UnauthenticatedError as error:
+            return _refusal(method, error, handler)
 
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            principal: Principal | None = None
+            principal: Principal | None = early
             try:
-                principal = self.authenticate(context)
+                if principal is None:
+                    principal = self.authenticate(context)
                 if inner is None or permission is None:
                     raise PermissionDeniedError(f"{method} is not open to any principal")
                 if method == "ReportWatermarks":
@@ -336,9 +343,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def authenticate(self, context: grpc.ServicerContext) -> Principal:
-        """The caller of ``context``, or UnauthenticatedError."""
-        values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+    def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
+        """The token's principal; None when the call has no token and may yet pass by its certificate.
+
+        Raises UnauthenticatedError for a bad token, or for no token where only a token admits.
+        """
+        values = [v for k, v in metadata or () if k == "authorization"]
         if values:
             if self.config is None:
                 raise UnauthenticatedError("this server takes no bearer tokens; it authenticates client certificates")
@@ -350,6 +360,17 @@ class AuthInterceptor(grpc.ServerInterceptor):
             if principal is None:
                 raise UnauthenticatedError("the bearer token is not valid")
             return principal
+        if not self.mtls:
+            raise UnauthenticatedError(
+                "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
+            )
+        return None
+
+    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+        """The caller of ``context``, or UnauthenticatedError."""
+        principal = self._by_metadata(context.invocation_metadata())
+        if principal is not None:
+            return principal
         if self.mtls:
             identities = certificate_identities(context.auth_context())
             if not identities:
@@ -360,9 +381,22 @@ class AuthInterceptor(grpc.ServerInterceptor):
             if self.config is None:
                 return Principal(identities[0], _ANY_GROUP_ADMIN)
             return self.config.by_certificate(identities)
-        raise UnauthenticatedError(
-            "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
-        )
+        raise AssertionError("unreachable: without mTLS, _by_metadata finds a principal or raises")
+
+
+def _refusal(method: str, error: OffsetStoreError, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler that refuses the call without reading its request.
+
+    gRPC's sync server reads a unary request in full before any handler runs, but a
+    request-streaming handler's messages only when it iterates them: served as one, the
+    refused request is never taken in (beyond the transport's flow-control window).
+    """
+
+    def refuse(requests: Any, context: grpc.ServicerContext) -> Any:
+        log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": None})
+        context.abort_with_status(error.to_status())
+
+    return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=handler.response_serializer)
 
 
 def certificate_identities(auth_context: Mapping[str, list[bytes]]) -> list[str]:

@@ -189,6 +189,11 @@ class ServerMetrics:
             self._methods[full_method] = found
             return found
 
+    def kind_of(self, full_method: str) -> str | None:
+        """The ``grpc_type`` of a method the server registers, None for any other."""
+        found = self._methods.get(full_method)
+        return None if found is None else found.kind
+
     def record_store_outcome(self, full_method: str, request: Any, code: grpc.StatusCode) -> None:
         """Counts commits, rejections and resets from a finished unary call."""
         if full_method == _COMMIT_METHOD:
@@ -242,7 +247,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             return None  # unknown method: gRPC answers UNIMPLEMENTED; no unbounded labels
         full_method: str = details.method  # type: ignore[attr-defined]
         kind = _grpc_type(handler.request_streaming, handler.response_streaming)
-        m = self.metrics.method(full_method, kind)
+        # A unary call refused before its request is read is served as a client stream
+        # (auth's refusal); it is still counted as the unary method it is.
+        m = self.metrics.method(full_method, self.metrics.kind_of(full_method) or kind)
         options = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,

@@ -18,6 +18,7 @@ import time
 import urllib.request
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,6 +320,7 @@ class Served:
     address: str
     metrics_url: str
     log: Path
+    pid: int
 
 
 def free_port() -> int:
@@ -356,7 +358,7 @@ def served(database_url: str, pki: PKI, tmp_path_factory: pytest.TempPathFactory
                         break
                 assert time.monotonic() < stop_at, log.read_text()
                 time.sleep(0.2)
-        yield Served(address, f"http://127.0.0.1:{metrics_port}/metrics", log)
+        yield Served(address, f"http://127.0.0.1:{metrics_port}/metrics", log, process.pid)
     finally:
         process.terminate()
         assert process.wait(30) == 0, log.read_text()
@@ -434,3 +436,54 @@ def test_metrics_connections_are_capped_and_timed_out(pki: PKI) -> None:
         assert "probe_total 1.0" in scrape(served.url)
     finally:
         served.shutdown()
+
+
+# --- 7. anonymous requests are refused before they are read ---------------------------------
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def largest_commit() -> bytes:
+    """The largest valid CommitOffsets request, serialized: 10,000 partitions with 4096 bytes of metadata."""
+    topic, metadata = "t-" + "x" * 247, "m" * 4096
+    offsets = [pb.OffsetCommit(topic=topic, partition=p, offset=INT64_MAX, metadata=metadata) for p in range(10_000)]
+    return pb.CommitOffsetsRequest(group_id=fresh(), offsets=offsets).SerializeToString()
+
+
+def test_anonymous_huge_requests_are_refused_before_they_are_read(served: Served) -> None:
+    payload = largest_commit()
+    assert len(payload) > 40_000_000
+    peak, sampling = [rss_bytes(served.pid)], threading.Event()
+    baseline = peak[0]
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak.append(rss_bytes(served.pid))
+            time.sleep(0.01)
+
+    def send(metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+        with grpc.insecure_channel(served.address, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+            stub = channel.unary_unary(f"/{SERVICE_NAME}/CommitOffsets")
+            try:
+                stub(payload, metadata=metadata, timeout=30)
+            except grpc.RpcError as error:
+                return error.code()  # type: ignore[attr-defined]
+        return grpc.StatusCode.OK
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        anonymous, forged = (), (("authorization", "Bearer forged"),)
+        with ThreadPoolExecutor(6) as pool:
+            codes = list(pool.map(send, [anonymous, forged] * 6))
+    finally:
+        sampling.set()
+        sampler.join()
+    assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}
+    # 12 requests of 43 MB, 6 at a time: read in full they took 250+ MB; refused unread, next to nothing.
+    assert max(peak) - baseline < 64 << 20, f"the server grew by {(max(peak) - baseline) >> 20} MiB"
+    timed_commits(served.address, 3, timeout=10)  # and the token holders are served on
