@@ -357,6 +357,7 @@ def serve(settings: Settings) -> int:
             group_limit=settings.group_metrics_limit,
             scrape_store=scrape_store,
             cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+            tenant_prefixes=_tenant_prefixes(auth),
         )
         server = OffsetStoreServer(
             store,
@@ -420,6 +421,14 @@ def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthIn
             )
         return credentials, None
     return credentials, AuthInterceptor(config, mtls=mtls)
+
+
+def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:
+    """The group prefixes the tokens file grants: the tenants group metrics are shared fairly between."""
+    config = auth.config if auth is not None else None
+    if config is None:
+        return ()
+    return tuple(sorted({g.prefix for p in config.principals.values() for g in p.grants if not g.topic}))
 
 
 def _loopback(listen: str) -> bool:

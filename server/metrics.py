@@ -19,7 +19,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +35,8 @@ from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, and_, bindparam, extract, func, select, true
+from sqlalchemy import Connection, Text, and_, bindparam, exists, extract, func, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -343,14 +344,51 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 
 
 def _build_group_query():
-    # ONE statement per scrape, whatever the number of groups: the first `limit` groups
-    # by id (an index range), their partitions with lag and commit age, and the number of
-    # all groups, left-joined so that it comes back even when the page is empty. No ORDER
-    # BY and no window: sorting every partition of a thousand groups would cost more than
-    # the scrape itself, and Prometheus does not care about the order.
+    # ONE statement per scrape, whatever the number of groups: `limit` groups, their
+    # partitions with lag and commit age, and the number of all groups, left-joined so that
+    # it comes back even when the page is empty. No ORDER BY of the partitions: Prometheus
+    # does not care about their order.
+    #
+    # Which groups (issue 14): only groups with offsets (a JoinGroup costs nothing and shows
+    # nothing), taken round-robin over tenants: every tenant's first group by id, then every
+    # tenant's second, ... A tenant is the longest granted prefix the group id starts with
+    # (`prefixes`, from the tokens file), else the id up to its first '-', '.' or '_'. So a
+    # tenant that creates a thousand groups pushes out its own, never another tenant's.
     live = groups.c.deleted_at.is_(None)  # a deleted group's tombstone is no group
-    page = select(groups.c.group_id).where(live).order_by(groups.c.group_id).limit(bindparam("limit")).cte("page")
-    total = select(func.count().label("groups")).select_from(groups).where(live).cte("total")
+    has_offsets = exists().where(offsets.c.group_id == groups.c.group_id)
+    granted = func.unnest(bindparam("prefixes", type_=ARRAY(Text))).table_valued("prefix").render_derived("granted")
+    longest = (
+        select(granted.c.prefix)
+        .where(func.starts_with(groups.c.group_id, granted.c.prefix))
+        .order_by(func.length(granted.c.prefix).desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    tenant = func.coalesce(longest, func.substring(groups.c.group_id, r"^[^-._]*"))
+    ranked = (
+        select(
+            groups.c.group_id,
+            tenant.label("tenant"),
+            func.row_number().over(partition_by=tenant, order_by=groups.c.group_id).label("turn"),
+        )
+        .where(live, has_offsets)
+        .subquery("ranked")
+    )
+    page = (
+        select(ranked.c.group_id)
+        .order_by(ranked.c.turn, ranked.c.tenant, ranked.c.group_id)
+        .limit(bindparam("limit"))
+        .cte("page")
+    )
+    total = (
+        select(
+            func.count().label("groups"),
+            func.count().filter(has_offsets).label("with_offsets"),
+        )
+        .select_from(groups)
+        .where(live)
+        .cte("total")
+    )
     _, lag = storage.lag_columns()
     partitions = (
         select(
@@ -370,17 +408,17 @@ def _build_group_query():
         .subquery("partitions")
     )
     p = partitions.c
-    return select(total.c.groups, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age).select_from(
-        total.outerjoin(partitions, true())
-    )
+    return select(
+        total.c.groups, total.c.with_offsets, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age
+    ).select_from(total.outerjoin(partitions, true()))
 
 
 _GROUP_QUERY = _build_group_query()
 
 
-def group_metrics(conn: Connection, limit: int) -> list[Any]:
+def group_metrics(conn: Connection, limit: int, prefixes: Sequence[str] = ()) -> list[Any]:
     """The rows of one scrape (a storage-style operation, so ``Store.run`` runs and times it)."""
-    return conn.execute(_GROUP_QUERY, {"limit": limit}).all()
+    return conn.execute(_GROUP_QUERY, {"limit": limit, "prefixes": list(prefixes)}).all()
 
 
 class GroupCollector(Collector):
@@ -391,11 +429,14 @@ class GroupCollector(Collector):
     sees at most one metrics query per ``cache_seconds``.
     """
 
-    def __init__(self, store: Store, group_limit: int, *, cache_seconds: float = 0.0) -> None:
+    def __init__(
+        self, store: Store, group_limit: int, *, cache_seconds: float = 0.0, tenant_prefixes: Sequence[str] = ()
+    ) -> None:
         if group_limit < 0:
             raise ValueError("group_limit must be >= 0")
         self.store = store
         self.group_limit = group_limit
+        self.tenant_prefixes = tuple(tenant_prefixes)
         self.cache_seconds = cache_seconds
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Any] | BaseException] | None = None
@@ -405,7 +446,9 @@ class GroupCollector(Collector):
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.cache_seconds:
                 try:
-                    result: list[Any] | BaseException = self.store.run(group_metrics, self.group_limit)
+                    result: list[Any] | BaseException = self.store.run(
+                        group_metrics, self.group_limit, self.tenant_prefixes
+                    )
                 except Exception as error:
                     result = error
                 self._cached = (time.monotonic(), result)
@@ -422,7 +465,8 @@ class GroupCollector(Collector):
             "groups": GaugeMetricFamily("offsetstore_groups", "Groups in the store."),
             "omitted": GaugeMetricFamily(
                 "offsetstore_groups_omitted",
-                "Groups without per-group series: all but the first (by id) of the group metrics limit.",
+                "Groups with offsets but without per-group series, beyond the group metrics limit "
+                "(taken round-robin over tenants).",
             ),
             "offset": GaugeMetricFamily(
                 "offsetstore_group_offset",
@@ -467,7 +511,7 @@ class GroupCollector(Collector):
         f["up"].add_metric([], 1)
         total = rows[0].groups if rows else 0
         f["groups"].add_metric([], total)
-        f["omitted"].add_metric([], max(0, total - self.group_limit))
+        f["omitted"].add_metric([], max(0, (rows[0].with_offsets if rows else 0) - self.group_limit))
         max_lag: dict[str, int] = {}
         age: dict[str, float] = {}
         for r in rows:
@@ -530,12 +574,13 @@ def build_registry(
     group_limit: int = 1000,
     scrape_store: Store | None = None,
     cache_seconds: float = 0.0,
+    tenant_prefixes: Sequence[str] = (),
 ) -> CollectorRegistry:
     """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
 
     ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
     gives it a connection of its own, so scrapes never take one the RPCs need.
-    ``cache_seconds``: see :class:`GroupCollector`.
+    ``cache_seconds``, ``tenant_prefixes``: see :class:`GroupCollector` and the group query.
     """
     registry = CollectorRegistry()
     server_metrics(registry)
@@ -558,7 +603,9 @@ def build_registry(
     Gauge(
         "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
     ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
-    registry.register(GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds))
+    registry.register(
+        GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds, tenant_prefixes=tenant_prefixes)
+    )
     return registry
 
 

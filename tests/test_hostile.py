@@ -35,9 +35,11 @@ from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_writ
 
 from offsetstore.client import OffsetStoreClient, PermissionDeniedError, StoreUnavailableError
 from offsetstore.client.types import Watermark
-from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security
+from offsetstore.server import metrics
+from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security, _tenant_prefixes
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from offsetstore.server.config import Settings
+from offsetstore.server.engine import create_engine
 from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -487,3 +489,30 @@ def test_anonymous_huge_requests_are_refused_before_they_are_read(served: Served
     # 12 requests of 43 MB, 6 at a time: read in full they took 250+ MB; refused unread, next to nothing.
     assert max(peak) - baseline < 64 << 20, f"the server grew by {(max(peak) - baseline) >> 20} MiB"
     timed_commits(served.address, 3, timeout=10)  # and the token holders are served on
+
+
+# --- 4. no tenant can push another out of monitoring ----------------------------------------
+
+
+def test_a_tenant_flooding_groups_pushes_out_only_its_own(module_database_url: str, pki: PKI) -> None:
+    store = Store(create_engine(module_database_url, pool_size=4))
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    registry = metrics.build_registry(store, group_limit=50, tenant_prefixes=_tenant_prefixes(auth))
+    try:
+        with OffsetStoreServer(store, max_workers=8, auth=auth, interceptors=metrics.interceptors(registry)) as server:
+            victims = [f"v-orders-{i}" for i in range(3)]  # sorted after the attacker's ids
+            with OffsetStoreClient(server.address, token=TOKENS["root"], timeout=20) as root:
+                for group in victims:
+                    root.commit_offsets(group, {("orders", 0): 7})
+            with OffsetStoreClient(server.address, token=TOKENS["committer"], timeout=20) as attacker:
+                for i in range(200):
+                    attacker.join_group(f"t-flood-j{i:03}")
+                for i in range(100):
+                    attacker.commit_offsets(f"t-flood-c{i:03}", {("orders", 0): 1})
+        families = {f.name: f for f in registry.collect()}
+        shown = {sample.labels["group"] for sample in families["offsetstore_group_offset"].samples}
+        assert set(victims) <= shown
+        assert len(shown) == 50
+        assert registry.get_sample_value("offsetstore_groups_omitted") == 103 - 50
+    finally:
+        store.dispose()
