@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
+from test_container import healthcheck_command, read_dockerfile
 
 from offsetstore.client import OffsetStoreClient, PermissionDeniedError, StoreUnavailableError
 from offsetstore.client.types import Watermark
@@ -44,6 +45,7 @@ from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 INT64_MAX = 2**63 - 1
+ROOT = Path(__file__).resolve().parent.parent
 
 # The throwaway PKI and the tokens-file server of the auth tests.
 pki = test_auth.pki
@@ -516,3 +518,41 @@ def test_a_tenant_flooding_groups_pushes_out_only_its_own(module_database_url: s
         assert registry.get_sample_value("offsetstore_groups_omitted") == 103 - 50
     finally:
         store.dispose()
+
+
+# --- 10. the container exposes nothing by default, and its probe speaks TLS ------------------
+
+
+def test_compose_publishes_on_loopback_only() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    published = [p for service in compose["services"].values() for p in service.get("ports", [])]
+    assert published and all(p.startswith("127.0.0.1:") for p in published), published
+    secure = yaml.safe_load((ROOT / "compose.tls.yaml").read_text())["services"]["offsetstore"]["environment"]
+    assert {"OFFSETSTORE_TLS_CERT_FILE", "OFFSETSTORE_TOKENS_FILE"} <= set(secure)
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_path: Path, mutual: bool) -> None:
+    final = read_dockerfile()[-1]
+    command = healthcheck_command(final)
+    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert if mutual else None)
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=mutual)
+    with OffsetStoreServer(store, max_workers=4, auth=auth, credentials=credentials) as server:
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "OFFSETSTORE_LISTEN": f"0.0.0.0:{server.port}",
+            "OFFSETSTORE_TLS_CERT_FILE": str(pki.server.cert),
+            "OFFSETSTORE_TLS_KEY_FILE": str(pki.server.key),
+            "OFFSETSTORE_HEALTHCHECK_CA_FILE": str(pki.ca.cert),
+        }
+        if mutual:
+            env["OFFSETSTORE_TLS_CLIENT_CA_FILE"] = str(pki.ca.cert)
+            env["OFFSETSTORE_HEALTHCHECK_CERT_FILE"] = str(pki.alice.cert)
+            env["OFFSETSTORE_HEALTHCHECK_KEY_FILE"] = str(pki.alice.key)
+        result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        # A probe that does not trust the server is unhealthy, not healthy by accident.
+        env["OFFSETSTORE_HEALTHCHECK_CA_FILE"] = str(pki.rogue_ca.cert)
+        result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 1
