@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -330,6 +331,8 @@ def serve(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if auth is not None and settings.tokens_file is not None:
+        signal.signal(signal.SIGHUP, _reloader(auth, settings.tokens_file))
     try:
         if settings.migrate:
             migrate.upgrade(database_url)
@@ -421,6 +424,24 @@ def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthIn
             )
         return credentials, None
     return credentials, AuthInterceptor(config, mtls=mtls)
+
+
+def _reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | None], None]:
+    """A SIGHUP handler that rereads the tokens file: rotation without a restart.
+
+    A file that does not load keeps the principals in force (and says why in the log).
+    """
+
+    def reload(signum: int, frame: FrameType | None) -> None:
+        try:
+            config = AuthConfig.load(path)
+        except AuthConfigError as error:
+            log.error("tokens file not reloaded, the previous one stays in force: %s", error)
+            return
+        auth.config = config  # one attribute: each call sees the old or the new file, never a mix
+        log.info("tokens file reloaded", extra={"principals": len(config.principals)})
+
+    return reload
 
 
 def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:

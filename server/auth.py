@@ -33,6 +33,7 @@ import enum
 import hashlib
 import hmac
 import logging
+import math
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -130,8 +131,30 @@ class Principal:
 
 
 def hash_token(token: str) -> str:
-    """The ``token_sha256`` a tokens file stores for ``token`` (lower-case hex)."""
+    """The ``token_sha256`` a tokens file stores for ``token`` (lower-case hex).
+
+    Unsalted and fast on purpose: a token is 256 random bits (``offsetstore token``), which no
+    table or brute force reaches, and a slow salted hash per stored token per call would let
+    any caller with a made-up token make the server burn CPU.
+    """
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+#: Least entropy, in bits, ``offsetstore token --hash`` accepts in a token.
+MIN_TOKEN_BITS = 128
+
+
+def token_bits(token: str) -> float:
+    """An upper bound of the entropy of ``token``: its length times log2 of the alphabet its characters use."""
+    classes = [
+        any(c.islower() for c in token),
+        any(c.isupper() for c in token),
+        any(c.isdigit() for c in token),
+        any(not c.isalnum() for c in token),
+    ]
+    alphabet = sum(size for used, size in zip(classes, (26, 26, 10, 32), strict=True) if used)
+    # Repeats carry nothing: "aaaa..." is not 4.7 bits a character.
+    return len(set(token)) and len(token) * math.log2(max(alphabet, 2)) * min(1.0, len(set(token)) / 16)
 
 
 @dataclass(frozen=True)
@@ -145,8 +168,16 @@ class AuthConfig:
     def load(cls, path: Path) -> AuthConfig:
         try:
             text = Path(path).read_text(encoding="utf-8")
+            mode = Path(path).stat().st_mode
         except (OSError, UnicodeDecodeError) as error:
             raise AuthConfigError(f"cannot read the tokens file {path}: {error}") from None
+        if mode & 0o077:
+            # Hashes are not tokens, but the file says who may do what: it is the server's alone.
+            log.warning(
+                "the tokens file %s can be read by its group or by everyone (mode %03o); chmod 600 it",
+                path,
+                mode & 0o777,
+            )
         return cls.parse(text, str(path))
 
     @classmethod

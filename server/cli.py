@@ -116,12 +116,20 @@ def _migrate(args: argparse.Namespace) -> int:
 def _token(args: argparse.Namespace) -> int:
     import secrets
 
-    from .auth import hash_token
+    from .auth import MIN_TOKEN_BITS, hash_token, token_bits
 
     if args.hash:
         token = sys.stdin.readline().strip()
         if not token:
             print("offsetstore: no token on standard input", file=sys.stderr)
+            return 2
+        if token_bits(token) < MIN_TOKEN_BITS:
+            # Its SHA-256 would be guessed offline by whoever reads the tokens file.
+            print(
+                f"offsetstore: that token is too weak (at most {token_bits(token):.0f} bits, "
+                f"{MIN_TOKEN_BITS} needed); run `offsetstore token` for a random one",
+                file=sys.stderr,
+            )
             return 2
         print(f'token_sha256 = "{hash_token(token)}"')
         return 0

@@ -8,14 +8,17 @@ Every attack is bounded in count and time and aims at 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +37,17 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
 from test_container import healthcheck_command, read_dockerfile
 
-from offsetstore.client import OffsetStoreClient, PermissionDeniedError, StoreUnavailableError
+from offsetstore.client import (
+    OffsetStoreClient,
+    PermissionDeniedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
 from offsetstore.client.types import Watermark
+from offsetstore.server import cli as server_cli
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security, _tenant_prefixes
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Settings
 from offsetstore.server.engine import create_engine
 from offsetstore.server.store import Store
@@ -556,3 +565,86 @@ def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_pat
         env["OFFSETSTORE_HEALTHCHECK_CA_FILE"] = str(pki.rogue_ca.cert)
         result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
         assert result.returncode == 1
+
+
+# --- 9. tokens file hygiene --------------------------------------------------------------------
+
+
+def test_offsetstore_token_hash_refuses_weak_tokens(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for weak in ("hunter2", "a" * 64, "oncall-2024"):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(weak + "\n"))
+        assert server_cli.main(["token", "--hash"]) == 2
+        assert "too weak" in capsys.readouterr().err
+    assert server_cli.main(["token"]) == 0
+    token = capsys.readouterr().out.splitlines()[0].split()[-1]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token + "\n"))
+    assert server_cli.main(["token", "--hash"]) == 0
+
+
+def test_a_tokens_file_others_can_read_is_a_warning(pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(pki.tokens_file.read_text())
+    tokens.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="offsetstore.server.auth"):
+        AuthConfig.load(tokens)
+    assert "can be read by its group or by everyone (mode 644)" in caplog.text
+    caplog.clear()
+    tokens.chmod(0o600)
+    with caplog.at_level(logging.WARNING, logger="offsetstore.server.auth"):
+        AuthConfig.load(tokens)
+    assert "can be read" not in caplog.text
+
+
+@pytest.mark.slow
+def test_sighup_reloads_the_tokens_file(database_url: str, pki: PKI, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(pki.tokens_file.read_text())
+    tokens.chmod(0o600)
+    address, log = f"127.0.0.1:{free_port()}", tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
+    args = ["serve", "--database-url", database_url, "--no-migrate", "--listen", address, "--metrics-listen", ""]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "offsetstore.server.cli", *args, "--tokens-file", str(tokens)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "OFFSETSTORE_DATA_DIR": str(tmp_path)},
+        )
+    try:
+        new_token, group = f"rotated-{uuid.uuid4().hex}", fresh()
+        with OffsetStoreClient(address, token=new_token, timeout=5) as rotated:
+            stop_at = time.monotonic() + 60
+            while True:  # up, and the new token not yet valid
+                assert process.poll() is None, log.read_text()
+                with contextlib.suppress(StoreUnavailableError):
+                    if rotated.health() == "SERVING":
+                        break
+                assert time.monotonic() < stop_at, log.read_text()
+                time.sleep(0.2)
+            with pytest.raises(UnauthenticatedError):
+                rotated.commit_offsets(group, {("orders", 0): 1})
+            # The committer's current token rotated to a new one; the old one is gone.
+            tokens.write_text(tokens.read_text().replace(hash_token(TOKENS["committer"]), hash_token(new_token)))
+            process.send_signal(signal.SIGHUP)
+            stop_at = time.monotonic() + 20
+            while "tokens file reloaded" not in log.read_text():
+                assert time.monotonic() < stop_at, log.read_text()
+                time.sleep(0.1)
+            rotated.commit_offsets(group, {("orders", 0): 1})
+        with OffsetStoreClient(address, token=TOKENS["committer"], timeout=5) as old:
+            with pytest.raises(UnauthenticatedError):
+                old.commit_offsets(group, {("orders", 0): 2})
+        # A broken file is refused and the one in force stays.
+        tokens.write_text("[principals")
+        process.send_signal(signal.SIGHUP)
+        stop_at = time.monotonic() + 20
+        while "not reloaded" not in log.read_text():
+            assert time.monotonic() < stop_at, log.read_text()
+            time.sleep(0.1)
+        with OffsetStoreClient(address, token=new_token, timeout=5) as rotated:
+            rotated.commit_offsets(group, {("orders", 0): 3})
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0, log.read_text()
