@@ -22,7 +22,7 @@ from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
 from . import migrate
 from ._logging import configure_logging
-from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from .auth import AuthConfig, AuthConfigError, AuthInterceptor, current_principal, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
 from .engine import create_engine
 from .servicer import OffsetStoreServicer
@@ -181,6 +181,68 @@ class StreamGuard(grpc.ServerInterceptor):
         return unary
 
 
+class CallLimiter(grpc.ServerInterceptor):
+    """At most ``limit`` calls of one principal run at once; more are RESOURCE_EXHAUSTED with a retry hint.
+
+    One tenant's sixteen 44 MB fetches would otherwise hold sixteen workers, and the memory
+    and CPU of sixteen responses, while the other tenants wait. Innermost in the chain, it
+    runs inside auth, which names the principal (:data:`~offsetstore.server.auth.current_principal`);
+    with authentication off there are no tenants to be fair between and it does nothing.
+    """
+
+    #: What a refused caller is told to wait before retrying.
+    RETRY_AFTER = 0.25
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("the per-principal call limit must be >= 1")
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+
+        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            principal = current_principal.get()
+            if principal is None:
+                return inner(request, context)
+            with self._lock:
+                running = self._running.get(principal, 0)
+                if running < self.limit:
+                    self._running[principal] = running + 1
+            if running >= self.limit:
+                log.info("rpc refused", extra={"outcome": "RESOURCE_EXHAUSTED", "principal": principal})
+                error = ResourceExhaustedError(
+                    f"{principal} already has {self.limit} calls running; retry in a moment",
+                    retry_after=self.RETRY_AFTER,
+                    metadata={"limit": "principal_calls", "max_calls": str(self.limit)},
+                )
+                context.abort_with_status(error.to_status())
+            try:
+                return inner(request, context)
+            finally:
+                with self._lock:
+                    left = self._running[principal] - 1
+                    if left:
+                        self._running[principal] = left
+                    else:
+                        del self._running[principal]
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
 class HealthWatcher:
     """Keeps grpc.health.v1 at SERVING exactly while the database answers."""
 
@@ -243,6 +305,7 @@ class OffsetStoreServer:
         reflection_mode: str = "on",
         max_streams: int | None = None,
         stream_seconds: float = STREAM_SECONDS,
+        max_calls_per_principal: int | None = None,
     ) -> None:
         self.store = store
         if reflection_mode not in REFLECTION_MODES:
@@ -255,8 +318,15 @@ class OffsetStoreServer:
         if not 0 <= max_streams < max_workers:
             raise ValueError("max_streams must be >= 0 and leave RPC workers for unary calls (< max_workers)")
         streams = StreamGuard(max_streams, stream_seconds, authenticate if reflection_mode == "authenticated" else None)
+        if max_calls_per_principal is None:  # a quarter of the workers: four tenants cannot fill them
+            max_calls_per_principal = max(1, max_workers // 4)
         # The first interceptor is the outermost: garbage is refused before auth reads the request.
-        chain = (*interceptors, streams, RequestGuard(), *((auth,) if auth is not None else ()))
+        chain = (
+            *interceptors,
+            streams,
+            RequestGuard(),
+            *((auth, CallLimiter(max_calls_per_principal)) if auth is not None else ()),
+        )
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
             interceptors=chain,
@@ -372,6 +442,7 @@ def serve(settings: Settings) -> int:
             max_message_bytes=settings.max_message_bytes,
             reflection_mode=settings.reflection,
             max_streams=settings.max_streams,
+            max_calls_per_principal=settings.max_calls_per_principal,
         ).start()
         metrics_server = None
         if settings.metrics_listen:

@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
         help="server reflection (grpcurl, buf curl): open to everyone (default), off, or for authenticated callers",
     )
     security.add_argument(
+        "--max-calls-per-principal",
+        type=int,
+        help="calls one principal may have running at once; more get RESOURCE_EXHAUSTED (default max-workers/4)",
+    )
+    security.add_argument(
         "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
     )
     security.add_argument(

@@ -88,6 +88,9 @@ class Settings:
     max_streams: int = 4
     """Reflection streams open at once; each holds one of ``max_workers`` while open."""
 
+    max_calls_per_principal: int | None = None
+    """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -103,6 +106,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
+            raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 

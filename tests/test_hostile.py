@@ -40,6 +40,7 @@ from test_container import healthcheck_command, read_dockerfile
 from offsetstore.client import (
     OffsetStoreClient,
     PermissionDeniedError,
+    ResourceExhaustedError,
     StoreUnavailableError,
     UnauthenticatedError,
 )
@@ -648,3 +649,44 @@ def test_sighup_reloads_the_tokens_file(database_url: str, pki: PKI, tmp_path: P
     finally:
         process.terminate()
         assert process.wait(30) == 0, log.read_text()
+
+
+# --- 8. one tenant's huge reads cannot take the server -----------------------------------------
+
+
+def huge_group(engine: sa.Engine, partitions: int = 10_000) -> str:
+    """A group of ``partitions`` partitions with 4096 bytes of metadata each (~44 MB to fetch), by SQL."""
+    group = fresh("t-huge-")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO offsetstore.groups (group_id) VALUES (:g)"), {"g": group})
+        conn.execute(
+            sa.text(
+                'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset", metadata) '
+                "SELECT :g, 't-' || repeat('x', 247), p, 1, repeat('m', 4096) FROM generate_series(0, :n - 1) p"
+            ),
+            {"g": group, "n": partitions},
+        )
+    return group
+
+
+def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: PKI, engine: sa.Engine) -> None:
+    group = huge_group(engine)
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    with OffsetStoreServer(store, max_workers=8, auth=auth, max_calls_per_principal=2) as server:
+
+        def fetch(_: int) -> object:
+            big = [("grpc.max_receive_message_length", 64 << 20)]  # the client's default takes 4 MB
+            with OffsetStoreClient(server.address, token=TOKENS["reader"], timeout=60, options=big) as reader:
+                try:
+                    return len(reader.fetch_offsets(group).offsets)
+                except ResourceExhaustedError as error:
+                    return error
+
+        with ThreadPoolExecutor(8) as pool:
+            fetches = pool.map(fetch, range(8))
+            latencies = timed_commits(server.address, 20, timeout=10)  # another tenant, meanwhile
+            outcomes = list(fetches)
+    refused = [o for o in outcomes if isinstance(o, ResourceExhaustedError)]
+    assert refused and all(o == 10_000 for o in outcomes if not isinstance(o, ResourceExhaustedError))
+    assert {(e.metadata["limit"], e.retry_after) for e in refused} == {("principal_calls", 0.25)}
+    assert len(latencies) == 20
