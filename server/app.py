@@ -453,6 +453,7 @@ def serve(settings: Settings) -> int:
                 certfile=settings.tls_cert_file if tls else None,
                 keyfile=settings.tls_key_file if tls else None,
                 client_cafile=settings.tls_client_ca_file if tls else None,
+                cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
             )
         log.info(
             "serving",

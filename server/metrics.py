@@ -661,12 +661,48 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
             self.slots.release()
 
 
+def _cached_app(registry: CollectorRegistry, seconds: float) -> Callable[..., Any]:
+    """prometheus-client's WSGI app, rendering at most once per ``seconds`` for each format it negotiates.
+
+    Rendering thousands of series holds the interpreter for a while; a hundred scrapers at
+    once must cost what one costs, and the RPC threads must not wait for the other 99.
+    Query strings (``name[]`` filters) are ignored, so they cannot be used to bypass the cache.
+    """
+    app = make_wsgi_app(registry)
+    lock = threading.Lock()
+    cache: dict[tuple[bool, bool], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+
+    def cached(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") != "GET":
+            return app(environ, start_response)
+        key = (
+            "application/openmetrics-text" in environ.get("HTTP_ACCEPT", ""),
+            "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""),
+        )
+        with lock:  # one render at a time; the others wait for it and take its result
+            found = cache.get(key)
+            if found is None or time.monotonic() - found[0] >= seconds:
+                rendered: dict[str, Any] = {}
+
+                def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
+                    rendered.update(status=status, headers=headers)
+
+                plain = {**environ, "QUERY_STRING": ""}
+                body = b"".join(app(plain, keep))
+                found = cache[key] = (time.monotonic(), rendered["status"], rendered["headers"], body)
+        start_response(found[1], found[2])
+        return [found[3]]
+
+    return cached
+
+
 class MetricsHTTPServer:
     """``/metrics`` (prometheus-client's WSGI app) on a bounded server; ``listen`` may use port 0 (see ``port``).
 
     With ``certfile`` and ``keyfile`` it serves HTTPS, and with ``client_cafile`` it
     requires a client certificate signed by that CA, as the gRPC server does. At most
-    ``max_connections`` are served at once and each may stay silent ``timeout`` seconds.
+    ``max_connections`` are served at once and each may stay silent ``timeout`` seconds;
+    with ``cache_seconds``, a rendered scrape is served again for that long.
     """
 
     def __init__(
@@ -679,8 +715,10 @@ class MetricsHTTPServer:
         client_cafile: Path | None = None,
         max_connections: int = MAX_HTTP_CONNECTIONS,
         timeout: float = HTTP_TIMEOUT_SECONDS,
+        cache_seconds: float = 0.0,
     ) -> None:
         host, port = split_host_port(listen)
+        app = _cached_app(registry, cache_seconds) if cache_seconds > 0 else make_wsgi_app(registry)
 
         class Server(_BoundedServer):
             pass
@@ -694,7 +732,7 @@ class MetricsHTTPServer:
         Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         if certfile is not None and keyfile is not None:
             Server.ssl_context = _ssl_context(certfile, keyfile, client_cafile)
-        self._httpd = make_server(host, port, make_wsgi_app(registry), Server, handler_class=Handler)
+        self._httpd = make_server(host, port, app, Server, handler_class=Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="offsetstore-metrics", daemon=True)
         self._thread.start()
         self.host = host
@@ -730,6 +768,14 @@ def serve_http(
     certfile: Path | None = None,
     keyfile: Path | None = None,
     client_cafile: Path | None = None,
+    cache_seconds: float = 0.0,
 ) -> MetricsHTTPServer:
     """Serves ``registry`` on ``http(s)://listen/metrics`` until ``.shutdown()``."""
-    return MetricsHTTPServer(registry, listen, certfile=certfile, keyfile=keyfile, client_cafile=client_cafile)
+    return MetricsHTTPServer(
+        registry,
+        listen,
+        certfile=certfile,
+        keyfile=keyfile,
+        client_cafile=client_cafile,
+        cache_seconds=cache_seconds,
+    )

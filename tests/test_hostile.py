@@ -352,7 +352,7 @@ def served(database_url: str, pki: PKI, tmp_path_factory: pytest.TempPathFactory
     args = [
         *("serve", "--database-url", database_url, "--no-migrate", "--listen", address),
         *("--metrics-listen", f"127.0.0.1:{metrics_port}", "--tokens-file", str(pki.tokens_file)),
-        *("--max-workers", "8", "--pool-size", "4"),
+        *("--max-workers", "8", "--pool-size", "4", "--group-metrics-limit", "50"),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
     with log.open("wb") as out:
