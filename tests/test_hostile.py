@@ -800,3 +800,27 @@ def test_a_token_holder_sees_no_error_while_an_abuser_also_fetches_huge_groups(
     _, loaded, abuser = measure(served, huge_group(engine))
     assert len(loaded) == 300
     assert abuser.refused > 0  # the per-principal limit held it back
+
+
+def test_a_crowd_of_scrapers_costs_one_render() -> None:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+
+    class Counting:
+        renders = 0
+
+        def collect(self) -> list[GaugeMetricFamily]:
+            Counting.renders += 1
+            time.sleep(0.2)  # a big registry takes a while
+            return [GaugeMetricFamily("probe", "a series to find", value=1)]
+
+    registry = CollectorRegistry()
+    registry.register(Counting())  # type: ignore[arg-type]
+    served = metrics.MetricsHTTPServer(registry, "127.0.0.1:0", max_connections=16, cache_seconds=30)
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            bodies = list(pool.map(lambda _: scrape(served.url + "?name[]=other"), range(12)))
+        assert all("probe 1.0" in body for body in bodies)
+        assert Counting.renders == 1
+    finally:
+        served.shutdown()
