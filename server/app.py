@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +40,8 @@ MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 REFLECTION_MODES = ("on", "off", "authenticated")
 #: Streams (reflection's) open at once; each holds an RPC worker while open.
 MAX_STREAMS = 4
+#: Response bytes one principal may read per second on average (bursts of 4 s of it).
+PRINCIPAL_BYTES_PER_SECOND = 16 * 2**20
 #: A stream is cancelled after this long: grpcurl's and buf's take milliseconds.
 STREAM_SECONDS = 60.0
 
@@ -182,23 +185,61 @@ class StreamGuard(grpc.ServerInterceptor):
 
 
 class CallLimiter(grpc.ServerInterceptor):
-    """At most ``limit`` calls of one principal run at once; more are RESOURCE_EXHAUSTED with a retry hint.
+    """Per principal: at most ``limit`` calls at once, and responses of ``bytes_per_second`` on average.
 
     One tenant's sixteen 44 MB fetches would otherwise hold sixteen workers, and the memory
-    and CPU of sixteen responses, while the other tenants wait. Innermost in the chain, it
-    runs inside auth, which names the principal (:data:`~offsetstore.server.auth.current_principal`);
-    with authentication off there are no tenants to be fair between and it does nothing.
+    and CPU of sixteen responses, while the other tenants wait. Beyond either limit a call is
+    RESOURCE_EXHAUSTED at once, with a retry hint. The byte budget is a token bucket of
+    ``burst_bytes`` (a response may overdraw it; the next calls wait until it is refilled),
+    so ordinary reads never meet it and a loop of huge ones gets its share of the CPU only.
+    Innermost in the chain, it runs inside auth, which names the principal
+    (:data:`~offsetstore.server.auth.current_principal`); with authentication off there are
+    no tenants to be fair between and it does nothing.
     """
 
-    #: What a refused caller is told to wait before retrying.
+    #: What a caller refused for its concurrency is told to wait before retrying.
     RETRY_AFTER = 0.25
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, bytes_per_second: float = 0, burst_bytes: float | None = None) -> None:
         if limit < 1:
             raise ValueError("the per-principal call limit must be >= 1")
         self.limit = limit
+        self.rate = bytes_per_second
+        self.burst = burst_bytes if burst_bytes is not None else 4 * bytes_per_second
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}  # principal -> (bytes left, when)
+
+    def _refused(self, principal: str) -> ResourceExhaustedError | None:
+        """Admits a call of ``principal`` (counting it as running) or says why not; under the lock."""
+        running = self._running.get(principal, 0)
+        if running >= self.limit:
+            return ResourceExhaustedError(
+                f"{principal} already has {self.limit} calls running; retry in a moment",
+                retry_after=self.RETRY_AFTER,
+                metadata={"limit": "principal_calls", "max_calls": str(self.limit)},
+            )
+        if self.rate > 0 and principal in self._buckets:
+            left, when = self._buckets[principal]
+            now = time.monotonic()
+            left = min(self.burst, left + (now - when) * self.rate)
+            if left >= self.burst:
+                del self._buckets[principal]  # full again: forget it, so the map stays small
+            else:
+                self._buckets[principal] = (left, now)
+            if left < 0:
+                return ResourceExhaustedError(
+                    f"{principal} has read more than {self.rate / 2**20:.0f} MiB/s of responses; retry later",
+                    retry_after=-left / self.rate,
+                    metadata={"limit": "principal_bytes", "bytes_per_second": str(int(self.rate))},
+                )
+        self._running[principal] = running + 1
+        return None
+
+    def _charge(self, principal: str, size: int) -> None:
+        now = time.monotonic()
+        left, when = self._buckets.get(principal, (self.burst, now))
+        self._buckets[principal] = (min(self.burst, left + (now - when) * self.rate) - size, now)
 
     def intercept_service(
         self,
@@ -215,19 +256,16 @@ class CallLimiter(grpc.ServerInterceptor):
             if principal is None:
                 return inner(request, context)
             with self._lock:
-                running = self._running.get(principal, 0)
-                if running < self.limit:
-                    self._running[principal] = running + 1
-            if running >= self.limit:
+                error = self._refused(principal)
+            if error is not None:
                 log.info("rpc refused", extra={"outcome": "RESOURCE_EXHAUSTED", "principal": principal})
-                error = ResourceExhaustedError(
-                    f"{principal} already has {self.limit} calls running; retry in a moment",
-                    retry_after=self.RETRY_AFTER,
-                    metadata={"limit": "principal_calls", "max_calls": str(self.limit)},
-                )
                 context.abort_with_status(error.to_status())
+            size = 0
             try:
-                return inner(request, context)
+                response = inner(request, context)
+                if self.rate > 0:
+                    size = response.ByteSize()
+                return response
             finally:
                 with self._lock:
                     left = self._running[principal] - 1
@@ -235,6 +273,8 @@ class CallLimiter(grpc.ServerInterceptor):
                         self._running[principal] = left
                     else:
                         del self._running[principal]
+                    if size > 0:
+                        self._charge(principal, size)
 
         return grpc.unary_unary_rpc_method_handler(
             behaviour,
@@ -306,6 +346,7 @@ class OffsetStoreServer:
         max_streams: int | None = None,
         stream_seconds: float = STREAM_SECONDS,
         max_calls_per_principal: int | None = None,
+        principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
     ) -> None:
         self.store = store
         if reflection_mode not in REFLECTION_MODES:
@@ -325,7 +366,7 @@ class OffsetStoreServer:
             *interceptors,
             streams,
             RequestGuard(),
-            *((auth, CallLimiter(max_calls_per_principal)) if auth is not None else ()),
+            *((auth, CallLimiter(max_calls_per_principal, principal_bytes_per_second)) if auth is not None else ()),
         )
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
@@ -443,6 +484,7 @@ def serve(settings: Settings) -> int:
             reflection_mode=settings.reflection,
             max_streams=settings.max_streams,
             max_calls_per_principal=settings.max_calls_per_principal,
+            principal_bytes_per_second=settings.principal_bytes_per_second,
         ).start()
         metrics_server = None
         if settings.metrics_listen:

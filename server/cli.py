@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
         help="calls one principal may have running at once; more get RESOURCE_EXHAUSTED (default max-workers/4)",
     )
     security.add_argument(
+        "--principal-bytes-per-second",
+        type=int,
+        help="response bytes one principal may read per second on average, bursts of 4 s (default 16 MiB; 0: no limit)",
+    )
+    security.add_argument(
         "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
     )
     security.add_argument(

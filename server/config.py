@@ -91,6 +91,9 @@ class Settings:
     max_calls_per_principal: int | None = None
     """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
 
+    principal_bytes_per_second: int = 16 * 2**20
+    """Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -106,6 +109,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if self.principal_bytes_per_second < 0:
+            raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
             raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
         if not 0 <= self.max_streams < self.max_workers:

@@ -672,7 +672,8 @@ def huge_group(engine: sa.Engine, partitions: int = 10_000) -> str:
 def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: PKI, engine: sa.Engine) -> None:
     group = huge_group(engine)
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, max_workers=8, auth=auth, max_calls_per_principal=2) as server:
+    limits = {"max_calls_per_principal": 2, "principal_bytes_per_second": 0}  # concurrency alone
+    with OffsetStoreServer(store, max_workers=8, auth=auth, **limits) as server:
 
         def fetch(_: int) -> object:
             big = [("grpc.max_receive_message_length", 64 << 20)]  # the client's default takes 4 MB
@@ -690,6 +691,28 @@ def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: 
     assert refused and all(o == 10_000 for o in outcomes if not isinstance(o, ResourceExhaustedError))
     assert {(e.metadata["limit"], e.retry_after) for e in refused} == {("principal_calls", 0.25)}
     assert len(latencies) == 20
+
+
+def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
+    store: Store, pki: PKI, engine: sa.Engine
+) -> None:
+    group = huge_group(engine)  # ~44 MB a fetch
+    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    big = [("grpc.max_receive_message_length", 64 << 20)]
+    rate = 8 * 2**20  # bursts of 32 MiB
+    with OffsetStoreServer(store, max_workers=8, auth=auth, principal_bytes_per_second=rate) as server:
+        with (
+            OffsetStoreClient(server.address, token=TOKENS["reader"], timeout=60, options=big) as reader,
+            OffsetStoreClient(server.address, token=TOKENS["root"], timeout=60, options=big) as root,
+        ):
+            assert len(reader.fetch_offsets(group).offsets) == 10_000  # the first overdraws the burst
+            with pytest.raises(ResourceExhaustedError) as refused:
+                reader.fetch_offsets(group)
+            assert refused.value.metadata["limit"] == "principal_bytes"
+            assert 0.5 < refused.value.retry_after < 10  # ~ (44 - 32) MiB at 8 MiB/s
+            assert len(root.fetch_offsets(group).offsets) == 10_000  # another principal, its own budget
+            time.sleep(refused.value.retry_after + 0.2)
+            assert len(reader.fetch_offsets(group).offsets) == 10_000
 
 
 # --- the load test: one abusive client, one well-behaved token holder --------------------------
