@@ -795,9 +795,9 @@ def p99(latencies: list[float]) -> float:
 def measure(served: Served, huge: str | None) -> tuple[list[float], list[float], Abuser]:
     """The token holder's commit latencies alone, then while the abuser runs; any error fails the test."""
     timed_commits(served.address, 20, timeout=10)  # warm up the connection and the pool
-    unloaded = timed_commits(served.address, 300, timeout=10)
+    unloaded = timed_commits(served.address, 500, timeout=10)
     with Abuser(served, huge) as abuser:
-        loaded = timed_commits(served.address, 300, timeout=10)
+        loaded = timed_commits(served.address, 500, timeout=10)
     print(
         f"token holder p99: unloaded {p99(unloaded) * 1000:.1f} ms, loaded {p99(loaded) * 1000:.1f} ms "
         f"(x{p99(loaded) / p99(unloaded):.1f}); the abuser fetched {abuser.fetched}, was refused {abuser.refused}"
@@ -821,7 +821,7 @@ def test_a_token_holder_sees_no_error_while_an_abuser_also_fetches_huge_groups(
     # runs, its CPU in PostgreSQL, the server and the fetcher is the machine's), so only
     # errors and the abuser's refusals are asserted; the ratio is printed (pytest -s).
     _, loaded, abuser = measure(served, huge_group(engine))
-    assert len(loaded) == 300
+    assert len(loaded) == 500
     assert abuser.refused > 0  # the per-principal limit held it back
 
 
