@@ -101,6 +101,7 @@ def test_absurd_watermarks_are_refused_and_nothing_is_written(
 # --- 6. an empty variable never turns authentication off ----------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable", ["OFFSETSTORE_TOKENS_FILE", "OFFSETSTORE_TLS_CLIENT_CA_FILE"])
 def test_serve_refuses_to_start_on_an_empty_security_variable(database_url: str, variable: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
@@ -398,6 +399,7 @@ def scrape(url: str, timeout: float = 10) -> str:
         return response.read().decode()
 
 
+@pytest.mark.slow
 def test_slow_metrics_connections_cannot_starve_token_holders(served: Served) -> None:
     assert "offsetstore_database_up 1.0" in scrape(served.metrics_url)
     host, port = served.metrics_url.split("/")[2].split(":")
@@ -468,6 +470,7 @@ def largest_commit() -> bytes:
     return pb.CommitOffsetsRequest(group_id=fresh(), offsets=offsets).SerializeToString()
 
 
+@pytest.mark.slow
 def test_anonymous_huge_requests_are_refused_before_they_are_read(served: Served) -> None:
     payload = largest_commit()
     assert len(payload) > 40_000_000
