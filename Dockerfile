@@ -1,7 +1,12 @@
 # offsetstore serve: the gRPC service on :50051 and Prometheus metrics on :9464.
 #
 #   docker build -t offsetstore .
-#   docker run -e OFFSETSTORE_DATABASE_URL=postgresql://user:pass@db/offsets -p 50051:50051 -p 9464:9464 offsetstore
+#   docker run -e OFFSETSTORE_DATABASE_URL=postgresql://user:pass@db/offsets \
+#       -p 127.0.0.1:50051:50051 -p 127.0.0.1:9464:9464 offsetstore
+#
+# It listens on every interface of the container (so that it can be published), with no
+# TLS and no authentication: publish to 127.0.0.1 as above, or turn on TLS and tokens
+# (docs/security.md, compose.tls.yaml) before publishing further.
 #
 # The image has no embedded PostgreSQL: OFFSETSTORE_DATABASE_URL is required. Migrations
 # run at start (OFFSETSTORE_MIGRATE=false turns that off). tests/test_container.py runs
@@ -38,10 +43,10 @@ ENV PATH=/opt/offsetstore/bin:$PATH \
 # Numeric, so that a runtime can tell the user is not root without reading /etc/passwd.
 USER 10001:10001
 EXPOSE 50051 9464
-# grpc.health.v1 on the port of OFFSETSTORE_LISTEN, with the grpcio-health-checking the
-# package already depends on: nothing to download at run time. SERVING only while the
-# database answers.
+# grpc.health.v1 on the port of OFFSETSTORE_LISTEN, over TLS and mutual TLS when the server
+# serves them (server/healthcheck.py; OFFSETSTORE_HEALTHCHECK_* name its CA and client
+# certificate). SERVING only while the database answers.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; port = os.environ.get('OFFSETSTORE_LISTEN', '').rpartition(':')[2] or '50051'; r = g.HealthStub(grpc.insecure_channel('127.0.0.1:' + port)).Check(h.HealthCheckRequest(), timeout=3); sys.exit(r.status != h.HealthCheckResponse.SERVING)"]
+    CMD ["python", "-m", "offsetstore.server.healthcheck"]
 ENTRYPOINT ["offsetstore"]
 CMD ["serve"]

@@ -12,6 +12,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── DeadlineExceededError  DEADLINE_EXCEEDED    (the call's deadline passed; outcome unknown)
      ├── UnauthenticatedError   UNAUTHENTICATED      reason UNAUTHENTICATED
      ├── PermissionDeniedError  PERMISSION_DENIED    reason PERMISSION_DENIED
+     ├── ResourceExhaustedError RESOURCE_EXHAUSTED   reason RESOURCE_EXHAUSTED (+ RetryInfo)
      └── InternalError          INTERNAL, and any status not listed above
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "OffsetMismatchError",
     "OffsetStoreError",
     "PermissionDeniedError",
+    "ResourceExhaustedError",
     "StaleGenerationError",
     "StoreUnavailableError",
     "UnauthenticatedError",
@@ -175,6 +177,36 @@ class PermissionDeniedError(OffsetStoreError):
     reason = "PERMISSION_DENIED"
 
 
+class ResourceExhaustedError(OffsetStoreError):
+    """The server refused the call before it ran, to protect other callers; retry after ``retry_after`` seconds.
+
+    ``metadata["limit"]`` names the limit that was reached (``streams``, ``principal_calls``).
+    """
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, metadata: dict[str, str] | None = None
+    ) -> None:
+        metadata = dict(metadata or {})
+        if retry_after is not None:
+            metadata.setdefault("retry_after_ms", str(round(retry_after * 1000)))
+        super().__init__(message, metadata=metadata)
+        self.retry_after = retry_after
+
+    def _add_details(self, status: status_pb2.Status) -> None:
+        if self.retry_after is not None:
+            info = error_details_pb2.RetryInfo()
+            info.retry_delay.FromMilliseconds(round(self.retry_after * 1000))
+            status.details.add().Pack(info)
+
+    @classmethod
+    def _from_details(cls, message: str, metadata: dict[str, str], details: list[Any]) -> OffsetStoreError:
+        delays = [d.retry_delay.ToMilliseconds() / 1000 for d in details if isinstance(d, error_details_pb2.RetryInfo)]
+        return cls(message, retry_after=delays[0] if delays else None, metadata=metadata)
+
+
 class InternalError(OffsetStoreError):
     """Any other failure; ``status_code`` keeps the gRPC status it came with."""
 
@@ -201,6 +233,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         StoreUnavailableError,
         UnauthenticatedError,
         PermissionDeniedError,
+        ResourceExhaustedError,
     )
 }
 _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
@@ -216,7 +249,7 @@ _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
         PermissionDeniedError,
     )
 }
-_UNPACKABLE = (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest)
+_UNPACKABLE = (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo)
 
 
 def _unpack(status: status_pb2.Status) -> list[Any]:

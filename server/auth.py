@@ -10,8 +10,15 @@ a ``topic_prefix``) or admin on every group::
     token_sha256 = "3690a4a2ed3b26b46a696e9ab873a300d9da3ae56bc84352e2bf724885c91dfd"  # SHA-256 of its token
     grants = [{ prefix = "orders-", permissions = ["commit"] }, { topic_prefix = "orders", permissions = ["commit"] }]
 
-    [principals."reporting.example.com"]   # an mTLS client, named by its certificate's subject CN
+    [principals."cert:CN=reporting.example.com"]   # an mTLS client, by its certificate's subject CN
     grants = [{ prefix = "", permissions = ["read"] }]
+
+    [principals."cert:URI=spiffe://example.org/ns/prod/sa/billing"]   # or by a URI SAN (SPIFFE ID)
+    grants = [{ prefix = "billing-", permissions = ["commit"] }]
+
+Token principals and certificate principals live in separate namespaces: a bare name is
+only ever reached by a token, a ``cert:`` name only by a certificate, so a certificate
+with ``CN=oncall`` never gets the grants of the token principal ``oncall``.
 
 :class:`AuthInterceptor` authenticates each call of the offset store service (health and
 reflection stay open) and checks its RPC's permission (:data:`RPC_PERMISSIONS`) on the
@@ -26,6 +33,7 @@ import enum
 import hashlib
 import hmac
 import logging
+import math
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,9 +50,11 @@ __all__ = [
     "AuthConfig",
     "AuthConfigError",
     "AuthInterceptor",
+    "CERT_PREFIX",
     "Grant",
     "Permission",
     "Principal",
+    "certificate_identities",
     "current_principal",
     "hash_token",
     "server_credentials",
@@ -84,6 +94,12 @@ RPC_PERMISSIONS: Mapping[str, Permission] = {
 }
 
 
+#: The prefix of a principal reached by a client certificate; the rest is ``CN=<common name>``
+#: or ``URI=<subject alternative name URI>`` (a SPIFFE ID, say).
+CERT_PREFIX = "cert:"
+_CERT_KINDS = ("CN=", "URI=")
+
+
 class AuthConfigError(ValueError):
     """A tokens file, certificate or key that cannot be used; the server does not start."""
 
@@ -116,8 +132,30 @@ class Principal:
 
 
 def hash_token(token: str) -> str:
-    """The ``token_sha256`` a tokens file stores for ``token`` (lower-case hex)."""
+    """The ``token_sha256`` a tokens file stores for ``token`` (lower-case hex).
+
+    Unsalted and fast on purpose: a token is 256 random bits (``offsetstore token``), which no
+    table or brute force reaches, and a slow salted hash per stored token per call would let
+    any caller with a made-up token make the server burn CPU.
+    """
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+#: Least entropy, in bits, ``offsetstore token --hash`` accepts in a token.
+MIN_TOKEN_BITS = 128
+
+
+def token_bits(token: str) -> float:
+    """An upper bound of the entropy of ``token``: its length times log2 of the alphabet its characters use."""
+    classes = [
+        any(c.islower() for c in token),
+        any(c.isupper() for c in token),
+        any(c.isdigit() for c in token),
+        any(not c.isalnum() for c in token),
+    ]
+    alphabet = sum(size for used, size in zip(classes, (26, 26, 10, 32), strict=True) if used)
+    # Repeats carry nothing: "aaaa..." is not 4.7 bits a character.
+    return len(set(token)) and len(token) * math.log2(max(alphabet, 2)) * min(1.0, len(set(token)) / 16)
 
 
 @dataclass(frozen=True)
@@ -131,8 +169,16 @@ class AuthConfig:
     def load(cls, path: Path) -> AuthConfig:
         try:
             text = Path(path).read_text(encoding="utf-8")
+            mode = Path(path).stat().st_mode
         except (OSError, UnicodeDecodeError) as error:
             raise AuthConfigError(f"cannot read the tokens file {path}: {error}") from None
+        if mode & 0o077:
+            # Hashes are not tokens, but the file says who may do what: it is the server's alone.
+            log.warning(
+                "the tokens file %s can be read by its group or by everyone (mode %03o); chmod 600 it",
+                path,
+                mode & 0o777,
+            )
         return cls.parse(text, str(path))
 
     @classmethod
@@ -160,7 +206,20 @@ class AuthConfig:
                 owner[digest] = name
                 hashes.append((digest, name))
             principals[name] = Principal(name, tuple(_grants(entry.get("grants", []), at)))
+            _kind(name, entry, at)
         return cls(principals, tuple(hashes))
+
+    def by_certificate(self, identities: Iterable[str]) -> Principal:
+        """The ``cert:`` principal of the first of a certificate's ``identities`` the file names.
+
+        A certificate the file does not name is known but may do nothing.
+        """
+        identities = list(identities)
+        for identity in identities:
+            found = self.principals.get(identity)
+            if found is not None:
+                return found
+        return Principal(identities[0])
 
     def by_token(self, token: str) -> Principal | None:
         """The principal holding ``token``, comparing with every stored hash in constant time."""
@@ -178,6 +237,23 @@ def _keys(table: Mapping[str, Any], allowed: set[str], at: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise AuthConfigError(f"{at}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}")
+
+
+def _kind(name: str, entry: Mapping[str, Any], at: str) -> None:
+    # Which namespace a principal lives in is said by its name, never guessed from a CN.
+    if name.startswith(CERT_PREFIX):
+        rest = name.removeprefix(CERT_PREFIX)
+        if not any(rest.startswith(kind) and len(rest) > len(kind) for kind in _CERT_KINDS):
+            raise AuthConfigError(f'{at}: a certificate principal is named "cert:CN=<common name>" or "cert:URI=<uri>"')
+        if "token_sha256" in entry:
+            raise AuthConfigError(f"{at}: a certificate principal has no tokens; give the tokens to a bare-named one")
+    elif "token_sha256" not in entry:
+        # The format before certificates had names of their own: a bare name without tokens
+        # was a certificate's CN. Refuse it rather than silently drop that client's grants.
+        raise AuthConfigError(
+            f"{at}: a bare name is a token principal and needs token_sha256 (an empty list for none yet); "
+            f'if it is an mTLS client, rename it [principals."cert:CN={name}"] (see docs/security.md)'
+        )
 
 
 def _digests(value: object, at: str) -> Iterable[bytes]:
@@ -234,9 +310,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates and authorises each call of the offset store service before it runs.
 
     With ``config``, a call carries ``authorization: Bearer <token>`` of one of its
-    principals or, when ``mtls``, a client certificate whose subject CN names a principal
-    (a CN it does not list is known but may do nothing). A token, when sent, decides.
-    Without ``config`` (client certificates alone), every verified client may do everything.
+    principals or, when ``mtls``, a client certificate whose URI SAN or subject CN names a
+    ``cert:`` principal (one it does not list is known but may do nothing). A token, when
+    sent, decides. Without ``config`` (client certificates alone), every verified client may
+    do everything. A certificate that names nobody (no CN, no URI) is UNAUTHENTICATED.
     """
 
     def __init__(self, config: AuthConfig | None, *, mtls: bool = False) -> None:
@@ -256,11 +333,18 @@ class AuthInterceptor(grpc.ServerInterceptor):
             return handler  # health and reflection stay open; unknown methods get UNIMPLEMENTED
         inner = handler.unary_unary
         permission = RPC_PERMISSIONS.get(method)
+        # From the metadata alone, before a byte of the request is read: an anonymous caller
+        # must not make the server take (and decode) a 44 MB request only to refuse it.
+        try:
+            early = self._by_metadata(details.invocation_metadata)  # type: ignore[attr-defined]
+        except UnauthenticatedError as error:
+            return _refusal(method, error, handler)
 
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            principal: Principal | None = None
+            principal: Principal | None = early
             try:
-                principal = self.authenticate(context)
+                if principal is None:
+                    principal = self.authenticate(context)
                 if inner is None or permission is None:
                     raise PermissionDeniedError(f"{method} is not open to any principal")
                 if method == "ReportWatermarks":
@@ -291,9 +375,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def authenticate(self, context: grpc.ServicerContext) -> Principal:
-        """The caller of ``context``, or UnauthenticatedError."""
-        values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+    def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
+        """The token's principal; None when the call has no token and may yet pass by its certificate.
+
+        Raises UnauthenticatedError for a bad token, or for no token where only a token admits.
+        """
+        values = [v for k, v in metadata or () if k == "authorization"]
         if values:
             if self.config is None:
                 raise UnauthenticatedError("this server takes no bearer tokens; it authenticates client certificates")
@@ -305,17 +392,53 @@ class AuthInterceptor(grpc.ServerInterceptor):
             if principal is None:
                 raise UnauthenticatedError("the bearer token is not valid")
             return principal
+        if not self.mtls:
+            raise UnauthenticatedError(
+                "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
+            )
+        return None
+
+    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+        """The caller of ``context``, or UnauthenticatedError."""
+        principal = self._by_metadata(context.invocation_metadata())
+        if principal is not None:
+            return principal
         if self.mtls:
-            common_names = context.auth_context().get("x509_common_name") or []
-            if common_names:
-                name = common_names[0].decode("utf-8", "replace")
-                if self.config is None:
-                    return Principal(name, _ANY_GROUP_ADMIN)
-                return self.config.principals.get(name) or Principal(name)
-            raise UnauthenticatedError("the client certificate has no subject common name to name a principal by")
-        raise UnauthenticatedError(
-            "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
-        )
+            identities = certificate_identities(context.auth_context())
+            if not identities:
+                raise UnauthenticatedError(
+                    "the client certificate names no one: it needs a subject common name or a URI subject "
+                    "alternative name (a SPIFFE ID)"
+                )
+            if self.config is None:
+                return Principal(identities[0], _ANY_GROUP_ADMIN)
+            return self.config.by_certificate(identities)
+        raise AssertionError("unreachable: without mTLS, _by_metadata finds a principal or raises")
+
+
+def _refusal(method: str, error: OffsetStoreError, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler that refuses the call without reading its request.
+
+    gRPC's sync server reads a unary request in full before any handler runs, but a
+    request-streaming handler's messages only when it iterates them: served as one, the
+    refused request is never taken in (beyond the transport's flow-control window).
+    """
+
+    def refuse(requests: Any, context: grpc.ServicerContext) -> Any:
+        log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": None})
+        context.abort_with_status(error.to_status())
+
+    return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=handler.response_serializer)
+
+
+def certificate_identities(auth_context: Mapping[str, list[bytes]]) -> list[str]:
+    """The ``cert:`` names of a verified peer certificate, URI SANs (SPIFFE IDs) first, then its CN.
+
+    gRPC reports a certificate without a CN as the empty CN; that names no one.
+    """
+    names = [f"{CERT_PREFIX}URI={u.decode('utf-8', 'replace')}" for u in auth_context.get("peer_uri", ()) if u]
+    names += [f"{CERT_PREFIX}CN={c.decode('utf-8', 'replace')}" for c in auth_context.get("x509_common_name", ()) if c]
+    return names
 
 
 def _what(method: str, scope: str) -> str:

@@ -81,6 +81,24 @@ def _parser() -> argparse.ArgumentParser:
         "default: on whenever --tls-cert is given",
     )
     security.add_argument(
+        "--reflection",
+        choices=("on", "off", "authenticated"),
+        help="server reflection (grpcurl, buf curl): open to everyone (default), off, or for authenticated callers",
+    )
+    security.add_argument(
+        "--max-calls-per-principal",
+        type=int,
+        help="calls one principal may have running at once; more get RESOURCE_EXHAUSTED (default max-workers/4)",
+    )
+    security.add_argument(
+        "--principal-bytes-per-second",
+        type=int,
+        help="response bytes one principal may read per second on average, bursts of 4 s (default 16 MiB; 0: no limit)",
+    )
+    security.add_argument(
+        "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
+    )
+    security.add_argument(
         "--tokens-file",
         type=Path,
         metavar="TOML",
@@ -125,12 +143,20 @@ def _migrate(args: argparse.Namespace) -> int:
 def _token(args: argparse.Namespace) -> int:
     import secrets
 
-    from .auth import hash_token
+    from .auth import MIN_TOKEN_BITS, hash_token, token_bits
 
     if args.hash:
         token = sys.stdin.readline().strip()
         if not token:
             print("offsetstore: no token on standard input", file=sys.stderr)
+            return 2
+        if token_bits(token) < MIN_TOKEN_BITS:
+            # Its SHA-256 would be guessed offline by whoever reads the tokens file.
+            print(
+                f"offsetstore: that token is too weak (at most {token_bits(token):.0f} bits, "
+                f"{MIN_TOKEN_BITS} needed); run `offsetstore token` for a random one",
+                file=sys.stderr,
+            )
             return 2
         print(f'token_sha256 = "{hash_token(token)}"')
         return 0

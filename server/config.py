@@ -93,6 +93,19 @@ class Settings:
 
     maintenance_interval: float = field(default=60.0, metadata={"duration": True})
     """Seconds between maintenance rounds (history partitions, expiry)."""
+    # --- hostile callers (docs/security.md, "Threat model") ---
+
+    reflection: str = "on"
+    """Server reflection: ``on`` (open to everyone), ``off``, or ``authenticated`` (a token or certificate)."""
+
+    max_streams: int = 4
+    """Reflection streams open at once; each holds one of ``max_workers`` while open."""
+
+    max_calls_per_principal: int | None = None
+    """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
+
+    principal_bytes_per_second: int = 16 * 2**20
+    """Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit."""
 
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
@@ -111,6 +124,16 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:
             raise ValueError("retention durations must be 0 (keep everything) or above")
+        if self.reflection not in ("on", "off", "authenticated"):
+            raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
+        if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
+            raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if self.principal_bytes_per_second < 0:
+            raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
+        if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
+            raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
+        if not 0 <= self.max_streams < self.max_workers:
+            raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
     @property
     def tls(self) -> bool:
@@ -143,9 +166,17 @@ def _duration(name: str, raw: Any) -> float:
         raise ValueError(f"OFFSETSTORE_{name.upper()}: {error}") from None
 
 
+#: Settings that turn security on. An empty value is refused rather than read as "unset":
+#: ``OFFSETSTORE_TOKENS_FILE=""`` from a template whose secret did not render must not
+#: serve every call to anonymous callers.
+SECURITY_SETTINGS = frozenset({"tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
+
+
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
+    if name in SECURITY_SETTINGS and not raw.strip():
+        raise ValueError(f"OFFSETSTORE_{name.upper()} is set but empty; unset it to run without it, or give the file")
     if isinstance(kind, str) and kind.endswith(" | None"):
         if raw == "":
             return None  # an empty variable unsets an optional setting

@@ -14,24 +14,29 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 import psycopg
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, and_, bindparam, extract, func, select, true
+from sqlalchemy import Connection, Text, and_, bindparam, exists, extract, func, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -187,6 +192,11 @@ class ServerMetrics:
             self._methods[full_method] = found
             return found
 
+    def kind_of(self, full_method: str) -> str | None:
+        """The ``grpc_type`` of a method the server registers, None for any other."""
+        found = self._methods.get(full_method)
+        return None if found is None else found.kind
+
     def record_store_outcome(self, full_method: str, request: Any, code: grpc.StatusCode) -> None:
         """Counts commits, rejections and resets from a finished unary call."""
         if full_method == _COMMIT_METHOD:
@@ -240,7 +250,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             return None  # unknown method: gRPC answers UNIMPLEMENTED; no unbounded labels
         full_method: str = details.method  # type: ignore[attr-defined]
         kind = _grpc_type(handler.request_streaming, handler.response_streaming)
-        m = self.metrics.method(full_method, kind)
+        # A unary call refused before its request is read is served as a client stream
+        # (auth's refusal); it is still counted as the unary method it is.
+        m = self.metrics.method(full_method, self.metrics.kind_of(full_method) or kind)
         options = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -334,14 +346,51 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 
 
 def _build_group_query():
-    # ONE statement per scrape, whatever the number of groups: the first `limit` groups
-    # by id (an index range), their partitions with lag and commit age, and the number of
-    # all groups, left-joined so that it comes back even when the page is empty. No ORDER
-    # BY and no window: sorting every partition of a thousand groups would cost more than
-    # the scrape itself, and Prometheus does not care about the order.
+    # ONE statement per scrape, whatever the number of groups: `limit` groups, their
+    # partitions with lag and commit age, and the number of all groups, left-joined so that
+    # it comes back even when the page is empty. No ORDER BY of the partitions: Prometheus
+    # does not care about their order.
+    #
+    # Which groups (issue 14): only groups with offsets (a JoinGroup costs nothing and shows
+    # nothing), taken round-robin over tenants: every tenant's first group by id, then every
+    # tenant's second, ... A tenant is the longest granted prefix the group id starts with
+    # (`prefixes`, from the tokens file), else the id up to its first '-', '.' or '_'. So a
+    # tenant that creates a thousand groups pushes out its own, never another tenant's.
     live = groups.c.deleted_at.is_(None)  # a deleted group's tombstone is no group
-    page = select(groups.c.group_id).where(live).order_by(groups.c.group_id).limit(bindparam("limit")).cte("page")
-    total = select(func.count().label("groups")).select_from(groups).where(live).cte("total")
+    has_offsets = exists().where(offsets.c.group_id == groups.c.group_id)
+    granted = func.unnest(bindparam("prefixes", type_=ARRAY(Text))).table_valued("prefix").render_derived("granted")
+    longest = (
+        select(granted.c.prefix)
+        .where(func.starts_with(groups.c.group_id, granted.c.prefix))
+        .order_by(func.length(granted.c.prefix).desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    tenant = func.coalesce(longest, func.substring(groups.c.group_id, r"^[^-._]*"))
+    ranked = (
+        select(
+            groups.c.group_id,
+            tenant.label("tenant"),
+            func.row_number().over(partition_by=tenant, order_by=groups.c.group_id).label("turn"),
+        )
+        .where(live, has_offsets)
+        .subquery("ranked")
+    )
+    page = (
+        select(ranked.c.group_id)
+        .order_by(ranked.c.turn, ranked.c.tenant, ranked.c.group_id)
+        .limit(bindparam("limit"))
+        .cte("page")
+    )
+    total = (
+        select(
+            func.count().label("groups"),
+            func.count().filter(has_offsets).label("with_offsets"),
+        )
+        .select_from(groups)
+        .where(live)
+        .cte("total")
+    )
     _, lag = storage.lag_columns()
     partitions = (
         select(
@@ -361,27 +410,54 @@ def _build_group_query():
         .subquery("partitions")
     )
     p = partitions.c
-    return select(total.c.groups, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age).select_from(
-        total.outerjoin(partitions, true())
-    )
+    return select(
+        total.c.groups, total.c.with_offsets, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age
+    ).select_from(total.outerjoin(partitions, true()))
 
 
 _GROUP_QUERY = _build_group_query()
 
 
-def group_metrics(conn: Connection, limit: int) -> list[Any]:
+def group_metrics(conn: Connection, limit: int, prefixes: Sequence[str] = ()) -> list[Any]:
     """The rows of one scrape (a storage-style operation, so ``Store.run`` runs and times it)."""
-    return conn.execute(_GROUP_QUERY, {"limit": limit}).all()
+    return conn.execute(_GROUP_QUERY, {"limit": limit, "prefixes": list(prefixes)}).all()
 
 
 class GroupCollector(Collector):
-    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time."""
+    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time.
 
-    def __init__(self, store: Store, group_limit: int) -> None:
+    One scrape queries at a time, and a scrape within ``cache_seconds`` of the last query
+    reuses its rows: however many scrapers (or attackers) connect at once, the database
+    sees at most one metrics query per ``cache_seconds``.
+    """
+
+    def __init__(
+        self, store: Store, group_limit: int, *, cache_seconds: float = 0.0, tenant_prefixes: Sequence[str] = ()
+    ) -> None:
         if group_limit < 0:
             raise ValueError("group_limit must be >= 0")
         self.store = store
         self.group_limit = group_limit
+        self.tenant_prefixes = tuple(tenant_prefixes)
+        self.cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Any] | BaseException] | None = None
+
+    def _rows(self) -> list[Any]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
+                try:
+                    result: list[Any] | BaseException = self.store.run(
+                        group_metrics, self.group_limit, self.tenant_prefixes
+                    )
+                except Exception as error:
+                    result = error
+                self._cached = (time.monotonic(), result)
+            found = self._cached[1]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
         return {
@@ -391,7 +467,8 @@ class GroupCollector(Collector):
             "groups": GaugeMetricFamily("offsetstore_groups", "Groups in the store."),
             "omitted": GaugeMetricFamily(
                 "offsetstore_groups_omitted",
-                "Groups without per-group series: all but the first (by id) of the group metrics limit.",
+                "Groups with offsets but without per-group series, beyond the group metrics limit "
+                "(taken round-robin over tenants).",
             ),
             "offset": GaugeMetricFamily(
                 "offsetstore_group_offset",
@@ -422,7 +499,7 @@ class GroupCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         f = self._families()
         try:
-            rows = self.store.run(group_metrics, self.group_limit)
+            rows = self._rows()
         except Exception as error:  # a scrape reports the failure, it never fails itself
             answered = _timed_out(error)
             log.warning(
@@ -436,7 +513,7 @@ class GroupCollector(Collector):
         f["up"].add_metric([], 1)
         total = rows[0].groups if rows else 0
         f["groups"].add_metric([], total)
-        f["omitted"].add_metric([], max(0, total - self.group_limit))
+        f["omitted"].add_metric([], max(0, (rows[0].with_offsets if rows else 0) - self.group_limit))
         max_lag: dict[str, int] = {}
         age: dict[str, float] = {}
         for r in rows:
@@ -489,6 +566,10 @@ def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
         return found
 
 
+#: How long ``offsetstore serve`` reuses a scrape's database rows.
+SCRAPE_CACHE_SECONDS = 5.0
+
+
 class RetentionMetrics:
     """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds."""
 
@@ -529,8 +610,20 @@ def retention_metrics(registry: CollectorRegistry) -> RetentionMetrics:
         return found
 
 
-def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistry:
-    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`."""
+def build_registry(
+    store: Store,
+    *,
+    group_limit: int = 1000,
+    scrape_store: Store | None = None,
+    cache_seconds: float = 0.0,
+    tenant_prefixes: Sequence[str] = (),
+) -> CollectorRegistry:
+    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
+
+    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
+    gives it a connection of its own, so scrapes never take one the RPCs need.
+    ``cache_seconds``, ``tenant_prefixes``: see :class:`GroupCollector` and the group query.
+    """
     registry = CollectorRegistry()
     server_metrics(registry)
     Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
@@ -546,11 +639,15 @@ def build_registry(store: Store, *, group_limit: int = 1000) -> CollectorRegistr
     for operation in OPERATIONS:
         query_seconds.labels(operation)
     time_operations(store, query_seconds)
+    if scrape_store is not None and scrape_store is not store:
+        time_operations(scrape_store, query_seconds)
     pool = store.engine.pool
     Gauge(
         "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
     ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
-    registry.register(GroupCollector(store, group_limit))
+    registry.register(
+        GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds, tenant_prefixes=tenant_prefixes)
+    )
     store.expired = retention_metrics(registry).groups_expired.inc
     return registry
 
@@ -560,11 +657,95 @@ def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, .
     return (MetricsInterceptor(server_metrics(registry)),)
 
 
+#: Connections ``/metrics`` serves at once; more are closed at once. A Prometheus or two
+#: need a handful; thousands of idle ones must not become thousands of threads.
+MAX_HTTP_CONNECTIONS = 16
+#: Seconds a ``/metrics`` connection may stay silent (TLS handshake included) before it is dropped.
+HTTP_TIMEOUT_SECONDS = 10.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = HTTP_TIMEOUT_SECONDS  # StreamRequestHandler applies it to the socket
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _BoundedServer(ThreadingMixIn, WSGIServer):
+    """prometheus-client's thread-per-connection WSGI server, with a cap on connections and a TLS
+    handshake that runs on the connection's thread under its timeout, not in the accept loop."""
+
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+    slots: threading.BoundedSemaphore
+    timeout_seconds: float = HTTP_TIMEOUT_SECONDS
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: refuse at once rather than queue a thread
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            request.settimeout(self.timeout_seconds)
+            if self.ssl_context is not None:
+                try:
+                    request = self.ssl_context.wrap_socket(request, server_side=True)
+                except (OSError, ssl.SSLError):
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def _cached_app(registry: CollectorRegistry, seconds: float) -> Callable[..., Any]:
+    """prometheus-client's WSGI app, rendering at most once per ``seconds`` for each format it negotiates.
+
+    Rendering thousands of series holds the interpreter for a while; a hundred scrapers at
+    once must cost what one costs, and the RPC threads must not wait for the other 99.
+    Query strings (``name[]`` filters) are ignored, so they cannot be used to bypass the cache.
+    """
+    app = make_wsgi_app(registry)
+    lock = threading.Lock()
+    cache: dict[tuple[bool, bool], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+
+    def cached(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") != "GET":
+            return app(environ, start_response)
+        key = (
+            "application/openmetrics-text" in environ.get("HTTP_ACCEPT", ""),
+            "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""),
+        )
+        with lock:  # one render at a time; the others wait for it and take its result
+            found = cache.get(key)
+            if found is None or time.monotonic() - found[0] >= seconds:
+                rendered: dict[str, Any] = {}
+
+                def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
+                    rendered.update(status=status, headers=headers)
+
+                plain = {**environ, "QUERY_STRING": ""}
+                body = b"".join(app(plain, keep))
+                found = cache[key] = (time.monotonic(), rendered["status"], rendered["headers"], body)
+        start_response(found[1], found[2])
+        return [found[3]]
+
+    return cached
+
+
 class MetricsHTTPServer:
-    """``/metrics`` served by prometheus-client's own server; ``listen`` may use port 0 (see ``port``).
+    """``/metrics`` (prometheus-client's WSGI app) on a bounded server; ``listen`` may use port 0 (see ``port``).
 
     With ``certfile`` and ``keyfile`` it serves HTTPS, and with ``client_cafile`` it
-    requires a client certificate signed by that CA, as the gRPC server does.
+    requires a client certificate signed by that CA, as the gRPC server does. At most
+    ``max_connections`` are served at once and each may stay silent ``timeout`` seconds;
+    with ``cache_seconds``, a rendered scrape is served again for that long.
     """
 
     def __init__(
@@ -575,17 +756,28 @@ class MetricsHTTPServer:
         certfile: Path | None = None,
         keyfile: Path | None = None,
         client_cafile: Path | None = None,
+        max_connections: int = MAX_HTTP_CONNECTIONS,
+        timeout: float = HTTP_TIMEOUT_SECONDS,
+        cache_seconds: float = 0.0,
     ) -> None:
         host, port = split_host_port(listen)
-        self._httpd, self._thread = start_http_server(
-            port,
-            host,
-            registry,
-            certfile=None if certfile is None else str(certfile),
-            keyfile=None if keyfile is None else str(keyfile),
-            client_cafile=None if client_cafile is None else str(client_cafile),
-            client_auth_required=client_cafile is not None,
-        )
+        app = _cached_app(registry, cache_seconds) if cache_seconds > 0 else make_wsgi_app(registry)
+
+        class Server(_BoundedServer):
+            pass
+
+        class Handler(_QuietHandler):
+            pass
+
+        Handler.timeout = timeout
+        Server.timeout_seconds = timeout
+        Server.slots = threading.BoundedSemaphore(max_connections)
+        Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        if certfile is not None and keyfile is not None:
+            Server.ssl_context = _ssl_context(certfile, keyfile, client_cafile)
+        self._httpd = make_server(host, port, app, Server, handler_class=Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="offsetstore-metrics", daemon=True)
+        self._thread.start()
         self.host = host
         self.port: int = self._httpd.server_port
         self.scheme = "https" if certfile is not None else "http"
@@ -603,6 +795,15 @@ class MetricsHTTPServer:
         self._thread.join()
 
 
+def _ssl_context(certfile: Path, keyfile: Path, client_cafile: Path | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(certfile), str(keyfile))
+    if client_cafile is not None:
+        context.load_verify_locations(str(client_cafile))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def serve_http(
     registry: CollectorRegistry,
     listen: str,
@@ -610,6 +811,14 @@ def serve_http(
     certfile: Path | None = None,
     keyfile: Path | None = None,
     client_cafile: Path | None = None,
+    cache_seconds: float = 0.0,
 ) -> MetricsHTTPServer:
     """Serves ``registry`` on ``http(s)://listen/metrics`` until ``.shutdown()``."""
-    return MetricsHTTPServer(registry, listen, certfile=certfile, keyfile=keyfile, client_cafile=client_cafile)
+    return MetricsHTTPServer(
+        registry,
+        listen,
+        certfile=certfile,
+        keyfile=keyfile,
+        client_cafile=client_cafile,
+        cache_seconds=cache_seconds,
+    )

@@ -514,9 +514,11 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
             func.count().label("partition_count"),
             func.max(offsets.c.commit_time).label("last_commit_time"),
             # -1 unless every partition's lag is known: a partial sum would understate it.
+            # The sum saturates at int64's maximum: two partitions whose log end is near it
+            # (watermarks are any tenant's to report) must not overflow everyone's page.
             case(
                 (func.count() == 0, NO_OFFSET),
-                (func.bool_and(lag >= 0), func.sum(lag)),
+                (func.bool_and(lag >= 0), func.least(func.sum(lag), check.INT64_MAX)),
                 else_=NO_OFFSET,
             ).label("total_lag"),
         )

@@ -389,11 +389,11 @@ class WriteBatcher:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopped = False
+        self._started = False
+        # Started by the first write: a Store that only reads (the scrapes' own) runs none.
         self._threads = [
             threading.Thread(target=self._loop, name=f"offsetstore-writes-{n}", daemon=True) for n in range(flushers)
         ]
-        for thread in self._threads:
-            thread.start()
 
     def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
@@ -403,6 +403,10 @@ class WriteBatcher:
         with self._lock:
             if self._stopped:
                 raise StoreUnavailableError("the offset store is shutting down")
+            if not self._started:
+                self._started = True
+                for thread in self._threads:
+                    thread.start()
             self._queue.append(write)
             self._wake.notify()
         write.done.wait()
@@ -421,7 +425,8 @@ class WriteBatcher:
             self._stopped = True
             self._wake.notify_all()
         for thread in self._threads:
-            thread.join()
+            if thread.is_alive():
+                thread.join()
 
     def _loop(self) -> None:
         while True:

@@ -179,7 +179,7 @@ grants = [
 token_sha256 = "{root}"
 grants = [{{ prefix = "", permissions = ["admin"] }}]
 
-[principals.alice]   # an mTLS client, by its certificate's CN
+[principals."cert:CN=alice"]   # an mTLS client, by its certificate's CN
 grants = [{{ prefix = "t-", permissions = ["commit"] }}]
 """
 
@@ -599,7 +599,7 @@ def test_mtls_the_certificate_names_the_principal(mtls_server: OffsetStoreServer
     ) as mallory_as_admin:
         mallory_as_admin.reset_offsets(group, all_topics=True, to_offset=0)
         history = mallory_as_admin.list_offset_history(group).items
-    assert [c.actor for c in history] == ["admin", "alice"]
+    assert [c.actor for c in history] == ["admin", "cert:CN=alice"]
 
 
 def test_mtls_alone_admits_every_client_of_the_ca(mtls_only_server: OffsetStoreServer, pki: PKI) -> None:
@@ -607,7 +607,7 @@ def test_mtls_alone_admits_every_client_of_the_ca(mtls_only_server: OffsetStoreS
     with OffsetStoreClient(mtls_only_server.address, credentials=pki.channel_credentials(pki.mallory)) as mallory:
         mallory.commit_offsets(group, {("orders", 0): 1})
         mallory.delete_offsets(group, topics={"orders": [0]})
-        assert [c.actor for c in mallory.list_offset_history(group).items] == ["mallory", "mallory"]
+        assert [c.actor for c in mallory.list_offset_history(group).items] == ["cert:CN=mallory"] * 2
     # Without a tokens file, a token is nothing the server can check.
     with OffsetStoreClient(
         mtls_only_server.address, credentials=pki.channel_credentials(pki.mallory), token="x"
