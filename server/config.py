@@ -93,6 +93,7 @@ class Settings:
 
     maintenance_interval: float = field(default=60.0, metadata={"duration": True})
     """Seconds between maintenance rounds (history partitions, expiry)."""
+
     # --- hostile callers (docs/security.md, "Threat model") ---
 
     reflection: str = "on"

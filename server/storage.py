@@ -187,7 +187,8 @@ _WRITE_BATCH = (
     "%(topic)s::text[], %(partition)s::integer[], %(offset)s::bigint[], %(metadata)s::text[], "
     "%(expected)s::bigint[])"
 )
-_DONE, _STALE, _MISMATCH = 0, 1, 2
+# write_batch's outcome column: 0 done, else the request's refusal.
+_STALE, _MISMATCH = 1, 2
 
 
 def check_write(request: WriteRequest) -> None:
