@@ -5,6 +5,7 @@ from ._sync import OffsetStoreClient
 from .errors import (
     DeadlineExceededError,
     FieldViolation,
+    GroupChangedError,
     GroupNotFoundError,
     InternalError,
     InvalidArgumentError,
@@ -61,6 +62,7 @@ __all__ = [
     "OffsetStoreError",
     "FieldViolation",
     "DeadlineExceededError",
+    "GroupChangedError",
     "GroupNotFoundError",
     "InternalError",
     "InvalidArgumentError",

@@ -5,7 +5,7 @@ Deadlines and retries are those of the blocking client (see ``_sync`` and ``_cha
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from . import _base
 from ._base import Offsets
 from ._channel import channel_options
 from .convert import Topics
-from .errors import from_rpc_error
+from .errors import GroupChangedError, from_rpc_error
 from .types import (
     Boundary,
     CommittedOffset,
@@ -38,6 +38,7 @@ from .types import (
 __all__ = ["AsyncOffsetStoreClient"]
 
 R = TypeVar("R")
+P = TypeVar("P")
 
 
 class AsyncOffsetStoreClient(_base.ClientBase):
@@ -90,10 +91,28 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         request = _base.commit_offsets_request(group_id, offsets, generation)
         return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
+    async def _read_pages(self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R]) -> R:
+        """All pages of a read, from the first again if a join or a reset came between two of them."""
+        for attempt in range(1, _base.PAGED_READ_ATTEMPTS + 1):
+            pages = [await read("")]
+            try:
+                while pages[-1].next_page_token:  # type: ignore[attr-defined]
+                    pages.append(await read(pages[-1].next_page_token))  # type: ignore[attr-defined]
+            except GroupChangedError:
+                if attempt == _base.PAGED_READ_ATTEMPTS:
+                    raise
+                continue
+            return merge(pages)
+        raise AssertionError("unreachable")
+
     async def fetch_offsets(self, group_id: str, topics: Topics = None, *, timeout: float | None = None) -> FetchResult:
-        """The group's committed offsets, of every partition or of the selected `topics`."""
-        request = _base.fetch_offsets_request(group_id, topics)
-        return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
+        """The group's committed offsets, of every partition or of the selected `topics` (in pages if large)."""
+
+        async def page(token: str) -> FetchResult:
+            request = _base.fetch_offsets_request(group_id, topics, token)
+            return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
+
+        return await self._read_pages(page, _base.merge_fetch_pages)
 
     async def reset_offsets(
         self,
@@ -172,8 +191,12 @@ class AsyncOffsetStoreClient(_base.ClientBase):
 
     async def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
         """The group's partitions with offsets, log ends and lag; GroupNotFoundError if unknown."""
-        request = _base.describe_group_request(group_id)
-        return await self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
+
+        async def page(token: str) -> GroupDescription:
+            request = _base.describe_group_request(group_id, token)
+            return await self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
+
+        return await self._read_pages(page, _base.merge_description_pages)
 
     async def list_offset_history(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,8 @@ from .types import (
     Boundary,
     CommittedOffset,
     ExpiredGroup,
+    FetchResult,
+    GroupDescription,
     GroupSummary,
     OffsetChange,
     OffsetCommit,
@@ -32,6 +35,12 @@ from .types import (
 )
 
 _TOKEN = re.compile(r"[\x21-\x7e]+")
+
+#: Entries per page of fetch_offsets and describe_group; the server's --max-response-bytes
+#: (4 MiB by default, what a gRPC client takes by default) usually ends a page first.
+PAGE_SIZE = 10_000
+#: Times a paged read starts again when a join or a reset came between its pages.
+PAGED_READ_ATTEMPTS = 3
 
 #: The offsets ``commit_offsets`` takes: OffsetCommit values, or {(topic, partition): offset}.
 Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
@@ -77,11 +86,21 @@ def commit_offsets_result(response: pb.CommitOffsetsResponse) -> dict[TopicParti
     return convert.committed_offsets_from_proto(response.offsets)
 
 
-def fetch_offsets_request(group_id: str, topics: Topics) -> pb.FetchOffsetsRequest:
-    return pb.FetchOffsetsRequest(group_id=group_id, topics=convert.selections_to_proto(topics))
+def fetch_offsets_request(group_id: str, topics: Topics, page_token: str = "") -> pb.FetchOffsetsRequest:
+    return pb.FetchOffsetsRequest(
+        group_id=group_id, topics=convert.selections_to_proto(topics), page_size=PAGE_SIZE, page_token=page_token
+    )
 
 
 fetch_offsets_result = convert.fetch_result_from_proto
+
+
+def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:
+    """One result of a paged fetch's pages (the server keeps their generation the same)."""
+    offsets = {}
+    for page in pages:
+        offsets.update(page.offsets)
+    return FetchResult(offsets=offsets, generation=pages[0].generation)
 
 
 def reset_offsets_request(
@@ -155,11 +174,16 @@ def expire_groups_result(response: pb.ExpireGroupsResponse) -> list[ExpiredGroup
     return [convert.expired_group_from_proto(g) for g in response.groups]
 
 
-def describe_group_request(group_id: str) -> pb.DescribeGroupRequest:
-    return pb.DescribeGroupRequest(group_id=group_id)
+def describe_group_request(group_id: str, page_token: str = "") -> pb.DescribeGroupRequest:
+    return pb.DescribeGroupRequest(group_id=group_id, page_size=PAGE_SIZE, page_token=page_token)
 
 
 describe_group_result = convert.group_description_from_proto
+
+
+def merge_description_pages(pages: list[GroupDescription]) -> GroupDescription:
+    """One description of a paged describe's pages."""
+    return replace(pages[0], partitions=[p for page in pages for p in page.partitions], next_page_token="")
 
 
 def list_offset_history_request(

@@ -21,7 +21,7 @@ from . import _base
 from ._base import Offsets
 from ._channel import channel_options
 from .convert import Topics
-from .errors import from_rpc_error
+from .errors import GroupChangedError, from_rpc_error
 from .types import (
     Boundary,
     CommittedOffset,
@@ -39,6 +39,7 @@ from .types import (
 __all__ = ["OffsetStoreClient"]
 
 R = TypeVar("R")
+P = TypeVar("P")
 
 
 class OffsetStoreClient(_base.ClientBase):
@@ -101,10 +102,31 @@ class OffsetStoreClient(_base.ClientBase):
         request = _base.commit_offsets_request(group_id, offsets, generation)
         return self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
+    def _read_pages(self, read: Callable[[str], P], merge: Callable[[list[P]], R]) -> R:
+        """All pages of a read, from the first again if a join or a reset came between two of them."""
+        for attempt in range(1, _base.PAGED_READ_ATTEMPTS + 1):
+            pages = [read("")]
+            try:
+                while pages[-1].next_page_token:  # type: ignore[attr-defined]
+                    pages.append(read(pages[-1].next_page_token))  # type: ignore[attr-defined]
+            except GroupChangedError:
+                if attempt == _base.PAGED_READ_ATTEMPTS:
+                    raise
+                continue
+            return merge(pages)
+        raise AssertionError("unreachable")
+
     def fetch_offsets(self, group_id: str, topics: Topics = None, *, timeout: float | None = None) -> FetchResult:
-        """The group's committed offsets, of every partition or of the selected `topics`."""
-        request = _base.fetch_offsets_request(group_id, topics)
-        return self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
+        """The group's committed offsets, of every partition or of the selected `topics`.
+
+        A group larger than one response comes in pages, each with `timeout`, merged here.
+        """
+
+        def page(token: str) -> FetchResult:
+            request = _base.fetch_offsets_request(group_id, topics, token)
+            return self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
+
+        return self._read_pages(page, _base.merge_fetch_pages)
 
     def reset_offsets(
         self,
@@ -182,8 +204,12 @@ class OffsetStoreClient(_base.ClientBase):
 
     def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
         """The group's partitions with offsets, log ends and lag; GroupNotFoundError if unknown."""
-        request = _base.describe_group_request(group_id)
-        return self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
+
+        def page(token: str) -> GroupDescription:
+            request = _base.describe_group_request(group_id, token)
+            return self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
+
+        return self._read_pages(page, _base.merge_description_pages)
 
     def list_offset_history(
         self,

@@ -276,11 +276,16 @@ def fetch_result_to_proto(value: FetchResult) -> pb.FetchOffsetsResponse:
     return pb.FetchOffsetsResponse(
         offsets=[committed_offset_to_proto(o) for o in value.offsets.values()],
         generation=value.generation,
+        next_page_token=value.next_page_token,
     )
 
 
 def fetch_result_from_proto(message: pb.FetchOffsetsResponse) -> FetchResult:
-    return FetchResult(offsets=committed_offsets_from_proto(message.offsets), generation=message.generation)
+    return FetchResult(
+        offsets=committed_offsets_from_proto(message.offsets),
+        generation=message.generation,
+        next_page_token=message.next_page_token,
+    )
 
 
 def committed_offsets_from_proto(messages: Iterable[pb.CommittedOffset]) -> dict[TopicPartition, CommittedOffset]:
@@ -312,6 +317,7 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         reset_count=value.reset_count,
         member_id=value.member_id,
         member_host=value.member_host,
+        next_page_token=value.next_page_token,
     )
 
 
@@ -323,6 +329,7 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         reset_count=message.reset_count,
         member_id=message.member_id,
         member_host=message.member_host,
+        next_page_token=message.next_page_token,
     )
 
 

@@ -7,6 +7,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── InvalidArgumentError   INVALID_ARGUMENT     reason INVALID_ARGUMENT (+ BadRequest)
      ├── StaleGenerationError   FAILED_PRECONDITION  reason STALE_GENERATION
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
+     ├── GroupChangedError      ABORTED              reason GROUP_CHANGED
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
      ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE
      ├── DeadlineExceededError  DEADLINE_EXCEEDED    (the call's deadline passed; outcome unknown)
@@ -29,6 +30,7 @@ __all__ = [
     "DOMAIN",
     "DeadlineExceededError",
     "FieldViolation",
+    "GroupChangedError",
     "GroupNotFoundError",
     "InternalError",
     "InvalidArgumentError",
@@ -145,6 +147,13 @@ class OffsetMismatchError(OffsetStoreError):
         return int(value) if value is not None else None
 
 
+class GroupChangedError(OffsetStoreError):
+    """A join or a reset came between two pages of one read; read again from the first page."""
+
+    code = grpc.StatusCode.ABORTED
+    reason = "GROUP_CHANGED"
+
+
 class GroupNotFoundError(OffsetStoreError):
     code = grpc.StatusCode.NOT_FOUND
     reason = "GROUP_NOT_FOUND"
@@ -180,7 +189,9 @@ class PermissionDeniedError(OffsetStoreError):
 class ResourceExhaustedError(OffsetStoreError):
     """The server refused the call before it ran, to protect other callers; retry after ``retry_after`` seconds.
 
-    ``metadata["limit"]`` names the limit that was reached (``streams``, ``principal_calls``).
+    ``metadata["limit"]`` names the limit that was reached (``streams``, ``principal_calls``,
+    ``principal_bytes``). ``response_bytes`` (no ``retry_after``) is not for retrying: the
+    answer is larger than one response may be; ask for it in pages.
     """
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -229,6 +240,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         InvalidArgumentError,
         StaleGenerationError,
         OffsetMismatchError,
+        GroupChangedError,
         GroupNotFoundError,
         StoreUnavailableError,
         UnauthenticatedError,

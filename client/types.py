@@ -141,6 +141,8 @@ class GroupDescription:
     #: The member id and peer address of the latest JoinGroup; empty when unknown.
     member_id: str = ""
     member_host: str = ""
+    #: Set when the partitions continue on another page (ask with page_token); empty on the last.
+    next_page_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,8 @@ class FetchResult:
 
     offsets: dict[TopicPartition, CommittedOffset]
     generation: int
+    #: Set when the offsets continue on another page (ask with page_token); empty on the last.
+    next_page_token: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 
-# Responses are pages (<= 1000 items) or a group's offsets; the client takes up to this much.
+# Responses are pages: <= 1000 items, or --max-response-bytes (at most this) of a group's offsets.
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: ``--reflection``: served to everyone, not served, or served to authenticated callers only.
@@ -454,6 +454,7 @@ def serve(settings: Settings) -> int:
             ),
             statement_timeout_ms=settings.statement_timeout_ms,
             write_flushers=settings.write_flushers,
+            max_response_bytes=settings.max_response_bytes,
         )
         from . import metrics
 

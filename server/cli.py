@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="largest request taken (default 48 MiB, which admits the largest valid one)",
     )
+    serve.add_argument(
+        "--max-response-bytes",
+        type=int,
+        help="largest FetchOffsets or DescribeGroup answer; larger ones come in pages (default 4 MiB)",
+    )
     retention = serve.add_argument_group("retention (durations: 90s, 15m, 12h, 7d or seconds; see docs/operations.md)")
     retention.add_argument(
         "--history-retention",

@@ -11,6 +11,8 @@ from typing import Any
 
 from offsetstore.client.durations import parse_duration
 
+from ._validate import MAX_RESPONSE_BYTES
+
 # The largest valid request is a commit of 10,000 partitions, each with a 249-character
 # topic, 4096 bytes of metadata and every number at its widest: 4,381 bytes a partition,
 # ~43.8 MB in all. Larger requests are refused with RESOURCE_EXHAUSTED before they are read,
@@ -85,6 +87,9 @@ class Settings:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     """Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB)."""
 
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    """Largest FetchOffsets or DescribeGroup answer; a larger one comes in pages (page_size > 0), or is refused."""
+
     history_retention: float = field(default=7 * 86400.0, metadata={"duration": True})
     """Seconds of offset history kept (whole days are dropped once older); 0 keeps everything."""
 
@@ -121,6 +126,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_WRITE_FLUSHERS must be at least 1 and below OFFSETSTORE_POOL_SIZE")
         if self.max_message_bytes < 1024:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
+        if not 2**16 <= self.max_response_bytes <= 2**26:
+            raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
         if self.maintenance_interval <= 0:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:

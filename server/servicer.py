@@ -99,9 +99,13 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
 
     @_rpc
     def FetchOffsets(self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext) -> pb.FetchOffsetsResponse:
-        return convert.fetch_result_to_proto(
-            self.store.fetch_offsets(request.group_id, convert.selections_from_proto(request.topics))
+        result = self.store.fetch_offsets(
+            request.group_id,
+            convert.selections_from_proto(request.topics),
+            page_size=request.page_size,
+            page_token=request.page_token,
         )
+        return convert.fetch_result_to_proto(result)
 
     @_rpc
     def ResetOffsets(self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext) -> pb.ResetOffsetsResponse:
@@ -158,7 +162,10 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
     def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext
     ) -> pb.DescribeGroupResponse:
-        return convert.group_description_to_proto(self.store.describe_group(request.group_id))
+        description = self.store.describe_group(
+            request.group_id, page_size=request.page_size, page_token=request.page_token
+        )
+        return convert.group_description_to_proto(description)
 
     @_rpc
     def ListOffsetHistory(

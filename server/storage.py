@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ import psycopg
 import sqlalchemy.exc
 from sqlalchemy import (
     ARRAY,
+    BigInteger,
     ColumnElement,
     Connection,
     Integer,
@@ -44,10 +46,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.client.errors import (
     FieldViolation,
+    GroupChangedError,
     GroupNotFoundError,
     InvalidArgumentError,
     OffsetMismatchError,
     OffsetStoreError,
+    ResourceExhaustedError,
     StaleGenerationError,
 )
 from offsetstore.client.types import (
@@ -361,57 +365,192 @@ def group_generation(conn: Connection, group_id: str) -> int:
     return value or 0
 
 
+# --- pages of offsets -------------------------------------------------------------
+#
+# A group's offsets are a few KB, or 44 MB: 10,000 partitions with 4 KB of metadata each.
+# FetchOffsets and DescribeGroup answer at most ``max_bytes`` at once, measured in
+# PostgreSQL before a row reaches Python: each row's size (its topic, its metadata, and an
+# upper bound of the protobuf framing around them) is summed in key order, and a page ends
+# where the sum passes ``max_bytes`` or its row count reaches ``page_size``. A request that
+# asks for no pages (page_size 0) gets every offset at once, or, past ``max_bytes``,
+# RESOURCE_EXHAUSTED telling it to page; it never gets a silently shortened answer.
+# Each page is one statement (one snapshot). The token holds the generation the first page
+# saw; a later page that sees another one (a join or a reset came between) fails with
+# GroupChangedError, so pages never mix offsets from before and after a reset.
+
+#: Protobuf bytes around one entry's topic and metadata, at most: field tags and lengths,
+#: partition and offset varints, the commit time, the entry's own tag and length.
+_FETCH_ENTRY_BYTES = 48
+#: The same for DescribeGroup's PartitionStatus, which adds log end and lag.
+_DESCRIBE_ENTRY_BYTES = 72
+#: A response's bytes outside its entries: generation, page token, group id, member id and host.
+_ENVELOPE_BYTES = 8192
+#: page_size larger than this is cut to it: one request may name this many partitions.
+MAX_OFFSETS_PAGE = check.MAX_PARTITIONS
+#: Storage callers in-process (the Spark sink, the Kafka writer) read without a byte limit.
+UNLIMITED = check.INT64_MAX
+
+# The page, sized: every row's size, the running sum in key order, and the rows that start
+# within the budget (the first one to pass it included, so that it shows there is more).
+_SIZED_PAGE = """
+    SELECT * FROM (
+        SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
+        FROM ({rows}) AS r
+        WHERE (r.topic, r.partition) > (%(after_topic)s, %(after_partition)s)
+    ) AS sized
+    WHERE sized.upto - sized.size <= %(budget)s
+    ORDER BY sized.topic, sized.partition
+    LIMIT %(rows)s
+"""
 _FETCH = """
-SELECT g.generation, o.topic, o.partition, o."offset", o.metadata, o.commit_time
+SELECT g.generation, a.topic, a.partition, a."offset", a.metadata, a.commit_time, a.upto
 FROM (
     SELECT coalesce(
         (SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0
     ) AS generation
 ) AS g
-LEFT JOIN offsetstore.offsets AS o ON o.group_id = %(group)s {selected}
-ORDER BY o.topic, o.partition
+LEFT JOIN LATERAL ({page}) AS a ON true
+ORDER BY a.topic, a.partition
 """
-_FETCH_ALL = _FETCH.format(selected="")
+_ROW_SIZE = f"octet_length(o.topic) + octet_length(o.metadata) + {_FETCH_ENTRY_BYTES} AS size"
+_FETCH_ALL = _FETCH.format(
+    page=_SIZED_PAGE.format(
+        rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+        FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s"""
+    )
+)
+# Named partitions without an offset come back as -1 (Kafka's convention), in their place
+# in key order, so that they are paged like the others.
 _FETCH_SELECTED = _FETCH.format(
-    selected="""AND (
-    o.topic = ANY(%(whole)s::text[])
-    OR (o.topic, o.partition) IN (SELECT * FROM unnest(%(topics)s::text[], %(partitions)s::integer[]))
-)"""
+    page=_SIZED_PAGE.format(
+        rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+        FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s AND o.topic = ANY(%(whole)s::text[])
+        UNION ALL
+        SELECT n.topic, n.partition, coalesce(o."offset", {NO_OFFSET}), coalesce(o.metadata, ''), o.commit_time,
+            octet_length(n.topic) + coalesce(octet_length(o.metadata), 0) + {_FETCH_ENTRY_BYTES} AS size
+        FROM unnest(%(topics)s::text[], %(partitions)s::integer[]) AS n(topic, partition)
+        LEFT JOIN offsetstore.offsets AS o
+            ON o.group_id = %(group)s AND o.topic = n.topic AND o.partition = n.partition"""
+    )
 )
 
 
-def fetch_offsets(conn: Connection, group_id: str, topics: SelectionArg = None) -> FetchResult:
-    """Committed offsets; a named partition without one comes back with offset -1.
+@dataclass(frozen=True)
+class PageRequest:
+    """Which page of a group's offsets to read, and how large it may be.
+
+    ``page_size`` 0 asks for everything at once, refused beyond ``max_bytes``; above 0 it
+    asks for pages of at most that many entries and ``max_bytes``.
+    """
+
+    page_size: int = 0
+    page_token: str = ""
+    max_bytes: int = UNLIMITED
+
+    def checked(self, v: check.Violations) -> int | None:
+        """The row limit of the page (None: no limit); bad values are added to ``v``."""
+        if self.page_size < 0:
+            v.add("page_size", "must be >= 0")
+        return min(self.page_size, MAX_OFFSETS_PAGE) if self.page_size > 0 else None
+
+
+def _fingerprint(*parts: object) -> str:
+    """What a page token is bound to: the request it continues (not its page size)."""
+    return hashlib.blake2b(json.dumps(parts).encode(), digest_size=8).hexdigest()
+
+
+def _page_start(page: PageRequest, fingerprint: str) -> tuple[int | None, str, int]:
+    """(generation seen by the first page or None, after topic, after partition) of ``page``'s token."""
+    if not page.page_token:
+        return None, "", -1
+    try:
+        value = json.loads(base64.urlsafe_b64decode(page.page_token + "=" * (-len(page.page_token) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        value = None
+    if (
+        isinstance(value, list)
+        and len(value) == 4
+        and value[0] == fingerprint
+        and all(type(n) is int and 0 <= n <= check.INT64_MAX for n in (value[1], value[3]))
+        and isinstance(value[2], str)
+        and 0 < len(value[2]) <= check.MAX_TOPIC_CHARS
+    ):
+        return value[1], value[2], value[3]
+    raise InvalidArgumentError.field("page_token", "is not a token this server issued for this request")
+
+
+def _cut_page(
+    rows: Sequence[Row] | list[tuple], limit: int | None, page: PageRequest, what: str, upto: int = -1
+) -> tuple[Sequence, bool]:
+    """The rows of the page, and whether more follow; rows end with their running size (``upto``)."""
+    if limit is not None and len(rows) > limit:
+        return rows[:limit], True
+    if rows and (rows[-1][upto] or 0) > page.max_bytes - _ENVELOPE_BYTES:
+        if limit is None:
+            raise ResourceExhaustedError(
+                f"{what} is larger than the {page.max_bytes} bytes one response may hold; "
+                "ask for it in pages (page_size > 0; the Python client does)",
+                metadata={"limit": "response_bytes", "max_bytes": str(page.max_bytes)},
+            )
+        return rows[:-1], True
+    return rows, False
+
+
+def _next_token(fingerprint: str, generation: int, topic: str, partition: int) -> str:
+    return _encode_token([fingerprint, generation, topic, partition])
+
+
+def _check_same_generation(group_id: str, seen: int | None, generation: int) -> None:
+    if seen is not None and seen != generation:
+        raise GroupChangedError(
+            f"group {group_id!r} changed between two pages (generation {seen}, now {generation}: "
+            "a join or a reset came between); read it again from the first page",
+            metadata={"group_id": group_id, "generation": str(seen), "current_generation": str(generation)},
+        )
+
+
+def fetch_offsets(
+    conn: Connection, group_id: str, topics: SelectionArg = None, page: PageRequest = PageRequest()
+) -> FetchResult:
+    """Committed offsets, one page of them; a named partition without one comes back with offset -1.
 
     One statement, so the offsets and the generation come from one snapshot.
     """
     v = check.Violations()
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
+    limit = page.checked(v)
     v.raise_if_any()
+    fingerprint = _fingerprint("fetch", group_id, sels)
+    seen, after_topic, after_partition = _page_start(page, fingerprint)
+    params = {
+        "group": group_id,
+        "after_topic": after_topic,
+        "after_partition": after_partition,
+        "budget": page.max_bytes - _ENVELOPE_BYTES,
+        "rows": None if limit is None else limit + 1,
+    }
     if sels:
         pairs = [(t, p) for t, parts in sels for p in parts]
-        rows = _hot(
-            conn,
-            _FETCH_SELECTED,
-            {
-                "group": group_id,
-                "whole": [t for t, parts in sels if not parts],
-                "topics": [t for t, _ in pairs],
-                "partitions": [p for _, p in pairs],
-            },
+        params.update(
+            whole=[t for t, parts in sels if not parts],
+            topics=[t for t, _ in pairs],
+            partitions=[p for _, p in pairs],
         )
+        rows = _hot(conn, _FETCH_SELECTED, params)
     else:
-        rows = _hot(conn, _FETCH_ALL, {"group": group_id})
-    found = {
+        rows = _hot(conn, _FETCH_ALL, params)
+    generation = rows[0][0]
+    _check_same_generation(group_id, seen, generation)
+    if rows[0][1] is None:  # the outer join's row of a group without (more) offsets
+        rows = []
+    rows, more = _cut_page(rows, limit, page, f"group {group_id!r}'s offsets")
+    offsets = {
         TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
-        for _, topic, partition, offset, metadata, at in rows
-        if topic is not None
+        for _, topic, partition, offset, metadata, at, _ in rows
     }
-    for t, parts in sels:
-        for p in parts:
-            found.setdefault(TopicPartition(t, p), CommittedOffset(t, p, NO_OFFSET))
-    return FetchResult(offsets=dict(sorted(found.items())), generation=rows[0][0])
+    token = _next_token(fingerprint, generation, rows[-1][1], rows[-1][2]) if more else ""
+    return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
 def lag_columns():
@@ -438,22 +577,27 @@ def _with_watermarks():
     )
 
 
-def describe_group(conn: Connection, group_id: str) -> GroupDescription:
-    """The group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown or deleted.
+def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequest()) -> GroupDescription:
+    """One page of the group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown or deleted.
 
     One statement, so the partitions and the generation come from one snapshot. A
     deleted group's error carries the generation and reset count its id keeps.
     """
-    check.group_id(group_id)
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    limit = page.checked(v)
+    v.raise_if_any()
+    fingerprint = _fingerprint("describe", group_id)
+    seen, after_topic, after_partition = _page_start(page, fingerprint)
     group = (
         select(groups.c.generation, groups.c.reset_count, groups.c.deleted_at, groups.c.member_id, groups.c.member_host)
         .where(groups.c.group_id == group_id)
         .subquery("g")
     )
     log_end, lag = lag_columns()
-    rows = conn.execute(
+    size = func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + _DESCRIBE_ENTRY_BYTES
+    sized = (
         select(
-            group,
             offsets.c.topic,
             offsets.c.partition,
             offsets.c.offset,
@@ -461,9 +605,25 @@ def describe_group(conn: Connection, group_id: str) -> GroupDescription:
             offsets.c.commit_time,
             log_end.label("log_end_offset"),
             lag.label("lag"),
+            size.label("size"),
+            func.sum(size).over(order_by=(offsets.c.topic, offsets.c.partition), rows=(None, 0)).label("upto"),
         )
-        .select_from(group.outerjoin(_with_watermarks(), offsets.c.group_id == group_id))
-        .order_by(offsets.c.topic, offsets.c.partition)
+        .select_from(_with_watermarks())
+        .where(
+            offsets.c.group_id == group_id,
+            tuple_(offsets.c.topic, offsets.c.partition) > (after_topic, after_partition),
+        )
+        .subquery("sized")
+    )
+    part = (
+        select(sized)
+        .where(sized.c.upto - sized.c.size <= literal(page.max_bytes - _ENVELOPE_BYTES, BigInteger))
+        .order_by(sized.c.topic, sized.c.partition)
+        .limit(None if limit is None else limit + 1)
+        .lateral("part")
+    )
+    rows = conn.execute(
+        select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
     ).all()
     if not rows or rows[0].deleted_at is not None:
         metadata = {"group_id": group_id}
@@ -471,13 +631,15 @@ def describe_group(conn: Connection, group_id: str) -> GroupDescription:
             metadata.update(generation=str(rows[0].generation), reset_count=str(rows[0].reset_count), deleted="true")
         raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
     first = rows[0]
+    _check_same_generation(group_id, seen, first.generation)
+    listed, more = _cut_page([r for r in rows if r.topic is not None], limit, page, f"group {group_id!r}")
     partitions = [
         PartitionStatus(r.topic, r.partition, r.offset, r.metadata, r.commit_time, r.log_end_offset, r.lag)
-        for r in rows
-        if r.topic is not None
+        for r in listed
     ]
+    token = _next_token(fingerprint, first.generation, listed[-1].topic, listed[-1].partition) if more else ""
     return GroupDescription(
-        group_id, first.generation, partitions, first.reset_count, first.member_id, first.member_host
+        group_id, first.generation, partitions, first.reset_count, first.member_id, first.member_host, token
     )
 
 

@@ -39,6 +39,7 @@ from offsetstore.client.types import (
 )
 
 from . import storage
+from ._validate import MAX_RESPONSE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,12 @@ class Store:
         statement_timeout_ms: int = 5000,
         observe: Callable[[str, float], None] | None = None,
         write_flushers: int = 2,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.engine = engine
         self.statement_timeout_ms = statement_timeout_ms
+        #: The most one FetchOffsets or DescribeGroup answer may hold; larger ones come in pages.
+        self.max_response_bytes = max_response_bytes
         #: Called with each operation's name and duration in seconds, failures included (metrics).
         self.observe = observe
         #: Called with the number of groups each expiry removed (metrics).
@@ -233,8 +237,11 @@ class Store:
         assert isinstance(outcome, list)
         return outcome
 
-    def fetch_offsets(self, group_id: str, topics: storage.SelectionArg = None) -> FetchResult:
-        return self.read(storage.fetch_offsets, group_id, topics)
+    def fetch_offsets(
+        self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
+    ) -> FetchResult:
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes)
+        return self.read(storage.fetch_offsets, group_id, topics, page)
 
     def reset_offsets(
         self,
@@ -281,8 +288,9 @@ class Store:
     def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
 
-    def describe_group(self, group_id: str) -> GroupDescription:
-        return self.read(storage.describe_group, group_id)
+    def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes)
+        return self.read(storage.describe_group, group_id, page)
 
     def list_offset_history(
         self,

@@ -26,17 +26,17 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!offsetstore/v1/offset_store.proto\x12\x0eoffsetstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0eTopicPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"3\n\x0eTopicSelection\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\x84\x01\n\x0cOffsetCommit\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\x1c\n\x0f\x65xpected_offset\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_expected_offset\"\x86\x01\n\x0f\x43ommittedOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12/\n\x0b\x63ommit_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdb\x01\n\x0cOffsetChange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x17\n\x0fprevious_offset\x18\x03 \x01(\x03\x12\x12\n\nnew_offset\x18\x04 \x01(\x03\x12(\n\x04kind\x18\x05 \x01(\x0e\x32\x1a.offsetstore.v1.ChangeKind\x12\x12\n\ngeneration\x18\x06 \x01(\x03\x12/\n\x0b\x63hange_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x08 \x01(\t\"_\n\tWatermark\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\"\x96\x01\n\x0cGroupSummary\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x34\n\x10last_commit_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\ttotal_lag\x18\x05 \x01(\x03\"\xab\x01\n\x0fPartitionStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12/\n\x0b\x63ommit_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0b\n\x03lag\x18\x07 \x01(\x03\"k\n\x14\x43ommitOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12-\n\x07offsets\x18\x02 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetCommit\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"I\n\x15\x43ommitOffsetsResponse\x12\x30\n\x07offsets\x18\x01 \x03(\x0b\x32\x1f.offsetstore.v1.CommittedOffset\"W\n\x13\x46\x65tchOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\"\\\n\x14\x46\x65tchOffsetsResponse\x12\x30\n\x07offsets\x18\x01 \x03(\x0b\x32\x1f.offsetstore.v1.CommittedOffset\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"\x96\x02\n\x13ResetOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12\x12\n\nall_topics\x18\x03 \x01(\x08\x12\x13\n\tto_offset\x18\x04 \x01(\x03H\x00\x12\x12\n\x08shift_by\x18\x05 \x01(\x03H\x00\x12/\n\x0bto_boundary\x18\x06 \x01(\x0e\x32\x18.offsetstore.v1.BoundaryH\x00\x12\x34\n\x0eto_commit_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x0f\n\x07\x64ry_run\x18\x08 \x01(\x08\x42\x08\n\x06target\"j\n\x14ResetOffsetsResponse\x12-\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetChange\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"l\n\x14\x44\x65leteOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12\x12\n\nall_topics\x18\x03 \x01(\x08\"H\n\x15\x44\x65leteOffsetsResponse\x12/\n\x07\x64\x65leted\x18\x01 \x03(\x0b\x32\x1e.offsetstore.v1.TopicPartition\"7\n\x10JoinGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\'\n\x11JoinGroupResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"J\n\x11ListGroupsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x12ListGroupsResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.GroupSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"(\n\x14\x44\x65scribeGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\"\xaf\x01\n\x15\x44\x65scribeGroupResponse\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x33\n\npartitions\x18\x03 \x03(\x0b\x32\x1f.offsetstore.v1.PartitionStatus\x12\x13\n\x0breset_count\x18\x04 \x01(\x03\x12\x11\n\tmember_id\x18\x05 \x01(\t\x12\x13\n\x0bmember_host\x18\x06 \x01(\t\"\xd9\x01\n\x18ListOffsetHistoryRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"c\n\x19ListOffsetHistoryResponse\x12-\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetChange\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x17ReportWatermarksRequest\x12-\n\nwatermarks\x18\x01 \x03(\x0b\x32\x19.offsetstore.v1.Watermark\"\x1a\n\x18ReportWatermarksResponse\"r\n\x13\x45xpireGroupsRequest\x12+\n\x08idle_for\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x0f\n\x07\x65xecute\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\x05\"\x83\x01\n\x0c\x45xpiredGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x34\n\x10last_active_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"V\n\x14\x45xpireGroupsResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.ExpiredGroup\x12\x10\n\x08\x65xecuted\x18\x02 \x01(\x08*P\n\x08\x42oundary\x12\x18\n\x14\x42OUNDARY_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42OUNDARY_EARLIEST\x10\x01\x12\x13\n\x0f\x42OUNDARY_LATEST\x10\x02*\x88\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43HANGE_KIND_COMMIT\x10\x01\x12\x15\n\x11\x43HANGE_KIND_RESET\x10\x02\x12\x16\n\x12\x43HANGE_KIND_DELETE\x10\x03\x12\x16\n\x12\x43HANGE_KIND_EXPIRE\x10\x04\x32\xb7\x07\n\x12OffsetStoreService\x12\\\n\rCommitOffsets\x12$.offsetstore.v1.CommitOffsetsRequest\x1a%.offsetstore.v1.CommitOffsetsResponse\x12Y\n\x0c\x46\x65tchOffsets\x12#.offsetstore.v1.FetchOffsetsRequest\x1a$.offsetstore.v1.FetchOffsetsResponse\x12Y\n\x0cResetOffsets\x12#.offsetstore.v1.ResetOffsetsRequest\x1a$.offsetstore.v1.ResetOffsetsResponse\x12\\\n\rDeleteOffsets\x12$.offsetstore.v1.DeleteOffsetsRequest\x1a%.offsetstore.v1.DeleteOffsetsResponse\x12P\n\tJoinGroup\x12 .offsetstore.v1.JoinGroupRequest\x1a!.offsetstore.v1.JoinGroupResponse\x12S\n\nListGroups\x12!.offsetstore.v1.ListGroupsRequest\x1a\".offsetstore.v1.ListGroupsResponse\x12\\\n\rDescribeGroup\x12$.offsetstore.v1.DescribeGroupRequest\x1a%.offsetstore.v1.DescribeGroupResponse\x12h\n\x11ListOffsetHistory\x12(.offsetstore.v1.ListOffsetHistoryRequest\x1a).offsetstore.v1.ListOffsetHistoryResponse\x12\x65\n\x10ReportWatermarks\x12\'.offsetstore.v1.ReportWatermarksRequest\x1a(.offsetstore.v1.ReportWatermarksResponse\x12Y\n\x0c\x45xpireGroups\x12#.offsetstore.v1.ExpireGroupsRequest\x1a$.offsetstore.v1.ExpireGroupsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!offsetstore/v1/offset_store.proto\x12\x0eoffsetstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0eTopicPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"3\n\x0eTopicSelection\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\x84\x01\n\x0cOffsetCommit\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\x1c\n\x0f\x65xpected_offset\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_expected_offset\"\x86\x01\n\x0f\x43ommittedOffset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12/\n\x0b\x63ommit_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdb\x01\n\x0cOffsetChange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x17\n\x0fprevious_offset\x18\x03 \x01(\x03\x12\x12\n\nnew_offset\x18\x04 \x01(\x03\x12(\n\x04kind\x18\x05 \x01(\x0e\x32\x1a.offsetstore.v1.ChangeKind\x12\x12\n\ngeneration\x18\x06 \x01(\x03\x12/\n\x0b\x63hange_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x08 \x01(\t\"_\n\tWatermark\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\"\x96\x01\n\x0cGroupSummary\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x34\n\x10last_commit_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\ttotal_lag\x18\x05 \x01(\x03\"\xab\x01\n\x0fPartitionStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12/\n\x0b\x63ommit_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0b\n\x03lag\x18\x07 \x01(\x03\"k\n\x14\x43ommitOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12-\n\x07offsets\x18\x02 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetCommit\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"I\n\x15\x43ommitOffsetsResponse\x12\x30\n\x07offsets\x18\x01 \x03(\x0b\x32\x1f.offsetstore.v1.CommittedOffset\"~\n\x13\x46\x65tchOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"u\n\x14\x46\x65tchOffsetsResponse\x12\x30\n\x07offsets\x18\x01 \x03(\x0b\x32\x1f.offsetstore.v1.CommittedOffset\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\x96\x02\n\x13ResetOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12\x12\n\nall_topics\x18\x03 \x01(\x08\x12\x13\n\tto_offset\x18\x04 \x01(\x03H\x00\x12\x12\n\x08shift_by\x18\x05 \x01(\x03H\x00\x12/\n\x0bto_boundary\x18\x06 \x01(\x0e\x32\x18.offsetstore.v1.BoundaryH\x00\x12\x34\n\x0eto_commit_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x0f\n\x07\x64ry_run\x18\x08 \x01(\x08\x42\x08\n\x06target\"j\n\x14ResetOffsetsResponse\x12-\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetChange\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"l\n\x14\x44\x65leteOffsetsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12\x12\n\nall_topics\x18\x03 \x01(\x08\"H\n\x15\x44\x65leteOffsetsResponse\x12/\n\x07\x64\x65leted\x18\x01 \x03(\x0b\x32\x1e.offsetstore.v1.TopicPartition\"7\n\x10JoinGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\'\n\x11JoinGroupResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"J\n\x11ListGroupsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x12ListGroupsResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.GroupSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"O\n\x14\x44\x65scribeGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xc8\x01\n\x15\x44\x65scribeGroupResponse\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x33\n\npartitions\x18\x03 \x03(\x0b\x32\x1f.offsetstore.v1.PartitionStatus\x12\x13\n\x0breset_count\x18\x04 \x01(\x03\x12\x11\n\tmember_id\x18\x05 \x01(\t\x12\x13\n\x0bmember_host\x18\x06 \x01(\t\x12\x17\n\x0fnext_page_token\x18\x07 \x01(\t\"\xd9\x01\n\x18ListOffsetHistoryRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12.\n\x06topics\x18\x02 \x03(\x0b\x32\x1e.offsetstore.v1.TopicSelection\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"c\n\x19ListOffsetHistoryResponse\x12-\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.OffsetChange\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x17ReportWatermarksRequest\x12-\n\nwatermarks\x18\x01 \x03(\x0b\x32\x19.offsetstore.v1.Watermark\"\x1a\n\x18ReportWatermarksResponse\"r\n\x13\x45xpireGroupsRequest\x12+\n\x08idle_for\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x0f\n\x07\x65xecute\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\x05\"\x83\x01\n\x0c\x45xpiredGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x34\n\x10last_active_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"V\n\x14\x45xpireGroupsResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.offsetstore.v1.ExpiredGroup\x12\x10\n\x08\x65xecuted\x18\x02 \x01(\x08*P\n\x08\x42oundary\x12\x18\n\x14\x42OUNDARY_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42OUNDARY_EARLIEST\x10\x01\x12\x13\n\x0f\x42OUNDARY_LATEST\x10\x02*\x88\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43HANGE_KIND_COMMIT\x10\x01\x12\x15\n\x11\x43HANGE_KIND_RESET\x10\x02\x12\x16\n\x12\x43HANGE_KIND_DELETE\x10\x03\x12\x16\n\x12\x43HANGE_KIND_EXPIRE\x10\x04\x32\xb7\x07\n\x12OffsetStoreService\x12\\\n\rCommitOffsets\x12$.offsetstore.v1.CommitOffsetsRequest\x1a%.offsetstore.v1.CommitOffsetsResponse\x12Y\n\x0c\x46\x65tchOffsets\x12#.offsetstore.v1.FetchOffsetsRequest\x1a$.offsetstore.v1.FetchOffsetsResponse\x12Y\n\x0cResetOffsets\x12#.offsetstore.v1.ResetOffsetsRequest\x1a$.offsetstore.v1.ResetOffsetsResponse\x12\\\n\rDeleteOffsets\x12$.offsetstore.v1.DeleteOffsetsRequest\x1a%.offsetstore.v1.DeleteOffsetsResponse\x12P\n\tJoinGroup\x12 .offsetstore.v1.JoinGroupRequest\x1a!.offsetstore.v1.JoinGroupResponse\x12S\n\nListGroups\x12!.offsetstore.v1.ListGroupsRequest\x1a\".offsetstore.v1.ListGroupsResponse\x12\\\n\rDescribeGroup\x12$.offsetstore.v1.DescribeGroupRequest\x1a%.offsetstore.v1.DescribeGroupResponse\x12h\n\x11ListOffsetHistory\x12(.offsetstore.v1.ListOffsetHistoryRequest\x1a).offsetstore.v1.ListOffsetHistoryResponse\x12\x65\n\x10ReportWatermarks\x12\'.offsetstore.v1.ReportWatermarksRequest\x1a(.offsetstore.v1.ReportWatermarksResponse\x12Y\n\x0c\x45xpireGroups\x12#.offsetstore.v1.ExpireGroupsRequest\x1a$.offsetstore.v1.ExpireGroupsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'offsetstore.v1.offset_store_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BOUNDARY']._serialized_start=3329
-  _globals['_BOUNDARY']._serialized_end=3409
-  _globals['_CHANGEKIND']._serialized_start=3412
-  _globals['_CHANGEKIND']._serialized_end=3548
+  _globals['_BOUNDARY']._serialized_start=3457
+  _globals['_BOUNDARY']._serialized_end=3537
+  _globals['_CHANGEKIND']._serialized_start=3540
+  _globals['_CHANGEKIND']._serialized_end=3676
   _globals['_TOPICPARTITION']._serialized_start=118
   _globals['_TOPICPARTITION']._serialized_end=168
   _globals['_TOPICSELECTION']._serialized_start=170
@@ -58,43 +58,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMITOFFSETSRESPONSE']._serialized_start=1250
   _globals['_COMMITOFFSETSRESPONSE']._serialized_end=1323
   _globals['_FETCHOFFSETSREQUEST']._serialized_start=1325
-  _globals['_FETCHOFFSETSREQUEST']._serialized_end=1412
-  _globals['_FETCHOFFSETSRESPONSE']._serialized_start=1414
-  _globals['_FETCHOFFSETSRESPONSE']._serialized_end=1506
-  _globals['_RESETOFFSETSREQUEST']._serialized_start=1509
-  _globals['_RESETOFFSETSREQUEST']._serialized_end=1787
-  _globals['_RESETOFFSETSRESPONSE']._serialized_start=1789
-  _globals['_RESETOFFSETSRESPONSE']._serialized_end=1895
-  _globals['_DELETEOFFSETSREQUEST']._serialized_start=1897
-  _globals['_DELETEOFFSETSREQUEST']._serialized_end=2005
-  _globals['_DELETEOFFSETSRESPONSE']._serialized_start=2007
-  _globals['_DELETEOFFSETSRESPONSE']._serialized_end=2079
-  _globals['_JOINGROUPREQUEST']._serialized_start=2081
-  _globals['_JOINGROUPREQUEST']._serialized_end=2136
-  _globals['_JOINGROUPRESPONSE']._serialized_start=2138
-  _globals['_JOINGROUPRESPONSE']._serialized_end=2177
-  _globals['_LISTGROUPSREQUEST']._serialized_start=2179
-  _globals['_LISTGROUPSREQUEST']._serialized_end=2253
-  _globals['_LISTGROUPSRESPONSE']._serialized_start=2255
-  _globals['_LISTGROUPSRESPONSE']._serialized_end=2346
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=2348
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=2388
-  _globals['_DESCRIBEGROUPRESPONSE']._serialized_start=2391
-  _globals['_DESCRIBEGROUPRESPONSE']._serialized_end=2566
-  _globals['_LISTOFFSETHISTORYREQUEST']._serialized_start=2569
-  _globals['_LISTOFFSETHISTORYREQUEST']._serialized_end=2786
-  _globals['_LISTOFFSETHISTORYRESPONSE']._serialized_start=2788
-  _globals['_LISTOFFSETHISTORYRESPONSE']._serialized_end=2887
-  _globals['_REPORTWATERMARKSREQUEST']._serialized_start=2889
-  _globals['_REPORTWATERMARKSREQUEST']._serialized_end=2961
-  _globals['_REPORTWATERMARKSRESPONSE']._serialized_start=2963
-  _globals['_REPORTWATERMARKSRESPONSE']._serialized_end=2989
-  _globals['_EXPIREGROUPSREQUEST']._serialized_start=2991
-  _globals['_EXPIREGROUPSREQUEST']._serialized_end=3105
-  _globals['_EXPIREDGROUP']._serialized_start=3108
-  _globals['_EXPIREDGROUP']._serialized_end=3239
-  _globals['_EXPIREGROUPSRESPONSE']._serialized_start=3241
-  _globals['_EXPIREGROUPSRESPONSE']._serialized_end=3327
-  _globals['_OFFSETSTORESERVICE']._serialized_start=3551
-  _globals['_OFFSETSTORESERVICE']._serialized_end=4502
+  _globals['_FETCHOFFSETSREQUEST']._serialized_end=1451
+  _globals['_FETCHOFFSETSRESPONSE']._serialized_start=1453
+  _globals['_FETCHOFFSETSRESPONSE']._serialized_end=1570
+  _globals['_RESETOFFSETSREQUEST']._serialized_start=1573
+  _globals['_RESETOFFSETSREQUEST']._serialized_end=1851
+  _globals['_RESETOFFSETSRESPONSE']._serialized_start=1853
+  _globals['_RESETOFFSETSRESPONSE']._serialized_end=1959
+  _globals['_DELETEOFFSETSREQUEST']._serialized_start=1961
+  _globals['_DELETEOFFSETSREQUEST']._serialized_end=2069
+  _globals['_DELETEOFFSETSRESPONSE']._serialized_start=2071
+  _globals['_DELETEOFFSETSRESPONSE']._serialized_end=2143
+  _globals['_JOINGROUPREQUEST']._serialized_start=2145
+  _globals['_JOINGROUPREQUEST']._serialized_end=2200
+  _globals['_JOINGROUPRESPONSE']._serialized_start=2202
+  _globals['_JOINGROUPRESPONSE']._serialized_end=2241
+  _globals['_LISTGROUPSREQUEST']._serialized_start=2243
+  _globals['_LISTGROUPSREQUEST']._serialized_end=2317
+  _globals['_LISTGROUPSRESPONSE']._serialized_start=2319
+  _globals['_LISTGROUPSRESPONSE']._serialized_end=2410
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=2412
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=2491
+  _globals['_DESCRIBEGROUPRESPONSE']._serialized_start=2494
+  _globals['_DESCRIBEGROUPRESPONSE']._serialized_end=2694
+  _globals['_LISTOFFSETHISTORYREQUEST']._serialized_start=2697
+  _globals['_LISTOFFSETHISTORYREQUEST']._serialized_end=2914
+  _globals['_LISTOFFSETHISTORYRESPONSE']._serialized_start=2916
+  _globals['_LISTOFFSETHISTORYRESPONSE']._serialized_end=3015
+  _globals['_REPORTWATERMARKSREQUEST']._serialized_start=3017
+  _globals['_REPORTWATERMARKSREQUEST']._serialized_end=3089
+  _globals['_REPORTWATERMARKSRESPONSE']._serialized_start=3091
+  _globals['_REPORTWATERMARKSRESPONSE']._serialized_end=3117
+  _globals['_EXPIREGROUPSREQUEST']._serialized_start=3119
+  _globals['_EXPIREGROUPSREQUEST']._serialized_end=3233
+  _globals['_EXPIREDGROUP']._serialized_start=3236
+  _globals['_EXPIREDGROUP']._serialized_end=3367
+  _globals['_EXPIREGROUPSRESPONSE']._serialized_start=3369
+  _globals['_EXPIREGROUPSRESPONSE']._serialized_end=3455
+  _globals['_OFFSETSTORESERVICE']._serialized_start=3679
+  _globals['_OFFSETSTORESERVICE']._serialized_end=4630
 # @@protoc_insertion_point(module_scope)

@@ -158,20 +158,26 @@ class CommitOffsetsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ...) -> None: ...
 
 class FetchOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "topics")
+    __slots__ = ("group_id", "topics", "page_size", "page_token")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicSelection]
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class FetchOffsetsResponse(_message.Message):
-    __slots__ = ("offsets", "generation")
+    __slots__ = ("offsets", "generation", "next_page_token")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedCompositeFieldContainer[CommittedOffset]
     generation: int
-    def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ..., generation: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResetOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "dry_run")
@@ -252,26 +258,32 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupRequest(_message.Message):
-    __slots__ = ("group_id",)
+    __slots__ = ("group_id", "page_size", "page_token")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group_id: str
-    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RESET_COUNT_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_HOST_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
     reset_count: int
     member_id: str
     member_host: str
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")
