@@ -10,7 +10,7 @@ What it costs and what it does not promise:
 
 - Calls on groups this server has seen live cost a lookup in a bounded in-memory set, no
   database round trip. Any other call of a principal under a quota costs one statement
-  (does the group live, and how many groups does the principal have).
+  (does the group live, and how many groups does the principal have; see :func:`count_groups`).
 - The set can be stale: a group deleted by another replica, or expired by retention, still
   counts as existing here, so its next creation passes without a check (one creation per
   such group). A deletion through this server forgets the group at once.
@@ -58,10 +58,13 @@ def creation_prefixes(principal: Principal) -> tuple[str, ...]:
 def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tuple[bool, int]:
     """Whether ``group_id`` is a live group, and how many live groups start with one of ``prefixes``.
 
-    ONE statement. Each prefix is its own ``starts_with`` (as ListGroups filters) on a value
-    the planner sees, so each is a range of the live groups' prefix index; the group
-    metrics' join over an array of prefixes would read every group instead. The prefixes
-    of :func:`creation_prefixes` cover disjoint groups, so no group is counted twice.
+    ONE statement; the existence is a primary-key lookup. The count reads the groups table:
+    the primary key's collation (not ``C``) cannot serve a prefix. Each prefix is its own
+    ``starts_with`` (as ListGroups filters) on a value the planner sees, so that an index
+    ``(group_id text_pattern_ops) WHERE deleted_at IS NULL`` would make each one index range
+    (checked with EXPLAIN: a BitmapOr of range scans); the group metrics' join over an array
+    of prefixes cannot use one. The prefixes of :func:`creation_prefixes` cover disjoint
+    groups, so no group is counted twice.
     """
     live = groups.c.deleted_at.is_(None)
     owned = or_(false(), *(func.starts_with(groups.c.group_id, p) for p in prefixes))
