@@ -59,7 +59,7 @@ def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tu
     """Whether ``group_id`` is a live group, and how many live groups start with one of ``prefixes``.
 
     ONE statement; the existence is a primary-key lookup. The count reads the groups table:
-    the primary key's collation (not ``C``) cannot serve a prefix. Each prefix is its own
+    the primary key's collation (unless ``C``) cannot serve a prefix. Each prefix is its own
     ``starts_with`` (as ListGroups filters) on a value the planner sees, so that an index
     ``(group_id text_pattern_ops) WHERE deleted_at IS NULL`` would make each one index range
     (checked with EXPLAIN: a BitmapOr of range scans); the group metrics' join over an array
@@ -109,7 +109,9 @@ class GroupQuota(grpc.ServerInterceptor):
     applies at once. With authentication off, or client certificates alone, it does nothing.
     """
 
-    def __init__(self, store: Store, auth: AuthInterceptor, max_groups: int = 0, known_groups: int = KNOWN_GROUPS):
+    def __init__(
+        self, store: Store, auth: AuthInterceptor, max_groups: int = 0, known_groups: int = KNOWN_GROUPS
+    ) -> None:
         if max_groups < 0:
             raise ValueError("the per-principal group quota must be >= 0 (0: no quota)")
         self.store = store
