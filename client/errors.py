@@ -14,6 +14,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── UnauthenticatedError   UNAUTHENTICATED      reason UNAUTHENTICATED
      ├── PermissionDeniedError  PERMISSION_DENIED    reason PERMISSION_DENIED
      ├── ResourceExhaustedError RESOURCE_EXHAUSTED   reason RESOURCE_EXHAUSTED (+ RetryInfo)
+     │    └── GroupQuotaError    RESOURCE_EXHAUSTED   reason GROUP_QUOTA (no RetryInfo: retrying does not help)
      └── InternalError          INTERNAL, and any status not listed above
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "FieldViolation",
     "GroupChangedError",
     "GroupNotFoundError",
+    "GroupQuotaError",
     "InternalError",
     "InvalidArgumentError",
     "OffsetMismatchError",
@@ -218,6 +220,16 @@ class ResourceExhaustedError(OffsetStoreError):
         return cls(message, retry_after=delays[0] if delays else None, metadata=metadata)
 
 
+class GroupQuotaError(ResourceExhaustedError):
+    """The call would create a group, and its principal already has as many as its quota allows.
+
+    ``metadata`` carries ``max_groups`` and ``groups`` (the principal's live groups). Nothing
+    was written, and retrying does not help: delete or expire groups, or ask for a higher quota.
+    """
+
+    reason = "GROUP_QUOTA"
+
+
 class InternalError(OffsetStoreError):
     """Any other failure; ``status_code`` keeps the gRPC status it came with."""
 
@@ -246,6 +258,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         UnauthenticatedError,
         PermissionDeniedError,
         ResourceExhaustedError,
+        GroupQuotaError,
     )
 }
 _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {

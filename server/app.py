@@ -27,6 +27,7 @@ from ._logging import configure_logging
 from .auth import AuthConfig, AuthConfigError, AuthInterceptor, current_principal, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
 from .engine import create_engine
+from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import Store
 
@@ -348,6 +349,7 @@ class OffsetStoreServer:
         stream_seconds: float = STREAM_SECONDS,
         max_calls_per_principal: int | None = None,
         principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
+        max_groups_per_principal: int = 0,
     ) -> None:
         self.store = store
         if reflection_mode not in REFLECTION_MODES:
@@ -368,6 +370,7 @@ class OffsetStoreServer:
             streams,
             RequestGuard(),
             *((auth, CallLimiter(max_calls_per_principal, principal_bytes_per_second)) if auth is not None else ()),
+            *(_group_quota(store, auth, max_groups_per_principal) if auth is not None else ()),
         )
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
@@ -488,6 +491,7 @@ def serve(settings: Settings) -> int:
             max_streams=settings.max_streams,
             max_calls_per_principal=settings.max_calls_per_principal,
             principal_bytes_per_second=settings.principal_bytes_per_second,
+            max_groups_per_principal=settings.max_groups_per_principal,
         ).start()
         from .retention import Maintenance
 
@@ -571,6 +575,12 @@ def _reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | N
         log.info("tokens file reloaded", extra={"principals": len(config.principals)})
 
     return reload
+
+
+def _group_quota(store: Store, auth: grpc.ServerInterceptor, max_groups: int) -> tuple[grpc.ServerInterceptor, ...]:
+    """The per-principal group quota, innermost: it counts groups only for calls auth and the limiter let in."""
+    # Only a tokens file names quotas (max_groups) and grants narrower than every group.
+    return (GroupQuota(store, auth, max_groups),) if isinstance(auth, AuthInterceptor) else ()
 
 
 def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:

@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
         help="response bytes one principal may read per second on average, bursts of 4 s (default 16 MiB; 0: no limit)",
     )
     security.add_argument(
+        "--max-groups-per-principal",
+        type=int,
+        help="live groups one principal may create; more get RESOURCE_EXHAUSTED GROUP_QUOTA "
+        "(default 0: no quota; max_groups in the tokens file wins)",
+    )
+    security.add_argument(
         "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
     )
     security.add_argument(

@@ -113,6 +113,9 @@ class Settings:
     principal_bytes_per_second: int = 16 * 2**20
     """Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit."""
 
+    max_groups_per_principal: int = 0
+    """Live groups one authenticated principal may create (``max_groups`` in the tokens file wins); 0: no quota."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -140,6 +143,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
             raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
+        if self.max_groups_per_principal < 0:
+            raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
