@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-from sqlalchemy import Connection, exists, false, func, or_, select
+from sqlalchemy import Connection, case, exists, false, func, or_, select
 
 from offsetstore.client.errors import GroupQuotaError, InvalidArgumentError, OffsetStoreError
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -70,7 +70,9 @@ def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tu
     owned = or_(false(), *(func.starts_with(groups.c.group_id, p) for p in prefixes))
     count = select(func.count()).select_from(groups).where(live, owned).scalar_subquery()
     found = exists().where(groups.c.group_id == group_id, live)
-    row = conn.execute(select(found.label("found"), count.label("groups"))).one()
+    # CASE evaluates the count's subquery only when the group is not found: a group this
+    # server has not yet seen (after a restart, all of them) costs a key lookup, no count.
+    row = conn.execute(select(found.label("found"), case((found, 0), else_=count).label("groups"))).one()
     return bool(row.found), int(row.groups)
 
 
