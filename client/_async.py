@@ -5,6 +5,7 @@ Deadlines and retries are those of the blocking client (see ``_sync`` and ``_cha
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -20,7 +21,7 @@ from . import _base
 from ._base import Offsets
 from ._channel import channel_options
 from .convert import Topics
-from .errors import GroupChangedError, from_rpc_error
+from .errors import GroupChangedError, ResourceExhaustedError, from_rpc_error
 from .types import (
     Boundary,
     CommittedOffset,
@@ -92,12 +93,28 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
     async def _read_pages(self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R]) -> R:
-        """All pages of a read, from the first again if a join or a reset came between two of them."""
+        """All pages of a read, from the first again if a join or a reset came between two of them.
+
+        A later page refused for the caller's per-principal limits is asked for again when the
+        server's retry hint says
+        (see OffsetStoreClient._read_pages).
+        """
+
+        async def later(token: str, waited: float = 0.0) -> P:
+            while True:
+                try:
+                    return await read(token)
+                except ResourceExhaustedError as error:
+                    if not _base.wait_for_budget(error, waited, self._default_timeout):
+                        raise
+                    await asyncio.sleep(error.retry_after)  # type: ignore[arg-type]
+                    waited += error.retry_after  # type: ignore[operator]
+
         for attempt in range(1, _base.PAGED_READ_ATTEMPTS + 1):
             pages = [await read("")]
             try:
                 while pages[-1].next_page_token:  # type: ignore[attr-defined]
-                    pages.append(await read(pages[-1].next_page_token))  # type: ignore[attr-defined]
+                    pages.append(await later(pages[-1].next_page_token))  # type: ignore[attr-defined]
             except GroupChangedError:
                 if attempt == _base.PAGED_READ_ATTEMPTS:
                     raise

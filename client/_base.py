@@ -19,7 +19,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 
 from . import convert
 from .convert import Topics
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ResourceExhaustedError
 from .types import (
     Boundary,
     CommittedOffset,
@@ -36,9 +36,10 @@ from .types import (
 
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 
-#: Entries per page of fetch_offsets and describe_group; the server's --max-response-bytes
-#: (4 MiB by default, what a gRPC client takes by default) usually ends a page first.
-PAGE_SIZE = 10_000
+#: Entries per page of fetch_offsets and describe_group. A page ends at this many or at the
+#: server's --max-response-bytes (1 MiB by default), whichever comes first; the server reads
+#: at most this many rows for a page, however large the group.
+PAGE_SIZE = 1000
 #: Times a paged read starts again when a join or a reset came between its pages.
 PAGED_READ_ATTEMPTS = 3
 
@@ -93,6 +94,12 @@ def fetch_offsets_request(group_id: str, topics: Topics, page_token: str = "") -
 
 
 fetch_offsets_result = convert.fetch_result_from_proto
+
+
+def wait_for_budget(error: ResourceExhaustedError, waited: float, limit: float) -> bool:
+    """Whether a paged read whose later page was refused with ``error`` (the caller's byte
+    budget or call limit, with a retry hint) after ``waited`` seconds should wait and ask again."""
+    return error.retry_after is not None and waited + error.retry_after <= limit
 
 
 def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:

@@ -7,6 +7,7 @@ not, because a repeat of one whose reply was lost would act twice (see ``_channe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -21,7 +22,7 @@ from . import _base
 from ._base import Offsets
 from ._channel import channel_options
 from .convert import Topics
-from .errors import GroupChangedError, from_rpc_error
+from .errors import GroupChangedError, ResourceExhaustedError, from_rpc_error
 from .types import (
     Boundary,
     CommittedOffset,
@@ -103,12 +104,28 @@ class OffsetStoreClient(_base.ClientBase):
         return self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
     def _read_pages(self, read: Callable[[str], P], merge: Callable[[list[P]], R]) -> R:
-        """All pages of a read, from the first again if a join or a reset came between two of them."""
+        """All pages of a read, from the first again if a join or a reset came between two of them.
+
+        A later page refused for the caller's per-principal limits is asked for again when the
+        server's retry hint says, for up to the client's timeout in all: a large group is read
+        at the budget's pace instead of from its first page again.
+        """
+
+        def later(token: str, waited: float = 0.0) -> P:
+            while True:
+                try:
+                    return read(token)
+                except ResourceExhaustedError as error:
+                    if not _base.wait_for_budget(error, waited, self._default_timeout):
+                        raise
+                    time.sleep(error.retry_after)  # type: ignore[arg-type]
+                    waited += error.retry_after  # type: ignore[operator]
+
         for attempt in range(1, _base.PAGED_READ_ATTEMPTS + 1):
             pages = [read("")]
             try:
                 while pages[-1].next_page_token:  # type: ignore[attr-defined]
-                    pages.append(read(pages[-1].next_page_token))  # type: ignore[attr-defined]
+                    pages.append(later(pages[-1].next_page_token))  # type: ignore[attr-defined]
             except GroupChangedError:
                 if attempt == _base.PAGED_READ_ATTEMPTS:
                     raise

@@ -43,7 +43,7 @@ REFLECTION_MODES = ("on", "off", "authenticated")
 #: Streams (reflection's) open at once; each holds an RPC worker while open.
 MAX_STREAMS = 4
 #: Response bytes one principal may read per second on average (bursts of 4 s of it).
-PRINCIPAL_BYTES_PER_SECOND = 16 * 2**20
+PRINCIPAL_BYTES_PER_SECOND = 4 * 2**20
 #: A stream is cancelled after this long: grpcurl's and buf's take milliseconds.
 STREAM_SECONDS = 60.0
 

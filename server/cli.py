@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-response-bytes",
         type=int,
-        help="largest FetchOffsets or DescribeGroup answer; larger ones come in pages (default 4 MiB)",
+        help="largest FetchOffsets or DescribeGroup answer; larger ones come in pages (default 1 MiB)",
     )
     retention = serve.add_argument_group("retention (durations: 90s, 15m, 12h, 7d or seconds; see docs/operations.md)")
     retention.add_argument(
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     security.add_argument(
         "--principal-bytes-per-second",
         type=int,
-        help="response bytes one principal may read per second on average, bursts of 4 s (default 16 MiB; 0: no limit)",
+        help="response bytes one principal may read per second on average, bursts of 4 s (default 4 MiB; 0: no limit)",
     )
     security.add_argument(
         "--max-groups-per-principal",

@@ -390,17 +390,22 @@ MAX_OFFSETS_PAGE = check.MAX_PARTITIONS
 #: Storage callers in-process (the Spark sink, the Kafka writer) read without a byte limit.
 UNLIMITED = check.INT64_MAX
 
-# The page, sized: every row's size, the running sum in key order, and the rows that start
-# within the budget (the first one to pass it included, so that it shows there is more).
+# The page, sized: at most page_size + 1 rows after the token's key (so that a page of a
+# huge group reads no more than that), each row's size, the running sum in key order, and
+# the rows that start within the budget (the first one to pass it included: it shows that
+# there is more).
 _SIZED_PAGE = """
     SELECT * FROM (
         SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
-        FROM ({rows}) AS r
-        WHERE (r.topic, r.partition) > (%(after_topic)s, %(after_partition)s)
+        FROM (
+            SELECT * FROM ({rows}) AS unsized
+            WHERE (unsized.topic, unsized.partition) > (%(after_topic)s, %(after_partition)s)
+            ORDER BY unsized.topic, unsized.partition
+            LIMIT %(rows)s
+        ) AS r
     ) AS sized
     WHERE sized.upto - sized.size <= %(budget)s
     ORDER BY sized.topic, sized.partition
-    LIMIT %(rows)s
 """
 _FETCH = """
 SELECT g.generation, a.topic, a.partition, a."offset", a.metadata, a.commit_time, a.upto
@@ -595,8 +600,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         .subquery("g")
     )
     log_end, lag = lag_columns()
-    size = func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + _DESCRIBE_ENTRY_BYTES
-    sized = (
+    unsized = (
         select(
             offsets.c.topic,
             offsets.c.partition,
@@ -605,21 +609,27 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             offsets.c.commit_time,
             log_end.label("log_end_offset"),
             lag.label("lag"),
-            size.label("size"),
-            func.sum(size).over(order_by=(offsets.c.topic, offsets.c.partition), rows=(None, 0)).label("upto"),
+            (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + _DESCRIBE_ENTRY_BYTES).label(
+                "size"
+            ),
         )
         .select_from(_with_watermarks())
         .where(
             offsets.c.group_id == group_id,
             tuple_(offsets.c.topic, offsets.c.partition) > (after_topic, after_partition),
         )
-        .subquery("sized")
+        .order_by(offsets.c.topic, offsets.c.partition)
+        .limit(None if limit is None else limit + 1)
+        .subquery("unsized")
     )
+    sized = select(
+        unsized,
+        func.sum(unsized.c.size).over(order_by=(unsized.c.topic, unsized.c.partition), rows=(None, 0)).label("upto"),
+    ).subquery("sized")
     part = (
         select(sized)
         .where(sized.c.upto - sized.c.size <= literal(page.max_bytes - _ENVELOPE_BYTES, BigInteger))
         .order_by(sized.c.topic, sized.c.partition)
-        .limit(None if limit is None else limit + 1)
         .lateral("part")
     )
     rows = conn.execute(

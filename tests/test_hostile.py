@@ -383,15 +383,22 @@ def served(module_database_url: str, pki: PKI, tmp_path_factory: pytest.TempPath
         assert process.wait(30) == 0, log.read_text()
 
 
+WARM_UP = 5
+
+
 def timed_commits(address: str, count: int, *, timeout: float) -> list[float]:
-    """Latencies (s) of ``count`` commits by a well-behaved token holder; any error fails the test."""
+    """Latencies (s) of ``count`` commits by a well-behaved token holder; any error fails the test.
+
+    The first few, which also open the channel's connection, are not timed.
+    """
     group = fresh()
     latencies = []
     with OffsetStoreClient(address, token=TOKENS["committer"], timeout=timeout) as committer:
-        for offset in range(count):
+        for offset in range(WARM_UP + count):
             started = time.perf_counter()
             committer.commit_offsets(group, {("orders", 0): offset})
-            latencies.append(time.perf_counter() - started)
+            if offset >= WARM_UP:
+                latencies.append(time.perf_counter() - started)
     return latencies
 
 
@@ -713,7 +720,7 @@ def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: 
 def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
     store: Store, pki: PKI, engine: sa.Engine
 ) -> None:
-    group = huge_group(engine)  # ~44 MB a fetch: eleven pages of 4 MiB
+    group = huge_group(engine)  # ~44 MB a fetch: 43 pages of 1 MiB
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
     rate = 8 * 2**20  # bursts of 32 MiB
     with OffsetStoreServer(store, max_workers=8, auth=auth, principal_bytes_per_second=rate) as server:
@@ -721,7 +728,9 @@ def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
             OffsetStoreClient(server.address, token=TOKENS["reader"], timeout=60) as reader,
             OffsetStoreClient(server.address, token=TOKENS["root"], timeout=60) as root,
         ):
-            with pytest.raises(ResourceExhaustedError) as refused:  # its pages overdraw the burst
+            # Its pages overdraw the burst; the client waits for the budget between them.
+            assert len(reader.fetch_offsets(group).offsets) == 10_000
+            with pytest.raises(ResourceExhaustedError) as refused:  # the next read: the budget is spent
                 reader.fetch_offsets(group)
             assert refused.value.metadata["limit"] == "principal_bytes"
             assert 0 < refused.value.retry_after < 2  # one page's overdraft at 8 MiB/s
@@ -811,9 +820,9 @@ def p99(latencies: list[float]) -> float:
 def measure(served: Served, huge: str | None) -> tuple[list[float], list[float], Abuser]:
     """The token holder's commit latencies alone, then while the abuser runs; any error fails the test."""
     timed_commits(served.address, 20, timeout=10)  # warm up the connection and the pool
-    unloaded = timed_commits(served.address, 500, timeout=10)
+    unloaded = timed_commits(served.address, 1000, timeout=10)
     with Abuser(served, huge) as abuser:
-        loaded = timed_commits(served.address, 500, timeout=10)
+        loaded = timed_commits(served.address, 1000, timeout=10)
     print(
         f"token holder p99: unloaded {p99(unloaded) * 1000:.1f} ms, loaded {p99(loaded) * 1000:.1f} ms "
         f"(x{p99(loaded) / p99(unloaded):.1f}); the abuser fetched {abuser.fetched}, was refused {abuser.refused}"
@@ -829,20 +838,19 @@ def test_a_token_holder_keeps_its_latency_while_an_abuser_holds_streams_and_conn
 
 
 @pytest.mark.slow
-def test_a_token_holder_sees_no_error_while_an_abuser_also_fetches_huge_groups(
+def test_a_token_holder_keeps_its_latency_while_an_abuser_also_fetches_huge_groups(
     served: Served, module_database_url: str
 ) -> None:
-    # The same, plus four processes fetching a 44 MB group as fast as they are let. On two
-    # shared cores the token holder's p99 still grows beyond 5x here (~9x: while one fetch
-    # runs, its CPU in PostgreSQL, the server and the fetcher is the machine's), so only
-    # errors and the abuser's refusals are asserted; the ratio is printed (pytest -s).
+    # The same, plus four processes reading a 44 MB group as fast as they are let: in pages
+    # of 1 MiB (one response held the interpreter lock for all of 44 MB before), at the
+    # principal's 4 MiB/s. The ratio is printed (pytest -s): 1.7x to 3x here.
     engine = sa.create_engine(module_database_url, poolclass=sa.NullPool)
     try:
         huge = huge_group(engine)
     finally:
         engine.dispose()
-    _, loaded, abuser = measure(served, huge)
-    assert len(loaded) == 500
+    unloaded, loaded, abuser = measure(served, huge)
+    assert p99(loaded) <= 5 * p99(unloaded)
     assert abuser.refused > 0  # the per-principal limit held it back
 
 

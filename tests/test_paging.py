@@ -7,6 +7,7 @@ each response as the server sent it, and with the Python client, which merges th
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import (
+    AsyncOffsetStoreClient,
     GroupChangedError,
     InvalidArgumentError,
     OffsetCommit,
@@ -244,3 +246,15 @@ def test_storage_callers_in_process_read_without_a_limit(client: OffsetStoreClie
     with engine.connect() as conn:
         assert len(storage.fetch_offsets(conn, group).offsets) == PARTITIONS
         assert len(storage.describe_group(conn, group).partitions) == PARTITIONS
+
+
+def test_the_async_client_merges_the_pages_too(client: OffsetStoreClient, small: OffsetStoreServer) -> None:
+    group = widest(client)
+
+    async def read() -> tuple[int, int]:
+        async with AsyncOffsetStoreClient(small.address, timeout=20) as reader:
+            fetched = await reader.fetch_offsets(group)
+            described = await reader.describe_group(group)
+            return len(fetched.offsets), len(described.partitions)
+
+    assert asyncio.run(read()) == (PARTITIONS, PARTITIONS)
