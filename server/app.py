@@ -189,12 +189,12 @@ class StreamGuard(grpc.ServerInterceptor):
 class CallLimiter(grpc.ServerInterceptor):
     """Per principal: at most ``limit`` calls at once, and responses of ``bytes_per_second`` on average.
 
-    One tenant's sixteen 44 MB fetches would otherwise hold sixteen workers, and the memory
-    and CPU of sixteen responses, while the other tenants wait. Beyond either limit a call is
+    One tenant's sixteen reads of a huge group would otherwise hold sixteen workers, and
+    the CPU of every page, while the other tenants wait. Beyond either limit a call is
     RESOURCE_EXHAUSTED at once, with a retry hint. The byte budget is a token bucket of
     ``burst_bytes`` (a response may overdraw it; the next calls wait until it is refilled),
     so ordinary reads never meet it and a loop of huge ones gets its share of the CPU only.
-    Innermost in the chain, it runs inside auth, which names the principal
+    In the chain after auth, which names the principal
     (:data:`~offsetstore.server.auth.current_principal`); with authentication off there are
     no tenants to be fair between and it does nothing.
     """
