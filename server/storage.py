@@ -394,49 +394,41 @@ UNLIMITED = check.INT64_MAX
 # huge group reads no more than that), each row's size, the running sum in key order, and
 # the rows that start within the budget (the first one to pass it included: it shows that
 # there is more).
-_SIZED_PAGE = """
-    SELECT * FROM (
-        SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
-        FROM (
-            SELECT * FROM ({rows}) AS unsized
-            WHERE (unsized.topic, unsized.partition) > (%(after_topic)s, %(after_partition)s)
-            ORDER BY unsized.topic, unsized.partition
-            LIMIT %(rows)s
-        ) AS r
-    ) AS sized
-    WHERE sized.upto - sized.size <= %(budget)s
-    ORDER BY sized.topic, sized.partition
-"""
-_FETCH = """
-SELECT g.generation, a.topic, a.partition, a."offset", a.metadata, a.commit_time, a.upto
+_GENERATION = (
+    "coalesce((SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0)"
+)
+_FETCH = f"""
+SELECT {_GENERATION}, sized.topic, sized.partition, sized."offset", sized.metadata, sized.commit_time, sized.upto
 FROM (
-    SELECT coalesce(
-        (SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0
-    ) AS generation
-) AS g
-LEFT JOIN LATERAL ({page}) AS a ON true
-ORDER BY a.topic, a.partition
+    SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
+    FROM (
+        SELECT * FROM ({{rows}}) AS unsized
+        WHERE (unsized.topic, unsized.partition) > (%(after_topic)s, %(after_partition)s)
+        ORDER BY unsized.topic, unsized.partition
+        LIMIT %(rows)s
+    ) AS r
+) AS sized
+WHERE sized.upto - sized.size <= %(budget)s
+ORDER BY sized.topic, sized.partition
 """
+#: The generation alone, for a page without rows.
+_FETCH_GENERATION = f"SELECT {_GENERATION}"
 _ROW_SIZE = f"octet_length(o.topic) + octet_length(o.metadata) + {_FETCH_ENTRY_BYTES} AS size"
 _FETCH_ALL = _FETCH.format(
-    page=_SIZED_PAGE.format(
-        rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
-        FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s"""
-    )
+    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s"""
 )
 # Named partitions without an offset come back as -1 (Kafka's convention), in their place
 # in key order, so that they are paged like the others.
 _FETCH_SELECTED = _FETCH.format(
-    page=_SIZED_PAGE.format(
-        rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
-        FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s AND o.topic = ANY(%(whole)s::text[])
-        UNION ALL
-        SELECT n.topic, n.partition, coalesce(o."offset", {NO_OFFSET}), coalesce(o.metadata, ''), o.commit_time,
-            octet_length(n.topic) + coalesce(octet_length(o.metadata), 0) + {_FETCH_ENTRY_BYTES} AS size
-        FROM unnest(%(topics)s::text[], %(partitions)s::integer[]) AS n(topic, partition)
-        LEFT JOIN offsetstore.offsets AS o
-            ON o.group_id = %(group)s AND o.topic = n.topic AND o.partition = n.partition"""
-    )
+    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s AND o.topic = ANY(%(whole)s::text[])
+    UNION ALL
+    SELECT n.topic, n.partition, coalesce(o."offset", {NO_OFFSET}), coalesce(o.metadata, ''), o.commit_time,
+        octet_length(n.topic) + coalesce(octet_length(o.metadata), 0) + {_FETCH_ENTRY_BYTES} AS size
+    FROM unnest(%(topics)s::text[], %(partitions)s::integer[]) AS n(topic, partition)
+    LEFT JOIN offsetstore.offsets AS o
+        ON o.group_id = %(group)s AND o.topic = n.topic AND o.partition = n.partition"""
 )
 
 
@@ -459,13 +451,16 @@ class PageRequest:
         return min(self.page_size, MAX_OFFSETS_PAGE) if self.page_size > 0 else None
 
 
-def _fingerprint(*parts: object) -> str:
+def _fingerprint(request: tuple) -> str:
     """What a page token is bound to: the request it continues (not its page size)."""
-    return hashlib.blake2b(json.dumps(parts).encode(), digest_size=8).hexdigest()
+    return hashlib.blake2b(json.dumps(request).encode(), digest_size=8).hexdigest()
 
 
-def _page_start(page: PageRequest, fingerprint: str) -> tuple[int | None, str, int]:
-    """(generation seen by the first page or None, after topic, after partition) of ``page``'s token."""
+def _page_start(page: PageRequest, request: tuple) -> tuple[int | None, str, int]:
+    """(generation seen by the first page or None, after topic, after partition) of ``page``'s token.
+
+    ``request`` names what the token must have been issued for (the RPC, the group, its topics).
+    """
     if not page.page_token:
         return None, "", -1
     try:
@@ -475,7 +470,7 @@ def _page_start(page: PageRequest, fingerprint: str) -> tuple[int | None, str, i
     if (
         isinstance(value, list)
         and len(value) == 4
-        and value[0] == fingerprint
+        and value[0] == _fingerprint(request)
         and all(type(n) is int and 0 <= n <= check.INT64_MAX for n in (value[1], value[3]))
         and isinstance(value[2], str)
         and 0 < len(value[2]) <= check.MAX_TOPIC_CHARS
@@ -501,8 +496,8 @@ def _cut_page(
     return rows, False
 
 
-def _next_token(fingerprint: str, generation: int, topic: str, partition: int) -> str:
-    return _encode_token([fingerprint, generation, topic, partition])
+def _next_token(request: tuple, generation: int, topic: str, partition: int) -> str:
+    return _encode_token([_fingerprint(request), generation, topic, partition])
 
 
 def _check_same_generation(group_id: str, seen: int | None, generation: int) -> None:
@@ -519,15 +514,15 @@ def fetch_offsets(
 ) -> FetchResult:
     """Committed offsets, one page of them; a named partition without one comes back with offset -1.
 
-    One statement, so the offsets and the generation come from one snapshot.
+    One statement, so the page's offsets and the generation come from one snapshot.
     """
     v = check.Violations()
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
     limit = page.checked(v)
     v.raise_if_any()
-    fingerprint = _fingerprint("fetch", group_id, sels)
-    seen, after_topic, after_partition = _page_start(page, fingerprint)
+    request = ("fetch", group_id, sels)
+    seen, after_topic, after_partition = _page_start(page, request)
     params = {
         "group": group_id,
         "after_topic": after_topic,
@@ -545,16 +540,15 @@ def fetch_offsets(
         rows = _hot(conn, _FETCH_SELECTED, params)
     else:
         rows = _hot(conn, _FETCH_ALL, params)
-    generation = rows[0][0]
+    # Each row carries the generation, read in the same statement; a page without rows asks for it.
+    generation = rows[0][0] if rows else _hot(conn, _FETCH_GENERATION, {"group": group_id})[0][0]
     _check_same_generation(group_id, seen, generation)
-    if rows[0][1] is None:  # the outer join's row of a group without (more) offsets
-        rows = []
     rows, more = _cut_page(rows, limit, page, f"group {group_id!r}'s offsets")
     offsets = {
         TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
         for _, topic, partition, offset, metadata, at, _ in rows
     }
-    token = _next_token(fingerprint, generation, rows[-1][1], rows[-1][2]) if more else ""
+    token = _next_token(request, generation, rows[-1][1], rows[-1][2]) if more else ""
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
@@ -592,8 +586,8 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
     check.group_id(group_id, violations=v)
     limit = page.checked(v)
     v.raise_if_any()
-    fingerprint = _fingerprint("describe", group_id)
-    seen, after_topic, after_partition = _page_start(page, fingerprint)
+    request = ("describe", group_id)
+    seen, after_topic, after_partition = _page_start(page, request)
     group = (
         select(groups.c.generation, groups.c.reset_count, groups.c.deleted_at, groups.c.member_id, groups.c.member_host)
         .where(groups.c.group_id == group_id)
@@ -647,7 +641,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         PartitionStatus(r.topic, r.partition, r.offset, r.metadata, r.commit_time, r.log_end_offset, r.lag)
         for r in listed
     ]
-    token = _next_token(fingerprint, first.generation, listed[-1].topic, listed[-1].partition) if more else ""
+    token = _next_token(request, first.generation, listed[-1].topic, listed[-1].partition) if more else ""
     return GroupDescription(
         group_id, first.generation, partitions, first.reset_count, first.member_id, first.member_host, token
     )
