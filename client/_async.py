@@ -100,7 +100,10 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         (see OffsetStoreClient._read_pages).
         """
 
-        async def later(token: str, waited: float = 0.0) -> P:
+        waited = 0.0
+
+        async def later(token: str) -> P:
+            nonlocal waited
             while True:
                 try:
                     return await read(token)

@@ -111,7 +111,10 @@ class OffsetStoreClient(_base.ClientBase):
         at the budget's pace instead of from its first page again.
         """
 
-        def later(token: str, waited: float = 0.0) -> P:
+        waited = 0.0
+
+        def later(token: str) -> P:
+            nonlocal waited
             while True:
                 try:
                     return read(token)
