@@ -488,7 +488,7 @@ def _cut_page(
     if rows and (rows[-1][upto] or 0) > page.max_bytes - _ENVELOPE_BYTES:
         if limit is None:
             raise ResourceExhaustedError(
-                f"{what} is larger than the {page.max_bytes} bytes one response may hold; "
+                f"{what} would take more than the {page.max_bytes} bytes one response may hold; "
                 "ask for it in pages (page_size > 0; the Python client does)",
                 metadata={"limit": "response_bytes", "max_bytes": str(page.max_bytes)},
             )
@@ -543,7 +543,7 @@ def fetch_offsets(
     # Each row carries the generation, read in the same statement; a page without rows asks for it.
     generation = rows[0][0] if rows else _hot(conn, _FETCH_GENERATION, {"group": group_id})[0][0]
     _check_same_generation(group_id, seen, generation)
-    rows, more = _cut_page(rows, limit, page, f"group {group_id!r}'s offsets")
+    rows, more = _cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
     offsets = {
         TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
         for _, topic, partition, offset, metadata, at, _ in rows
@@ -636,7 +636,9 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
     first = rows[0]
     _check_same_generation(group_id, seen, first.generation)
-    listed, more = _cut_page([r for r in rows if r.topic is not None], limit, page, f"group {group_id!r}")
+    listed, more = _cut_page(
+        [r for r in rows if r.topic is not None], limit, page, f"the description of group {group_id!r}"
+    )
     partitions = [
         PartitionStatus(r.topic, r.partition, r.offset, r.metadata, r.commit_time, r.log_end_offset, r.lag)
         for r in listed

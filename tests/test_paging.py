@@ -26,6 +26,7 @@ from offsetstore.client import (
 from offsetstore.client.errors import from_rpc_error
 from offsetstore.server import storage
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import Settings
 from offsetstore.server.engine import create_engine
 from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -258,3 +259,18 @@ def test_the_async_client_merges_the_pages_too(client: OffsetStoreClient, small:
             return len(fetched.offsets), len(described.partitions)
 
     assert asyncio.run(read()) == (PARTITIONS, PARTITIONS)
+
+
+def test_the_response_limit_is_a_serve_setting_within_bounds() -> None:
+    assert Settings.load({}, {}).max_response_bytes == 2**20
+    assert (
+        Settings.load({"max_response_bytes": None}, {"OFFSETSTORE_MAX_RESPONSE_BYTES": "65536"}).max_response_bytes
+        == 65536
+    )
+    assert (
+        Settings.load({"max_response_bytes": 2**22}, {"OFFSETSTORE_MAX_RESPONSE_BYTES": "65536"}).max_response_bytes
+        == 2**22
+    )
+    for bad in (1000, 2**26 + 1):  # pages too small to hold the widest entry; beyond what the server sends
+        with pytest.raises(ValueError, match="OFFSETSTORE_MAX_RESPONSE_BYTES"):
+            Settings(max_response_bytes=bad)
