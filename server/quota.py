@@ -58,12 +58,13 @@ def creation_prefixes(principal: Principal) -> tuple[str, ...]:
 def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tuple[bool, int]:
     """Whether ``group_id`` is a live group, and how many live groups start with one of ``prefixes``.
 
-    ONE statement; the existence is a primary-key lookup. The count reads the groups table:
-    the primary key's collation (unless ``C``) cannot serve a prefix. Each prefix is its own
-    ``starts_with`` (as ListGroups filters) on a value the planner sees, so that an index
-    ``(group_id text_pattern_ops) WHERE deleted_at IS NULL`` would make each one index range
-    (checked with EXPLAIN: a BitmapOr of range scans); the group metrics' join over an array
-    of prefixes cannot use one. The prefixes of :func:`creation_prefixes` cover disjoint
+    ONE statement; the existence is a primary-key lookup, and the count runs only when the
+    group is missing. The primary key's collation (unless ``C``) cannot serve a prefix; each
+    prefix is its own ``starts_with`` (as ListGroups filters) on a value the planner sees,
+    so that the index ``ix_groups_live_prefix`` (``text_pattern_ops``, live groups only;
+    migration 0005) makes each one an index range: EXPLAIN shows a BitmapOr of range scans,
+    2.5 ms for 4,000 of 200,000 groups, 26 ms without the index. The group metrics' join
+    over an array of prefixes could not use it. The prefixes of :func:`creation_prefixes` cover disjoint
     groups, so no group is counted twice.
     """
     live = groups.c.deleted_at.is_(None)

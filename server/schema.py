@@ -15,6 +15,7 @@ from sqlalchemy import (
     Table,
     Text,
     func,
+    text,
 )
 
 SCHEMA = "offsetstore"
@@ -52,6 +53,15 @@ groups = Table(
     # stay HOT, and the maintenance round reads the table once a minute.
     Column("active_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
+    # Live group ids by prefix (the group quota's count, ListGroups by prefix): the primary
+    # key's collation cannot serve a prefix. Updates that leave group_id and deleted_at
+    # alone stay HOT.
+    Index(
+        "ix_groups_live_prefix",
+        "group_id",
+        postgresql_ops={"group_id": "text_pattern_ops"},
+        postgresql_where=text("deleted_at IS NULL"),
+    ),
 )
 
 # The next offset to consume per (group, topic, partition). -2 and -1 are the
