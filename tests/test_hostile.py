@@ -44,6 +44,7 @@ from offsetstore.client import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
+from offsetstore.client.errors import from_rpc_error
 from offsetstore.client.types import Watermark
 from offsetstore.server import cli as server_cli
 from offsetstore.server import metrics, migrate
@@ -53,6 +54,7 @@ from offsetstore.server.config import Settings
 from offsetstore.server.engine import create_engine
 from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
 INT64_MAX = 2**63 - 1
 ROOT = Path(__file__).resolve().parent.parent
@@ -727,57 +729,77 @@ def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
         with (
             OffsetStoreClient(server.address, token=TOKENS["reader"], timeout=60) as reader,
             OffsetStoreClient(server.address, token=TOKENS["root"], timeout=60) as root,
+            grpc.insecure_channel(server.address) as channel,
         ):
             # Its pages overdraw the burst; the client waits for the budget between them.
             assert len(reader.fetch_offsets(group).offsets) == 10_000
-            with pytest.raises(ResourceExhaustedError) as refused:  # the next read: the budget is spent
-                reader.fetch_offsets(group)
-            assert refused.value.metadata["limit"] == "principal_bytes"
-            assert 0 < refused.value.retry_after < 2  # one page's overdraft at 8 MiB/s
+            # A reader that does not wait: pages at once, until refused (the budget is spent).
+            stub, metadata, page_token = pb_grpc.OffsetStoreServiceStub(channel), bearer("reader"), ""
+            for _ in range(43):
+                request = pb.FetchOffsetsRequest(group_id=group, page_size=10_000, page_token=page_token)
+                try:
+                    page_token = stub.FetchOffsets(request, metadata=metadata, timeout=10).next_page_token
+                except grpc.RpcError as error:
+                    refused = from_rpc_error(error)
+                    break
+            else:
+                pytest.fail("43 pages of 1 MiB at once, right after 44 MB, and no refusal")
+            assert isinstance(refused, ResourceExhaustedError) and refused.metadata["limit"] == "principal_bytes"
+            assert 0 < refused.retry_after < 2  # one page's overdraft at 8 MiB/s
             topic = "t-" + "x" * 247
             assert len(root.fetch_offsets(group, {topic: range(1000)}).offsets) == 1000  # a budget of its own
-            time.sleep(refused.value.retry_after + 0.2)
+            time.sleep(refused.retry_after + 0.2)
             assert len(reader.fetch_offsets(group, {topic: range(100)}).offsets) == 100  # refilled
 
 
 # --- the load test: one abusive client, one well-behaved token holder --------------------------
 
 
+# Pages through the group over and over with a raw stub, as fast as the server lets it:
+# it sleeps only for what a refusal's retry hint says.
 ABUSIVE_FETCHER = """
 import signal, sys, time
-from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
+import grpc
+from offsetstore.client import ResourceExhaustedError
+from offsetstore.client.errors import from_rpc_error
+from offsetstore.v1 import offset_store_pb2 as pb, offset_store_pb2_grpc as pb_grpc
 address, token, group, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-options = [("grpc.max_receive_message_length", 64 << 20)]
-fetched = refused = 0
+pages = refused = 0
 signal.signal(signal.SIGTERM, signal.default_int_handler)  # terminate() ends the loop, not the report
 try:
-    with OffsetStoreClient(address, token=token, timeout=30, options=options) as reader:
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.OffsetStoreServiceStub(channel)
+        metadata, page_token = (("authorization", "Bearer " + token),), ""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            request = pb.FetchOffsetsRequest(group_id=group, page_size=10_000, page_token=page_token)
             try:
-                reader.fetch_offsets(group)
-                fetched += 1
-            except ResourceExhaustedError as error:
+                page_token = stub.FetchOffsets(request, metadata=metadata, timeout=30).next_page_token
+                pages += 1
+            except grpc.RpcError as error:
+                refusal = from_rpc_error(error)
+                if not isinstance(refusal, ResourceExhaustedError):
+                    raise
                 refused += 1
-                time.sleep(error.retry_after or 0.25)
+                time.sleep(refusal.retry_after or 0.25)
 except KeyboardInterrupt:
     pass
-print(fetched, refused)
+print(pages, refused)
 """
 
 
 class Abuser:
     """One hostile principal doing everything above at once, on 127.0.0.1, for ``seconds`` at most.
 
-    Its huge fetches run in processes of their own: decoding 44 MB responses in the test's
-    process would slow the token holder's client, not the server.
+    Its huge reads run in processes of their own: decoding their pages in the test's process
+    would slow the token holder's client, not the server.
     """
 
     def __init__(self, served: Served, huge: str | None, seconds: float = 60) -> None:
         self.served, self.huge, self.seconds = served, huge or "", seconds
         self.fetchers_count = 4 if huge else 0
         self.stop = threading.Event()
-        self.fetched = self.refused = 0
+        self.pages = self.refused = 0
 
     def __enter__(self) -> Abuser:
         self.channels, self.streams, self.hang = open_reflection_streams(self.served.address, 40)
@@ -804,8 +826,8 @@ class Abuser:
             fetcher.terminate()
             out, _ = fetcher.communicate(timeout=60)
             if out.strip():
-                fetched, refused = map(int, out.split())
-                self.fetched, self.refused = self.fetched + fetched, self.refused + refused
+                pages, refused = map(int, out.split())
+                self.pages, self.refused = self.pages + pages, self.refused + refused
         self.hang.set()
         for s in self.slow:
             s.close()
@@ -825,7 +847,7 @@ def measure(served: Served, huge: str | None) -> tuple[list[float], list[float],
         loaded = timed_commits(served.address, 1000, timeout=10)
     print(
         f"token holder p99: unloaded {p99(unloaded) * 1000:.1f} ms, loaded {p99(loaded) * 1000:.1f} ms "
-        f"(x{p99(loaded) / p99(unloaded):.1f}); the abuser fetched {abuser.fetched}, was refused {abuser.refused}"
+        f"(x{p99(loaded) / p99(unloaded):.1f}); the abuser read {abuser.pages} pages, was refused {abuser.refused}"
     )
     return unloaded, loaded, abuser
 
