@@ -53,9 +53,8 @@ groups = Table(
     # stay HOT, and the maintenance round reads the table once a minute.
     Column("active_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
-    # Live group ids by prefix (the group quota's count, ListGroups by prefix): the primary
-    # key's collation cannot serve a prefix. Updates that leave group_id and deleted_at
-    # alone stay HOT.
+    # Live group ids by prefix, for the group quota's count: the primary key's collation
+    # cannot serve a prefix. Updates that leave group_id and deleted_at alone stay HOT.
     Index(
         "ix_groups_live_prefix",
         "group_id",

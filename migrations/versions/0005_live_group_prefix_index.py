@@ -1,10 +1,10 @@
-"""An index of live group ids by prefix: the group quota's count, ListGroups and metrics by prefix.
+"""An index of live group ids by prefix, for the group quota's count of a principal's groups.
 
 The primary key cannot serve a prefix under a collation other than ``C`` (``C.UTF-8`` is
 not ``C`` to PostgreSQL 15), so counting a principal's groups for the group quota read the
-whole table: ~50 ms at 200k groups, on every group creation of a principal under a quota.
-With ``text_pattern_ops`` a prefix is a range scan. Partial (live groups only), because
-deleted groups are never counted or listed. Updates that leave ``group_id`` and
+whole table: ~26 ms at 200k groups (2 ms with this index), on every group creation of a
+principal under a quota. With ``text_pattern_ops`` a prefix is a range scan. Partial (live
+groups only), because deleted groups are never counted. Updates that leave ``group_id`` and
 ``deleted_at`` alone (joins, resets, activity) stay HOT. Building it locks writes to
 ``groups`` for as long as one pass over the table takes (a second per million groups).
 """
