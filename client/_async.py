@@ -92,12 +92,13 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         request = _base.commit_offsets_request(group_id, offsets, generation)
         return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
-    async def _read_pages(self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R]) -> R:
+    async def _read_pages(
+        self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R], timeout: float | None
+    ) -> R:
         """All pages of a read, from the first again if a join or a reset came between two of them.
 
         A later page refused for the caller's per-principal limits is asked for again when the
-        server's retry hint says
-        (see OffsetStoreClient._read_pages).
+        server's retry hint says (see OffsetStoreClient._read_pages).
         """
 
         waited = 0.0
@@ -108,7 +109,7 @@ class AsyncOffsetStoreClient(_base.ClientBase):
                 try:
                     return await read(token)
                 except ResourceExhaustedError as error:
-                    if not _base.wait_for_budget(error, waited, self._default_timeout):
+                    if not _base.wait_for_budget(error, waited, self._default_timeout if timeout is None else timeout):
                         raise
                     await asyncio.sleep(error.retry_after)  # type: ignore[arg-type]
                     waited += error.retry_after  # type: ignore[operator]
@@ -132,7 +133,7 @@ class AsyncOffsetStoreClient(_base.ClientBase):
             request = _base.fetch_offsets_request(group_id, topics, token)
             return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
 
-        return await self._read_pages(page, _base.merge_fetch_pages)
+        return await self._read_pages(page, _base.merge_fetch_pages, timeout)
 
     async def reset_offsets(
         self,
@@ -216,7 +217,7 @@ class AsyncOffsetStoreClient(_base.ClientBase):
             request = _base.describe_group_request(group_id, token)
             return await self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
 
-        return await self._read_pages(page, _base.merge_description_pages)
+        return await self._read_pages(page, _base.merge_description_pages, timeout)
 
     async def list_offset_history(
         self,

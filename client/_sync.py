@@ -103,11 +103,11 @@ class OffsetStoreClient(_base.ClientBase):
         request = _base.commit_offsets_request(group_id, offsets, generation)
         return self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
 
-    def _read_pages(self, read: Callable[[str], P], merge: Callable[[list[P]], R]) -> R:
+    def _read_pages(self, read: Callable[[str], P], merge: Callable[[list[P]], R], timeout: float | None) -> R:
         """All pages of a read, from the first again if a join or a reset came between two of them.
 
         A later page refused for the caller's per-principal limits is asked for again when the
-        server's retry hint says, for up to the client's timeout in all: a large group is read
+        server's retry hint says, for up to the call's timeout in all: a large group is read
         at the budget's pace instead of from its first page again.
         """
 
@@ -119,7 +119,7 @@ class OffsetStoreClient(_base.ClientBase):
                 try:
                     return read(token)
                 except ResourceExhaustedError as error:
-                    if not _base.wait_for_budget(error, waited, self._default_timeout):
+                    if not _base.wait_for_budget(error, waited, self._default_timeout if timeout is None else timeout):
                         raise
                     time.sleep(error.retry_after)  # type: ignore[arg-type]
                     waited += error.retry_after  # type: ignore[operator]
@@ -146,7 +146,7 @@ class OffsetStoreClient(_base.ClientBase):
             request = _base.fetch_offsets_request(group_id, topics, token)
             return self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
 
-        return self._read_pages(page, _base.merge_fetch_pages)
+        return self._read_pages(page, _base.merge_fetch_pages, timeout)
 
     def reset_offsets(
         self,
@@ -229,7 +229,7 @@ class OffsetStoreClient(_base.ClientBase):
             request = _base.describe_group_request(group_id, token)
             return self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
 
-        return self._read_pages(page, _base.merge_description_pages)
+        return self._read_pages(page, _base.merge_description_pages, timeout)
 
     def list_offset_history(
         self,
