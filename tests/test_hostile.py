@@ -750,6 +750,11 @@ def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
             assert len(root.fetch_offsets(group, {topic: range(1000)}).offsets) == 1000  # a budget of its own
             time.sleep(refused.retry_after + 0.2)
             assert len(reader.fetch_offsets(group, {topic: range(100)}).offsets) == 100  # refilled
+            # The whole group again needs ~5 s of budget: the client waits for it within the
+            # call's timeout in all, not the client's 60 s, and then gives up.
+            with pytest.raises(ResourceExhaustedError) as paced:
+                reader.fetch_offsets(group, timeout=2)
+            assert paced.value.metadata["limit"] == "principal_bytes"
 
 
 # --- the load test: one abusive client, one well-behaved token holder --------------------------
