@@ -2,45 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import logging
 import signal
 import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from offsetstore.client.durations import format_duration
-from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError, ResourceExhaustedError
+from offsetstore.client.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.v1 import offset_store_pb2 as pb
-from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
 from . import migrate
 from ._logging import configure_logging
-from .auth import AuthConfig, AuthConfigError, AuthInterceptor, current_principal, server_credentials
+from .admission import Admission
+from .async_store import AsyncStore
+from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
 from .engine import create_engine
+from .gate import Gate
 from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import Store
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
+
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
+_HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 
 # Responses are pages: <= 1000 items, or --max-response-bytes (at most this) of a group's offsets.
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Calls open at once, waiting ones included; each costs a coroutine and its buffers.
+MAX_CONCURRENT_CALLS = 10_000
 
 #: ``--reflection``: served to everyone, not served, or served to authenticated callers only.
 REFLECTION_MODES = ("on", "off", "authenticated")
-#: Streams (reflection's) open at once; each holds an RPC worker while open.
+#: Reflection streams open at once.
 MAX_STREAMS = 4
 #: Response bytes one principal may read per second on average (bursts of 4 s of it).
 PRINCIPAL_BYTES_PER_SECOND = 4 * 2**20
@@ -58,251 +66,85 @@ CONNECTION_OPTIONS = (
     ("grpc.max_connection_age_grace_ms", 30_000),
 )
 
-_UNDECODABLE = object()
 
+class StreamGuard(grpc.aio.ServerInterceptor):
+    """Bounds server reflection's streams in number and in time, and may require a known caller.
 
-class RequestGuard(grpc.ServerInterceptor):
-    """Answers INVALID_ARGUMENT, not gRPC's bare INTERNAL, to bytes that are not the RPC's request message.
-
-    gRPC itself fails a call whose request does not decode with INTERNAL ("Exception
-    deserializing request!"); a client's garbage is bad input, not a server fault.
-    """
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
-            return handler
-        decode, inner = handler.request_deserializer, handler.unary_unary
-        name = details.method.rpartition("/")[2]  # type: ignore[attr-defined]
-
-        def deserialize(data: bytes) -> Any:
-            try:
-                return decode(data)
-            except Exception:
-                return _UNDECODABLE
-
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            if request is _UNDECODABLE:
-                error = InvalidArgumentError(f"the request does not decode as a {name} request message")
-                context.abort_with_status(error.to_status())
-            return inner(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour, request_deserializer=deserialize, response_serializer=handler.response_serializer
-        )
-
-
-class StreamGuard(grpc.ServerInterceptor):
-    """Bounds the streams that hold an RPC worker while open (server reflection's), in number and in time.
-
-    gRPC's sync server runs a stream on one worker thread until it ends, and a client may
-    keep a reflection stream open and idle, with no credentials: a few dozen would take every
-    worker from the token holders. Beyond ``limit`` open streams a new one is
-    RESOURCE_EXHAUSTED at once, and each is cancelled after ``seconds``. With
-    ``authenticate`` (``--reflection authenticated``), a stream needs a caller it accepts.
-    Health's Watch does not hold a worker (gRPC's callback streaming) and is left alone.
+    A stream costs a coroutine, but a client may keep any number open and idle: beyond
+    ``limit`` open streams a new one is RESOURCE_EXHAUSTED at once, and each is ended
+    (CANCELLED) after ``seconds``. With ``authenticate`` (``--reflection authenticated``), a
+    stream needs a caller it accepts. Health's Watch, which streams by design, is left alone.
     """
 
     def __init__(
         self,
         limit: int,
         seconds: float,
-        authenticate: Callable[[grpc.ServicerContext], object] | None = None,
+        authenticate: Callable[[grpc.aio.ServicerContext], object] | None = None,
     ) -> None:
         self.limit = limit
         self.seconds = seconds
         self.authenticate = authenticate
-        self._slots = threading.BoundedSemaphore(limit) if limit > 0 else None
+        self._open = 0
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        if handler is None or not (handler.request_streaming or handler.response_streaming):
-            return handler
-        if details.method.startswith(f"/{SERVICE_NAME}/"):  # type: ignore[attr-defined]
-            return handler  # all unary; a "stream" here is auth's refusal, which reads nothing
-        behaviour = handler.stream_stream or handler.unary_stream or handler.stream_unary
-        if behaviour is None or getattr(behaviour, "experimental_non_blocking", False):
-            return handler
-        guarded = self._guard(behaviour, streaming_response=handler.response_streaming)
-        options = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(guarded, **options)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(guarded, **options)
-        return grpc.stream_unary_rpc_method_handler(guarded, **options)
-
-    def _admit(self, context: grpc.ServicerContext) -> threading.Timer:
-        try:
-            if self.authenticate is not None:
-                self.authenticate(context)
-            if self._slots is None or not self._slots.acquire(blocking=False):
-                raise ResourceExhaustedError(
-                    f"the server serves at most {self.limit} streams at once; retry later",
-                    retry_after=1.0,
-                    metadata={"limit": "streams"},
-                )
-        except OffsetStoreError as error:
-            context.abort_with_status(error.to_status())
-        timer = threading.Timer(self.seconds, context.cancel)
-        timer.daemon = True
-        timer.start()
-        return timer
-
-    def _release(self, timer: threading.Timer) -> None:
-        timer.cancel()
-        assert self._slots is not None
-        self._slots.release()
-
-    def _guard(self, behaviour: Callable[..., Any], *, streaming_response: bool) -> Callable[..., Any]:
-        if streaming_response:
-
-            def stream(request: Any, context: grpc.ServicerContext) -> Any:
-                timer = self._admit(context)
-                try:
-                    yield from behaviour(request, context)
-                finally:
-                    self._release(timer)
-
-            return stream
-
-        def unary(request: Any, context: grpc.ServicerContext) -> Any:
-            timer = self._admit(context)
-            try:
-                return behaviour(request, context)
-            finally:
-                self._release(timer)
-
-        return unary
-
-
-class CallLimiter(grpc.ServerInterceptor):
-    """Per principal: at most ``limit`` calls at once, and responses of ``bytes_per_second`` on average.
-
-    One tenant's sixteen reads of a huge group would otherwise hold sixteen workers, and
-    the CPU of every page, while the other tenants wait. Beyond either limit a call is
-    RESOURCE_EXHAUSTED at once, with a retry hint. The byte budget is a token bucket of
-    ``burst_bytes`` (a response may overdraw it; the next calls wait until it is refilled),
-    so ordinary reads never meet it and a loop of huge ones gets its share of the CPU only.
-    In the chain after auth, which names the principal
-    (:data:`~offsetstore.server.auth.current_principal`); with authentication off there are
-    no tenants to be fair between and it does nothing.
-    """
-
-    #: What a caller refused for its concurrency is told to wait before retrying.
-    RETRY_AFTER = 0.25
-
-    def __init__(self, limit: int, bytes_per_second: float = 0, burst_bytes: float | None = None) -> None:
-        if limit < 1:
-            raise ValueError("the per-principal call limit must be >= 1")
-        self.limit = limit
-        self.rate = bytes_per_second
-        self.burst = burst_bytes if burst_bytes is not None else 4 * bytes_per_second
-        self._lock = threading.Lock()
-        self._running: dict[str, int] = {}
-        self._buckets: dict[str, tuple[float, float]] = {}  # principal -> (bytes left, when)
-
-    def _refused(self, principal: str) -> ResourceExhaustedError | None:
-        """Admits a call of ``principal`` (counting it as running) or says why not; under the lock."""
-        running = self._running.get(principal, 0)
-        if running >= self.limit:
-            return ResourceExhaustedError(
-                f"{principal} already has {self.limit} calls running; retry in a moment",
-                retry_after=self.RETRY_AFTER,
-                metadata={"limit": "principal_calls", "max_calls": str(self.limit)},
-            )
-        if self.rate > 0 and principal in self._buckets:
-            left, when = self._buckets[principal]
-            now = time.monotonic()
-            left = min(self.burst, left + (now - when) * self.rate)
-            if left >= self.burst:
-                del self._buckets[principal]  # full again: forget it, so the map stays small
-            else:
-                self._buckets[principal] = (left, now)
-            if left < 0:
-                return ResourceExhaustedError(
-                    f"{principal} has read more than {self.rate / 2**20:.0f} MiB/s of responses; retry later",
-                    retry_after=-left / self.rate,
-                    metadata={"limit": "principal_bytes", "bytes_per_second": str(int(self.rate))},
-                )
-        self._running[principal] = running + 1
-        return None
-
-    def _charge(self, principal: str, size: int) -> None:
-        now = time.monotonic()
-        left, when = self._buckets.get(principal, (self.burst, now))
-        self._buckets[principal] = (min(self.burst, left + (now - when) * self.rate) - size, now)
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        inner = handler.unary_unary
-
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            principal = current_principal.get()
-            if principal is None:
-                return inner(request, context)
-            with self._lock:
-                error = self._refused(principal)
-            if error is not None:
-                log.info("rpc refused", extra={"outcome": "RESOURCE_EXHAUSTED", "principal": principal})
-                context.abort_with_status(error.to_status())
-            size = 0
-            try:
-                response = inner(request, context)
-                if self.rate > 0:
-                    size = response.ByteSize()
-                return response
-            finally:
-                with self._lock:
-                    left = self._running[principal] - 1
-                    if left:
-                        self._running[principal] = left
-                    else:
-                        del self._running[principal]
-                    if size > 0:
-                        self._charge(principal, size)
-
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
+        handler = await continuation(details)
+        method: str = details.method  # type: ignore[attr-defined]
+        if handler is None or handler.stream_stream is None or method == _HEALTH_WATCH:
+            return handler  # the offset store's methods and health's are not streams that idle
+        return grpc.stream_stream_rpc_method_handler(
+            self._guard(handler.stream_stream),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
 
+    def _guard(self, behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                if self.authenticate is not None:
+                    self.authenticate(context)
+                if self._open >= self.limit:
+                    raise ResourceExhaustedError(
+                        f"the server serves at most {self.limit} streams at once; retry later",
+                        retry_after=1.0,
+                        metadata={"limit": "streams"},
+                    )
+            except OffsetStoreError as error:
+                await context.abort_with_status(error.to_status())
+            self._open += 1
+            try:
+                async with asyncio.timeout(self.seconds):
+                    async for response in behaviour(requests, context):
+                        yield response
+            except TimeoutError:
+                await context.abort(grpc.StatusCode.CANCELLED, f"a stream ends after {self.seconds:g} s")
+            finally:
+                self._open -= 1
+
+        return stream
+
 
 class HealthWatcher:
-    """Keeps grpc.health.v1 at SERVING exactly while the database answers."""
+    """Keeps grpc.health.v1 at SERVING exactly while the database answers; a task on the server's loop."""
 
-    def __init__(self, store: Store, servicer: health.HealthServicer, interval: float = 1.0) -> None:
+    def __init__(self, store: AsyncStore, servicer: health_aio.HealthServicer, interval: float = 1.0) -> None:
         self.store = store
         self.servicer = servicer
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="offsetstore-health", daemon=True)
         self._serving: bool | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self.check()
-        self._thread.start()
+    async def start(self) -> None:
+        await self.check()
+        self._task = asyncio.create_task(self._loop(), name="offsetstore-health")
 
-    def check(self) -> bool:
+    async def check(self) -> bool:
         try:
-            serving = self.store.ping()
+            serving = await self.store.ping()
         except Exception:
             # Whatever went wrong, the database did not answer; the watcher must live on to see it return.
             log.exception("health check failed")
@@ -310,27 +152,35 @@ class HealthWatcher:
         if serving != self._serving:
             status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
             for name in ("", SERVICE_NAME):
-                self.servicer.set(name, status)
+                await self.servicer.set(name, status)
             log.info("health changed", extra={"outcome": "SERVING" if serving else "NOT_SERVING"})
             self._serving = serving
         return serving
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.check()
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.check()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self.servicer.enter_graceful_shutdown()
-        if self._thread.is_alive():
-            self._thread.join()
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.servicer.enter_graceful_shutdown()
 
 
 class OffsetStoreServer:
-    """A running gRPC server over a Store; ``listen`` may use port 0 (see ``port``).
+    """A gRPC server (grpc.aio) over ``store``'s database, on an event loop thread of its own.
 
-    ``interceptors`` (metrics, say) see every call, also those refused as garbage or by
-    ``auth``, an :class:`~offsetstore.server.auth.AuthInterceptor`; ``credentials`` serve TLS.
+    ``listen`` may use port 0 (see ``port``); the port is bound when it is made, calls are
+    served from :meth:`start`. Calls reach the database through an :class:`AsyncStore` made
+    from ``store`` (its database, timeouts and metric hooks). ``interceptors`` (metrics, say;
+    ``grpc.aio`` interceptors) see every call, also those refused; ``auth``, an
+    :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises them;
+    ``credentials`` serve TLS. ``max_workers`` no longer counts threads: it sets the default
+    stream and per-principal call limits, as it did. ``reuse_port`` lets several processes
+    listen on one port (``serve --processes``).
     """
 
     def __init__(
@@ -339,8 +189,8 @@ class OffsetStoreServer:
         listen: str = "127.0.0.1:0",
         *,
         max_workers: int = 32,
-        interceptors: tuple[grpc.ServerInterceptor, ...] = (),
-        auth: grpc.ServerInterceptor | None = None,
+        interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
+        auth: AuthInterceptor | None = None,
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
@@ -350,55 +200,92 @@ class OffsetStoreServer:
         max_calls_per_principal: int | None = None,
         principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
         max_groups_per_principal: int = 0,
+        reuse_port: bool = False,
     ) -> None:
         self.store = store
         if reflection_mode not in REFLECTION_MODES:
             raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
-        authenticate = getattr(auth, "authenticate", None)
-        if reflection_mode == "authenticated" and authenticate is None:
+        if reflection_mode == "authenticated" and auth is None:
             raise ValueError("reflection 'authenticated' needs authentication: a tokens file or client certificates")
-        if max_streams is None:  # at most half the workers, so that unary calls always get the other half
+        if max_streams is None:  # as many as half the limit of calls, as when they held threads
             max_streams = min(MAX_STREAMS, max_workers // 2)
         if not 0 <= max_streams < max_workers:
-            raise ValueError("max_streams must be >= 0 and leave RPC workers for unary calls (< max_workers)")
-        streams = StreamGuard(max_streams, stream_seconds, authenticate if reflection_mode == "authenticated" else None)
+            raise ValueError("max_streams must be >= 0 and below max_workers")
         if max_calls_per_principal is None:  # a quarter of the workers: four tenants cannot fill them
             max_calls_per_principal = max(1, max_workers // 4)
-        # The first interceptor is the outermost: garbage is refused before auth reads the request.
-        chain = (
-            *interceptors,
-            streams,
-            RequestGuard(),
-            *((auth, CallLimiter(max_calls_per_principal, principal_bytes_per_second)) if auth is not None else ()),
-            *(_group_quota(store, auth, max_groups_per_principal) if auth is not None else ()),
-        )
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="offsetstore-rpc"),
-            interceptors=chain,
+        self._options = dict(
+            auth=auth,
+            interceptors=interceptors,
+            streams=StreamGuard(
+                max_streams, stream_seconds, auth.authenticate if reflection_mode == "authenticated" else None
+            ),
+            admission=Admission(
+                max_calls=max_calls_per_principal,
+                # What the sync server queued at most, server-wide; now per anonymous peer.
+                max_anonymous_calls=max_workers * 8,
+                bytes_per_second=principal_bytes_per_second,
+            ),
+            max_groups=max_groups_per_principal,
+            reflection_mode=reflection_mode,
+            health_interval=health_interval,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
                 *CONNECTION_OPTIONS,
             ],
-            # Beyond this many queued calls, new ones get RESOURCE_EXHAUSTED instead of waiting forever.
-            maximum_concurrent_rpcs=max_workers * 8,
         )
-        pb_grpc.add_OffsetStoreServiceServicer_to_server(OffsetStoreServicer(store), self.server)
-        self.health_servicer = health.HealthServicer()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="offsetstore-grpc", daemon=True)
+        self._thread.start()
+        self._started = False
+        try:
+            self.port = self._call(self._bind(listen, credentials))
+        except BaseException:
+            if hasattr(self, "async_store"):
+                self._call(self.async_store.close())
+            self._close_loop()
+            raise
+        if self.port == 0:
+            self._call(self.async_store.close())
+            self._close_loop()
+            raise OSError(f"cannot listen on {listen}")
+        self.host = listen.rpartition(":")[0].strip("[]")
+
+    def _call(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+        o = self._options
+        self.async_store = AsyncStore(
+            self.store,
+            hot_pool_size=self.store.pool_size,
+            pool_size=max(2, self.store.pool_size // 4),
+            write_flushers=self.store.write_flushers,
+        )
+        await self.async_store.open()
+        auth = o["auth"]
+        quota = None
+        if isinstance(auth, AuthInterceptor) and auth.config is not None:
+            quota = GroupQuota(self.async_store, auth, o["max_groups"])
+        gate = Gate(OffsetStoreServicer(self.async_store), admission=o["admission"], auth=auth, quota=quota)
+        self.server = grpc.aio.server(
+            interceptors=(*o["interceptors"], o["streams"]),
+            options=o["options"],
+            # A waiting call is a coroutine: no bound of threads; this one only bounds memory.
+            maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
+        )
+        self.server.add_generic_rpc_handlers((gate.handler(),))
+        self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
-        if reflection_mode != "off":
+        if o["reflection_mode"] != "off":
             grpc_reflection.enable_server_reflection(
                 (SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), self.server
             )
-        self.health = HealthWatcher(store, self.health_servicer, health_interval)
+        self.health = HealthWatcher(self.async_store, self.health_servicer, o["health_interval"])
         if credentials is None:
-            self.port = self.server.add_insecure_port(listen)
-        else:
-            self.port = self.server.add_secure_port(listen, credentials)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {listen}")
-        self.host = listen.rpartition(":")[0].strip("[]")
+            return self.server.add_insecure_port(listen)
+        return self.server.add_secure_port(listen, credentials)
 
     @property
     def address(self) -> str:
@@ -407,14 +294,31 @@ class OffsetStoreServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     def start(self) -> OffsetStoreServer:
-        self.health.start()
-        self.server.start()
+        async def start() -> None:
+            await self.health.start()
+            await self.server.start()
+
+        self._call(start())
+        self._started = True
         return self
 
     def stop(self, grace: float | None = 0) -> None:
         """Refuses new calls, lets in-flight ones finish within ``grace`` seconds, then stops."""
-        self.health.stop()
-        self.server.stop(grace).wait()
+
+        async def stop() -> None:
+            await self.health.stop()
+            await self.server.stop(grace)
+            await self.async_store.close()
+
+        if self._loop.is_closed():
+            return
+        self._call(stop())
+        self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
     def __enter__(self) -> OffsetStoreServer:
         return self.start()
@@ -575,12 +479,6 @@ def _reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | N
         log.info("tokens file reloaded", extra={"principals": len(config.principals)})
 
     return reload
-
-
-def _group_quota(store: Store, auth: grpc.ServerInterceptor, max_groups: int) -> tuple[grpc.ServerInterceptor, ...]:
-    """The per-principal group quota, innermost: it counts groups only for calls auth and the limiter let in."""
-    # Only a tokens file names quotas (max_groups) and grants narrower than every group.
-    return (GroupQuota(store, auth, max_groups),) if isinstance(auth, AuthInterceptor) else ()
 
 
 def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:

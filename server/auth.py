@@ -40,14 +40,14 @@ import hmac
 import logging
 import math
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from offsetstore.client.errors import OffsetStoreError, PermissionDeniedError, UnauthenticatedError
+from offsetstore.client.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.v1 import offset_store_pb2 as pb
 
 __all__ = [
@@ -321,8 +321,12 @@ _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
 _VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
 
 
-class AuthInterceptor(grpc.ServerInterceptor):
+class AuthInterceptor:
     """Authenticates and authorises each call of the offset store service before it runs.
+
+    The server's gate (:mod:`offsetstore.server.gate`) asks it, for each call, who the
+    caller is (:meth:`authenticate`: from the metadata and the TLS peer, before the request
+    is read) and whether the request is within its grants (:meth:`authorize`).
 
     With ``config``, a call carries ``authorization: Bearer <token>`` of one of its
     principals or, when ``mtls``, a client certificate whose URI SAN or subject CN names a
@@ -337,58 +341,20 @@ class AuthInterceptor(grpc.ServerInterceptor):
         self.config = config
         self.mtls = mtls
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        service, _, method = details.method.lstrip("/").rpartition("/")  # type: ignore[attr-defined]
-        if handler is None or service != _SERVICE:
-            return handler  # health and reflection stay open; unknown methods get UNIMPLEMENTED
-        inner = handler.unary_unary
+    def authorize(self, principal: Principal, method: str, request: Any) -> None:
+        """Raises PermissionDeniedError unless ``principal`` may call ``method`` with ``request``."""
         permission = RPC_PERMISSIONS.get(method)
-        # From the metadata alone, before a byte of the request is read: an anonymous caller
-        # must not make the server take (and decode) a 44 MB request only to refuse it.
-        try:
-            early = self._by_metadata(details.invocation_metadata)  # type: ignore[attr-defined]
-        except UnauthenticatedError as error:
-            return _refusal(method, error, handler)
-
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            principal: Principal | None = early
-            try:
-                if principal is None:
-                    principal = self.authenticate(context)
-                if inner is None or permission is None:
-                    raise PermissionDeniedError(f"{method} is not open to any principal")
-                if method == "ReportWatermarks":
-                    for topic in sorted({w.topic for w in request.watermarks}):
-                        if not principal.may_report(topic):
-                            shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
-                            raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
-                else:
-                    scope = _scope(method, request)
-                    if not principal.may(permission, scope):
-                        raise PermissionDeniedError(
-                            f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}"
-                        )
-            except OffsetStoreError as error:
-                who = principal.name if principal is not None else None  # never the token
-                log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": who})
-                context.abort_with_status(error.to_status())
-            assert principal is not None and inner is not None  # abort_with_status raised otherwise
-            token = current_principal.set(principal.name)
-            try:
-                return inner(request, context)
-            finally:
-                current_principal.reset(token)
-
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        if permission is None:
+            raise PermissionDeniedError(f"{method} is not open to any principal")
+        if method == "ReportWatermarks":
+            for topic in sorted({w.topic for w in request.watermarks}):
+                if not principal.may_report(topic):
+                    shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
+                    raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
+            return
+        scope = _scope(method, request)
+        if not principal.may(permission, scope):
+            raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}")
 
     def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
         """The token's principal; None when the call has no token and may yet pass by its certificate.
@@ -429,21 +395,6 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 return Principal(identities[0], _ANY_GROUP_ADMIN)
             return self.config.by_certificate(identities)
         raise AssertionError("unreachable: without mTLS, _by_metadata finds a principal or raises")
-
-
-def _refusal(method: str, error: OffsetStoreError, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler that refuses the call without reading its request.
-
-    gRPC's sync server reads a unary request in full before any handler runs, but a
-    request-streaming handler's messages only when it iterates them: served as one, the
-    refused request is never taken in (beyond the transport's flow-control window).
-    """
-
-    def refuse(requests: Any, context: grpc.ServicerContext) -> Any:
-        log.info("rpc refused", extra={"rpc": method, "outcome": error.code.name, "principal": None})
-        context.abort_with_status(error.to_status())
-
-    return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=handler.response_serializer)
 
 
 def certificate_identities(auth_context: Mapping[str, list[bytes]]) -> list[str]:

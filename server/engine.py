@@ -8,16 +8,26 @@ default for ``synchronous_commit``, and no statement or lock wait runs unbounded
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy import create_engine as _sqlalchemy_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engine
 from sqlalchemy.pool import NullPool
 
 from .migrate import normalize_url
 
-__all__ = ["connect_args", "create_engine", "libpq_conninfo"]
+__all__ = [
+    "connect_args",
+    "create_async_engine",
+    "create_async_pool",
+    "create_engine",
+    "libpq_conninfo",
+    "session_args",
+]
 
 
 def connect_args(
@@ -73,9 +83,52 @@ def create_engine(
     )
     url = normalize_url(database_url)
     if pool_size is None:
-        return _sqlalchemy_engine(url, poolclass=NullPool, connect_args=args)
-    return _sqlalchemy_engine(
-        url, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s, connect_args=args
+        engine = _sqlalchemy_engine(url, poolclass=NullPool, connect_args=args)
+    else:
+        engine = _sqlalchemy_engine(
+            url, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s, connect_args=args
+        )
+    _SESSION_ARGS[engine] = args
+    return engine
+
+
+#: The connect_args of each engine this module made: the asyncio server's connections copy them.
+_SESSION_ARGS: weakref.WeakKeyDictionary[Engine, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def session_args(engine: Engine) -> dict[str, Any]:
+    """The psycopg ``connect()`` arguments of an engine :func:`create_engine` made (defaults otherwise)."""
+    return dict(_SESSION_ARGS.get(engine) or connect_args())
+
+
+def create_async_engine(database_url: str, args: dict[str, Any], *, pool_size: int = 4) -> AsyncEngine:
+    """An asyncio engine whose sessions use ``args`` (:func:`connect_args`), for the server's colder operations.
+
+    They run the storage core's sync functions under ``AsyncConnection.run_sync``: the same
+    code as the sinks, and no thread.
+    """
+    timeout = args.get("connect_timeout", 5)
+    return _sqlalchemy_async_engine(
+        normalize_url(database_url), pool_size=pool_size, max_overflow=0, pool_timeout=timeout, connect_args=args
+    )
+
+
+def create_async_pool(database_url: str, args: dict[str, Any], *, size: int = 8) -> Any:
+    """A psycopg ``AsyncConnectionPool`` (not yet open) of autocommit connections whose sessions use ``args``.
+
+    The server's hot statements (the group commit's batch, the fetch) run on it, prepared,
+    without SQLAlchemy's layers. Waiting longer than the connect timeout for a connection
+    raises ``PoolTimeout``.
+    """
+    from psycopg_pool import AsyncConnectionPool
+
+    return AsyncConnectionPool(
+        libpq_conninfo(database_url, **args),
+        kwargs={"autocommit": True},
+        min_size=1,
+        max_size=size,
+        timeout=args.get("connect_timeout", 5),
+        open=False,
     )
 
 

@@ -13,13 +13,15 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import socket
 import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -42,6 +44,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 
 from . import storage
 from .config import split_host_port
+from .gate import current_request
 from .schema import groups, offsets, watermarks
 from .store import Store
 
@@ -221,37 +224,40 @@ class _MethodMetrics:
         self.seconds.observe(time.perf_counter() - started_at)
 
 
-def _final_code(context: grpc.ServicerContext, raised: bool) -> grpc.StatusCode:
+def _final_code(context: grpc.aio.ServicerContext, raised: bool) -> grpc.StatusCode:
     # abort()/abort_with_status() set the code and then raise; an exception without
     # a code set becomes UNKNOWN on the wire, and a return without one is OK.
     code = context.code()
+    if isinstance(code, int):  # some grpc versions keep the raw integer
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), None)
     if code is None:
         return grpc.StatusCode.UNKNOWN if raised else grpc.StatusCode.OK
     return code
 
 
-class MetricsInterceptor(grpc.ServerInterceptor):
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """Records go-grpc-prometheus' server metrics and the store counters for every call.
 
     The series are recorded before the response leaves the server, so a client that has
-    its answer reads metrics that already count its call.
+    its answer reads metrics that already count its call. The offset store's methods are
+    served as client streams by the gate (:mod:`offsetstore.server.gate`), which reads the
+    request itself; they are counted as the unary methods they are, with the request the
+    gate decoded (:data:`~offsetstore.server.gate.current_request`).
     """
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self.metrics = metrics
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
+        handler = await continuation(details)
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED; no unbounded labels
         full_method: str = details.method  # type: ignore[attr-defined]
         kind = _grpc_type(handler.request_streaming, handler.response_streaming)
-        # A unary call refused before its request is read is served as a client stream
-        # (auth's refusal); it is still counted as the unary method it is.
         m = self.metrics.method(full_method, self.metrics.kind_of(full_method) or kind)
         options = {
             "request_deserializer": handler.request_deserializer,
@@ -262,42 +268,50 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         if kind == "client_stream":
             return grpc.stream_unary_rpc_method_handler(self._unary(full_method, m, handler.stream_unary), **options)
         behaviour = handler.unary_stream if kind == "server_stream" else handler.stream_stream
-        if getattr(behaviour, "experimental_non_blocking", False):
-            wrapped = self._non_blocking(m, behaviour)
-        else:
-            wrapped = self._streaming(m, behaviour)
         if kind == "server_stream":
-            return grpc.unary_stream_rpc_method_handler(wrapped, **options)
-        return grpc.stream_stream_rpc_method_handler(wrapped, **options)
+            return grpc.unary_stream_rpc_method_handler(self._streaming(m, behaviour), **options)
+        return grpc.stream_stream_rpc_method_handler(self._streaming(m, behaviour), **options)
 
     def _unary(self, full_method: str, m: _MethodMetrics, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        def run(request: Any, context: grpc.ServicerContext) -> Any:
+        async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
             m.started.inc()
             started_at = time.perf_counter()
             raised = True
+            slot = current_request.set(None)
             try:
-                response = behaviour(request, context)
+                response = await behaviour(request, context)
                 raised = False
                 return response
+            except asyncio.CancelledError:
+                m.done(grpc.StatusCode.CANCELLED, started_at)
+                raised = None
+                raise
             finally:
-                code = _final_code(context, raised)
-                m.done(code, started_at)
-                if m.kind == "unary":
-                    self.metrics.record_store_outcome(full_method, request, code)
+                if raised is not None:
+                    code = _final_code(context, bool(raised))
+                    m.done(code, started_at)
+                    decoded = current_request.get()
+                    if decoded is not None:
+                        self.metrics.record_store_outcome(full_method, decoded, code)
+                current_request.reset(slot)
 
         return run
 
     @staticmethod
-    def _streaming(m: _MethodMetrics, behaviour: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-        def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _streaming(m: _MethodMetrics, behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+        async def run(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             m.started.inc()
             started_at = time.perf_counter()
             code: grpc.StatusCode | None = None
             try:
-                yield from behaviour(request, context)
+                if inspect.isasyncgenfunction(behaviour):
+                    async for response in behaviour(request, context):
+                        yield response
+                else:  # a coroutine that writes its responses (health's Watch)
+                    await behaviour(request, context)
                 code = _final_code(context, raised=False)
-            except GeneratorExit:
-                code = context.code() or grpc.StatusCode.CANCELLED  # the call ended while streaming
+            except (asyncio.CancelledError, GeneratorExit):
+                code = grpc.StatusCode.CANCELLED  # the call ended while streaming
                 raise
             except BaseException:
                 code = _final_code(context, raised=True)
@@ -305,40 +319,6 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             finally:
                 m.done(code or grpc.StatusCode.UNKNOWN, started_at)
 
-        return run
-
-    @staticmethod
-    def _non_blocking(m: _MethodMetrics, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        # gRPC's callback streaming (health's Watch): the behaviour returns at once and
-        # the stream ends later, either by the server (a None response) or by the client.
-        def run(request: Any, context: grpc.ServicerContext, send_response_callback: Callable[[Any], None]) -> Any:
-            m.started.inc()
-            started_at = time.perf_counter()
-            state = {"ended": False, "raised": False}
-
-            def send(response: Any) -> None:
-                if response is None:
-                    state["ended"] = True
-                send_response_callback(response)
-
-            def on_termination() -> None:
-                code = context.code()
-                if code is None:
-                    if state["raised"]:
-                        code = grpc.StatusCode.UNKNOWN
-                    else:
-                        code = grpc.StatusCode.OK if state["ended"] else grpc.StatusCode.CANCELLED
-                m.done(code, started_at)
-
-            context.add_callback(on_termination)
-            try:
-                return behaviour(request, context, send)
-            except BaseException:
-                state["raised"] = True
-                raise
-
-        run.experimental_non_blocking = True  # type: ignore[attr-defined]
-        run.experimental_thread_pool = getattr(behaviour, "experimental_thread_pool", None)  # type: ignore[attr-defined]
         return run
 
 
@@ -652,7 +632,7 @@ def build_registry(
     return registry
 
 
-def interceptors(registry: CollectorRegistry) -> tuple[grpc.ServerInterceptor, ...]:
+def interceptors(registry: CollectorRegistry) -> tuple[grpc.aio.ServerInterceptor, ...]:
     """The server interceptors that record into ``registry``."""
     return (MetricsInterceptor(server_metrics(registry)),)
 

@@ -24,25 +24,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import grpc
 from sqlalchemy import Connection, case, exists, false, func, or_, select
 
-from offsetstore.client.errors import GroupQuotaError, InvalidArgumentError, OffsetStoreError
-from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.client.errors import GroupQuotaError, InvalidArgumentError
 
 from . import _validate as check
-from .auth import AuthInterceptor, Permission, Principal, current_principal
+from .async_store import AsyncStore
+from .auth import AuthInterceptor, Permission, Principal
 from .schema import groups
-from .store import Store, deadline
 
 __all__ = ["KNOWN_GROUPS", "GroupQuota", "count_groups", "creation_prefixes"]
 
 log = logging.getLogger(__name__)
 
-_SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 _CREATING = frozenset({"CommitOffsets", "JoinGroup"})
 
 #: Group ids remembered as live. Ids are at most 255 bytes, so the set stays within tens of MB.
@@ -104,16 +101,17 @@ class _KnownGroups:
             self._ids.pop(group_id, None)
 
 
-class GroupQuota(grpc.ServerInterceptor):
+class GroupQuota:
     """Refuses the calls that would create a group beyond the caller's quota; see the module docstring.
 
-    In the chain after auth, which names the caller (:data:`current_principal`); its
-    quota and grants are read from ``auth.config`` at each call, so a reloaded tokens file
-    applies at once. With authentication off, or client certificates alone, it does nothing.
+    The server's gate asks it (:meth:`check`) after auth named the caller and before the
+    call runs, and tells it what a call did (:meth:`after`). The caller's quota and grants
+    are read from ``auth.config`` at each call, so a reloaded tokens file applies at once.
+    With client certificates alone there are no quotas.
     """
 
     def __init__(
-        self, store: Store, auth: AuthInterceptor, max_groups: int = 0, known_groups: int = KNOWN_GROUPS
+        self, store: AsyncStore, auth: AuthInterceptor, max_groups: int = 0, known_groups: int = KNOWN_GROUPS
     ) -> None:
         if max_groups < 0:
             raise ValueError("the per-principal group quota must be >= 0 (0: no quota)")
@@ -131,69 +129,18 @@ class GroupQuota(grpc.ServerInterceptor):
         limit = self.max_groups if principal.max_groups is None else principal.max_groups
         return limit, creation_prefixes(principal)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        service, _, method = details.method.lstrip("/").rpartition("/")  # type: ignore[attr-defined]
-        if handler is None or handler.unary_unary is None or service != _SERVICE:
-            return handler
-        inner = handler.unary_unary
-        if method == "DeleteOffsets":
-            behaviour = self._forgetting(inner)
-        elif method in _CREATING:
-            behaviour = self._checking(method, inner)
-        else:
-            return handler
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    def _forgetting(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            response = inner(request, context)
-            if request.all_topics:  # the group is gone: its next commit creates it again
-                self.known.discard(request.group_id)
-            return response
-
-        return behaviour
-
-    def _checking(self, method: str, inner: Callable[..., Any]) -> Callable[..., Any]:
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            group = request.group_id
-            # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
-            if group in self.known or (method == "CommitOffsets" and not request.offsets) or not _valid(group):
-                return inner(request, context)
-            principal = current_principal.get()
-            limit, prefixes = self.quota_of(principal)
-            if limit == 0:
-                return inner(request, context)
-            try:
-                self._check(group, principal or "", limit, prefixes, context)
-            except OffsetStoreError as error:
-                log.info(
-                    "rpc refused",
-                    extra={"rpc": method, "group": group, "outcome": error.code.name, "reason": error.reason},
-                )
-                context.abort_with_status(error.to_status())
-            except Exception:
-                log.exception("group quota check crashed", extra={"rpc": method, "outcome": "INTERNAL"})
-                context.abort(grpc.StatusCode.INTERNAL, "internal error")
-            response = inner(request, context)
-            self.known.add(group)  # created (or found) by the call that just succeeded
-            return response
-
-        return behaviour
-
-    def _check(
-        self, group: str, principal: str, limit: int, prefixes: tuple[str, ...], context: grpc.ServicerContext
-    ) -> None:
-        with deadline(context.time_remaining(), context.is_active):
-            found, count = self.store.read(count_groups, group, prefixes)
+    async def check(self, method: str, request: Any, principal: str) -> None:
+        """Raises GroupQuotaError when the call would create a group beyond ``principal``'s quota."""
+        if method not in _CREATING:
+            return
+        group = request.group_id
+        # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
+        if group in self.known or (method == "CommitOffsets" and not request.offsets) or not _valid(group):
+            return
+        limit, prefixes = self.quota_of(principal)
+        if limit == 0:
+            return
+        found, count = await self.store.read(count_groups, group, prefixes)
         if found:
             self.known.add(group)
         elif count >= limit:
@@ -203,6 +150,13 @@ class GroupQuota(grpc.ServerInterceptor):
                 "or ask the operator for a higher quota (max_groups in the tokens file)",
                 metadata={"limit": "max_groups", "max_groups": str(limit), "groups": str(count)},
             )
+
+    def after(self, method: str, request: Any) -> None:
+        """Remembers what a call that succeeded did to the live groups."""
+        if method in _CREATING:
+            self.known.add(request.group_id)  # created (or found)
+        elif method == "DeleteOffsets" and request.all_topics:
+            self.known.discard(request.group_id)  # the group is gone: its next commit creates it again
 
 
 def _valid(group: str) -> bool:

@@ -1,68 +1,29 @@
-"""The gRPC servicer: a thin adapter from offsetstore.v1 messages to the Store, errors mapped in one place."""
+"""The gRPC servicer: a thin adapter from offsetstore.v1 messages to the AsyncStore.
+
+Each method takes a decoded request and returns its response or raises a typed error;
+the server's gate (:mod:`offsetstore.server.gate`) authenticates, admits and decodes the
+call before, and maps every error to a status after, in one place.
+"""
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 
 from offsetstore.client import convert
-from offsetstore.client.errors import InvalidArgumentError, OffsetStoreError
+from offsetstore.client.errors import InvalidArgumentError
 from offsetstore.v1 import offset_store_pb2 as pb
-from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
+from .async_store import AsyncStore
 from .auth import current_principal
-from .store import Store, deadline
 
 log = logging.getLogger(__name__)
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-
-
-def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]):
-    """Turns typed errors into rich statuses and anything else into a bare INTERNAL, and logs the call."""
-
-    @functools.wraps(method)
-    def handle(self: OffsetStoreServicer, request: Request, context: grpc.ServicerContext) -> Response:
-        started = time.perf_counter()
-        group = getattr(request, "group_id", "")
-        try:
-            with deadline(context.time_remaining(), context.is_active):
-                response = method(self, request, context)
-        except OffsetStoreError as error:
-            log.info(
-                "rpc failed",
-                extra={
-                    "rpc": method.__name__,
-                    "group": group,
-                    "outcome": error.code.name,
-                    "reason": error.reason,
-                    "ms": round((time.perf_counter() - started) * 1000, 2),
-                },
-            )
-            context.abort_with_status(error.to_status())
-        except Exception:
-            # The traceback goes to the log, never to the client.
-            log.exception("rpc crashed", extra={"rpc": method.__name__, "group": group, "outcome": "INTERNAL"})
-            context.abort(grpc.StatusCode.INTERNAL, "internal error")
-        log.debug(
-            "rpc",
-            extra={
-                "rpc": method.__name__,
-                "group": group,
-                "outcome": "OK",
-                "ms": round((time.perf_counter() - started) * 1000, 2),
-            },
-        )
-        return response
-
-    return handle
 
 
 def _actor(context: grpc.ServicerContext) -> str:
@@ -79,17 +40,16 @@ def _time(request: Any, field: str) -> datetime | None:
         raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
 
 
-class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
-    """Implements offsetstore.v1.OffsetStoreService over a :class:`Store`."""
+class OffsetStoreServicer:
+    """Implements offsetstore.v1.OffsetStoreService over an :class:`AsyncStore`; a method per RPC."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AsyncStore) -> None:
         self.store = store
 
-    @_rpc
-    def CommitOffsets(
+    async def CommitOffsets(
         self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.CommitOffsetsResponse:
-        committed = self.store.commit_offsets(
+        committed = await self.store.commit_offsets(
             request.group_id,
             [convert.offset_commit_from_proto(c) for c in request.offsets],
             generation=request.generation,
@@ -97,9 +57,10 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         )
         return pb.CommitOffsetsResponse(offsets=[convert.committed_offset_to_proto(c) for c in committed])
 
-    @_rpc
-    def FetchOffsets(self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext) -> pb.FetchOffsetsResponse:
-        result = self.store.fetch_offsets(
+    async def FetchOffsets(
+        self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.FetchOffsetsResponse:
+        result = await self.store.fetch_offsets(
             request.group_id,
             convert.selections_from_proto(request.topics),
             page_size=request.page_size,
@@ -107,8 +68,9 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         )
         return convert.fetch_result_to_proto(result)
 
-    @_rpc
-    def ResetOffsets(self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext) -> pb.ResetOffsetsResponse:
+    async def ResetOffsets(
+        self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.ResetOffsetsResponse:
         target = request.WhichOneof("target")
         kwargs: dict[str, Any] = {}
         if target == "to_offset":
@@ -124,7 +86,7 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
                 ) from None
         elif target == "to_commit_time":
             kwargs["to_commit_time"] = _time(request, "to_commit_time")
-        result = self.store.reset_offsets(
+        result = await self.store.reset_offsets(
             request.group_id,
             convert.selections_from_proto(request.topics),
             all_topics=request.all_topics,
@@ -134,11 +96,10 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         )
         return convert.reset_result_to_proto(result)
 
-    @_rpc
-    def DeleteOffsets(
+    async def DeleteOffsets(
         self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.DeleteOffsetsResponse:
-        deleted = self.store.delete_offsets(
+        deleted = await self.store.delete_offsets(
             request.group_id,
             convert.selections_from_proto(request.topics),
             all_topics=request.all_topics,
@@ -146,32 +107,28 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
         )
         return pb.DeleteOffsetsResponse(deleted=[convert.topic_partition_to_proto(tp) for tp in deleted])
 
-    @_rpc
-    def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.ServicerContext) -> pb.JoinGroupResponse:
-        generation = self.store.join_group(request.group_id, request.member_id, context.peer())
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.ServicerContext) -> pb.JoinGroupResponse:
+        generation = await self.store.join_group(request.group_id, request.member_id, context.peer())
         return pb.JoinGroupResponse(generation=generation)
 
-    @_rpc
-    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
-        page = self.store.list_groups(request.prefix, page_size=request.page_size, page_token=request.page_token)
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        page = await self.store.list_groups(request.prefix, page_size=request.page_size, page_token=request.page_token)
         return pb.ListGroupsResponse(
             groups=[convert.group_summary_to_proto(g) for g in page.items], next_page_token=page.next_page_token
         )
 
-    @_rpc
-    def DescribeGroup(
+    async def DescribeGroup(
         self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext
     ) -> pb.DescribeGroupResponse:
-        description = self.store.describe_group(
+        description = await self.store.describe_group(
             request.group_id, page_size=request.page_size, page_token=request.page_token
         )
         return convert.group_description_to_proto(description)
 
-    @_rpc
-    def ListOffsetHistory(
+    async def ListOffsetHistory(
         self, request: pb.ListOffsetHistoryRequest, context: grpc.ServicerContext
     ) -> pb.ListOffsetHistoryResponse:
-        page = self.store.list_offset_history(
+        page = await self.store.list_offset_history(
             request.group_id,
             convert.selections_from_proto(request.topics),
             since=_time(request, "since"),
@@ -183,22 +140,22 @@ class OffsetStoreServicer(pb_grpc.OffsetStoreServiceServicer):
             changes=[convert.offset_change_to_proto(c) for c in page.items], next_page_token=page.next_page_token
         )
 
-    @_rpc
-    def ReportWatermarks(
+    async def ReportWatermarks(
         self, request: pb.ReportWatermarksRequest, context: grpc.ServicerContext
     ) -> pb.ReportWatermarksResponse:
-        self.store.report_watermarks([convert.watermark_from_proto(w) for w in request.watermarks])
+        await self.store.report_watermarks([convert.watermark_from_proto(w) for w in request.watermarks])
         return pb.ReportWatermarksResponse()
 
-    @_rpc
-    def ExpireGroups(self, request: pb.ExpireGroupsRequest, context: grpc.ServicerContext) -> pb.ExpireGroupsResponse:
+    async def ExpireGroups(
+        self, request: pb.ExpireGroupsRequest, context: grpc.ServicerContext
+    ) -> pb.ExpireGroupsResponse:
         if not request.HasField("idle_for"):
             raise InvalidArgumentError.field("idle_for", "is required")
         try:
             idle_for = request.idle_for.ToTimedelta()
         except (ValueError, OverflowError):
             raise InvalidArgumentError.field("idle_for", "is not a valid duration") from None
-        groups = self.store.expire_groups(
+        groups = await self.store.expire_groups(
             idle_for, prefix=request.prefix, limit=request.limit, execute=request.execute, actor=_actor(context)
         )
         return pb.ExpireGroupsResponse(

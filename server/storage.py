@@ -14,9 +14,10 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
 import psycopg
 import sqlalchemy.exc
@@ -157,6 +158,9 @@ def _none(offset: int | None) -> int:
     return NO_OFFSET if offset is None else offset
 
 
+R = TypeVar("R")
+
+
 # --- commit and join: one server-side function writes a batch of them ------------
 
 
@@ -217,6 +221,15 @@ def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[Writ
     :func:`commit_offsets`). Row locks of the groups are held until the caller's
     transaction ends; they are taken in group-id order.
     """
+    return run_hot(conn, write_batch_steps(requests))
+
+
+def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOutcome]]:
+    """:func:`write_batch` as steps: it yields its one statement, is sent the rows, returns the outcomes.
+
+    The sync path (:func:`run_hot`) and the server's asyncio path drive the same steps,
+    so the batch's parameters and the decoding of its outcomes exist once.
+    """
     params: dict[str, list] = {k: [] for k in ("join", "group", "generation", "actor", "member_id", "member_host")}
     params.update({k: [] for k in ("cas", "first", "last", "topic", "partition", "offset", "metadata", "expected")})
     for r in requests:
@@ -243,7 +256,7 @@ def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[Writ
             params["metadata"].append(c.metadata)
             params["expected"].append(c.expected_offset)
         params["last"].append(len(params["topic"]))
-    rows = _hot(conn, _WRITE_BATCH, params)
+    rows = yield _WRITE_BATCH, params
     found: dict[int, list[tuple]] = {}
     for row in rows:
         found.setdefault(row[0] - 1, []).append(row)
@@ -274,8 +287,14 @@ def _outcome(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
     ]
 
 
-def _hot(conn: Connection, sql: str, params: Mapping[str, object]) -> list[tuple]:
-    """Runs a hot-path statement, prepared, on the psycopg connection under ``conn``.
+#: A statement of the hot path: SQL with ``%(name)s`` placeholders, and its parameters.
+Statement = tuple[str, Mapping[str, object]]
+#: An operation of the hot path as steps: yields statements, is sent each one's rows, returns its result.
+HotSteps = Generator[Statement, list[tuple], R]
+
+
+def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
+    """Drives ``steps`` on ``conn`` (sync): each statement prepared, on the psycopg connection under it.
 
     It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
     fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
@@ -283,13 +302,19 @@ def _hot(conn: Connection, sql: str, params: Mapping[str, object]) -> list[tuple
     """
     raw = conn.connection.driver_connection
     try:
-        return raw.execute(sql, params, prepare=True).fetchall()
-    except psycopg.Error as error:
-        if raw.broken:
-            conn.invalidate()
-        raise sqlalchemy.exc.DBAPIError.instance(
-            sql, None, error, psycopg.Error, hide_parameters=True, connection_invalidated=raw.broken
-        ) from None
+        sql, params = next(steps)
+        while True:
+            try:
+                rows = raw.execute(sql, params, prepare=True).fetchall()
+            except psycopg.Error as error:
+                if raw.broken:
+                    conn.invalidate()
+                raise sqlalchemy.exc.DBAPIError.instance(
+                    sql, None, error, psycopg.Error, hide_parameters=True, connection_invalidated=raw.broken
+                ) from None
+            sql, params = steps.send(rows)
+    except StopIteration as done:
+        return done.value
 
 
 def commit_offsets(
@@ -516,6 +541,13 @@ def fetch_offsets(
 
     One statement, so the page's offsets and the generation come from one snapshot.
     """
+    return run_hot(conn, fetch_offsets_steps(group_id, topics, page))
+
+
+def fetch_offsets_steps(
+    group_id: str, topics: SelectionArg = None, page: PageRequest = PageRequest()
+) -> HotSteps[FetchResult]:
+    """:func:`fetch_offsets` as steps (see :func:`write_batch_steps`); bad input raises before the first."""
     v = check.Violations()
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
@@ -537,11 +569,11 @@ def fetch_offsets(
             topics=[t for t, _ in pairs],
             partitions=[p for _, p in pairs],
         )
-        rows = _hot(conn, _FETCH_SELECTED, params)
+        rows = yield _FETCH_SELECTED, params
     else:
-        rows = _hot(conn, _FETCH_ALL, params)
+        rows = yield _FETCH_ALL, params
     # Each row carries the generation, read in the same statement; a page without rows asks for it.
-    generation = rows[0][0] if rows else _hot(conn, _FETCH_GENERATION, {"group": group_id})[0][0]
+    generation = rows[0][0] if rows else (yield _FETCH_GENERATION, {"group": group_id})[0][0]
     _check_same_generation(group_id, seen, generation)
     rows, more = _cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
     offsets = {

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg_pool
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine
 
@@ -47,7 +48,7 @@ R = TypeVar("R")
 
 # Conflicts PostgreSQL resolves by aborting one side; the whole transaction is safe to rerun.
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
-_ATTEMPTS = 3
+ATTEMPTS = 3
 # The database is gone, restarting, timed out or overloaded: the caller may try again later.
 # Not every OperationalError qualifies (a statement too complex fails the same way each time).
 _UNAVAILABLE = (
@@ -65,18 +66,58 @@ _UNAVAILABLE = (
 )
 
 
-def _unavailable(error: sqlalchemy.exc.DBAPIError) -> bool:
-    cause = error.orig
-    if error.connection_invalidated or isinstance(cause, _UNAVAILABLE):
-        return True
-    # No SQLSTATE at all: the failure happened in reaching the server, not in a statement.
-    return isinstance(cause, psycopg.OperationalError) and cause.sqlstate is None
+def _cause(error: BaseException) -> tuple[BaseException | None, bool]:
+    """(psycopg's error under ``error``, whether the connection was lost) for SQLAlchemy's or psycopg's own."""
+    if isinstance(error, sqlalchemy.exc.DBAPIError):
+        return error.orig, error.connection_invalidated
+    if isinstance(error, psycopg.Error):
+        # psycopg alone (the asyncio hot path): the connection it failed on says whether it broke.
+        pgconn = error.pgconn
+        return error, pgconn is not None and pgconn.status == psycopg.pq.ConnStatus.BAD
+    return None, False
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether PostgreSQL aborted the transaction for a conflict: the whole of it is safe to rerun."""
+    return isinstance(_cause(error)[0], _RETRYABLE)
+
+
+def classify(name: str, error: BaseException) -> OffsetStoreError | None:
+    """What a failure of the operation ``name`` means to its caller; None where it is not the database's.
+
+    Database errors are told apart by psycopg's classes, whichever layer (SQLAlchemy's
+    sync or asyncio engine, or psycopg alone on the hot path) raised them.
+    """
+    if isinstance(error, (sqlalchemy.exc.TimeoutError, psycopg_pool.PoolTimeout)):
+        log.warning("database pool exhausted", extra={"operation": name})
+        return StoreUnavailableError("the offset store's database is busy")
+    cause, invalidated = _cause(error)
+    if cause is None:
+        return None
+    sqlstate = getattr(cause, "sqlstate", None) or ""
+    if (
+        invalidated
+        or isinstance(cause, _UNAVAILABLE)
+        # Class 57, operator intervention (psycopg gives 57P01-57P03 classes of their own).
+        or sqlstate.startswith("57")
+        # No SQLSTATE at all: the failure happened in reaching the server, not in a statement.
+        or (isinstance(cause, psycopg.OperationalError) and not sqlstate)
+    ):
+        # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
+        log.warning("database unavailable", extra={"operation": name, "error": type(cause).__name__})
+        return StoreUnavailableError("the offset store's database is unavailable")
+    return None
 
 
 # When the current caller gives up (time.monotonic()), and whether it is still there.
 _deadline: contextvars.ContextVar[tuple[float, Callable[[], bool]] | None] = contextvars.ContextVar(
     "offsetstore_deadline", default=None
 )
+
+
+def caller_bound() -> tuple[float, Callable[[], bool]] | None:
+    """(when the current caller gives up, whether it is still there), as :func:`deadline` set it; None: no bound."""
+    return _deadline.get()
 
 
 @contextlib.contextmanager
@@ -125,7 +166,15 @@ class Store:
         self._health_pool = engine.pool.recreate()
         self._health: Any = None
         self._health_lock = threading.Lock()
+        #: Group-commit flushers; the asyncio server's store (AsyncStore) runs as many.
+        self.write_flushers = write_flushers
         self.writes = WriteBatcher(self, flushers=write_flushers)
+
+    @property
+    def pool_size(self) -> int:
+        """Connections the engine's pool holds at most (the asyncio server's store holds as many)."""
+        size = getattr(self.engine.pool, "size", None)
+        return size() if callable(size) else 8
 
     def _timeout_ms(self, bound: tuple[float, Callable[[], bool]] | None) -> int | None:
         """The statement timeout ``bound``'s deadline asks for; None where the engine's own is shorter."""
@@ -188,21 +237,16 @@ class Store:
 
     def _attempts(self, name: str, body: Callable[..., R], *args: Any) -> R:
         """``body(*args)``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
-        for attempt in range(1, _ATTEMPTS + 1):
+        for attempt in range(1, ATTEMPTS + 1):
             try:
                 return body(*args)
-            except sqlalchemy.exc.DBAPIError as error:
-                cause = error.orig
-                if isinstance(cause, _RETRYABLE) and attempt < _ATTEMPTS:
+            except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError) as error:
+                if attempt < ATTEMPTS and retryable(error):
                     continue
-                if _unavailable(error):
-                    # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
-                    log.warning("database unavailable", extra={"operation": name, "error": type(cause).__name__})
-                    raise StoreUnavailableError("the offset store's database is unavailable") from error
-                raise
-            except sqlalchemy.exc.TimeoutError as error:
-                log.warning("database pool exhausted", extra={"operation": name})
-                raise StoreUnavailableError("the offset store's database is busy") from error
+                typed = classify(name, error)
+                if typed is None:
+                    raise
+                raise typed from error
         raise AssertionError("unreachable")
 
     def ping(self) -> bool:
@@ -478,7 +522,7 @@ class WriteBatcher:
                 live = [write for write in live if write not in left.gone]
                 continue
             except OffsetStoreError as error:
-                alone = len(live) > 1 and _one_requests_fault(error)
+                alone = len(live) > 1 and one_requests_fault(error)
                 for write in live:
                     write.finish(_ALONE if alone else error)
                 return
@@ -510,7 +554,7 @@ class WriteBatcher:
             return outcomes
 
 
-def _one_requests_fault(error: OffsetStoreError) -> bool:
+def one_requests_fault(error: OffsetStoreError) -> bool:
     """A batch that timed out or waited too long for a lock may have waited for one request's group."""
     cause = error.__cause__
     orig = getattr(cause, "orig", None)

@@ -179,23 +179,23 @@ def test_waiting_for_a_connection_is_bounded_too(database_url: str, group_id: st
 # --- through the server: the gRPC deadline is the caller's ------------------------------
 
 
-class CallEnded(grpc.ServerInterceptor):
-    """Sets ``ended`` when a call ends on the server, also by the client's cancellation."""
+class CallEnded(grpc.aio.ServerInterceptor):
+    """Sets ``ended`` when a call of the offset store ends on the server, also by the client's cancellation."""
 
     def __init__(self) -> None:
         self.ended = threading.Event()
 
-    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
-        handler = continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        inner = handler.unary_unary
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.stream_unary is None:
+            return handler  # the offset store's methods are served as client streams (the gate reads them)
+        inner = handler.stream_unary
 
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
-            context.add_callback(self.ended.set)
-            return inner(request, context)
+        async def behaviour(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            context.add_done_callback(lambda _: self.ended.set())
+            return await inner(requests, context)
 
-        return grpc.unary_unary_rpc_method_handler(
+        return grpc.stream_unary_rpc_method_handler(
             behaviour,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,

@@ -1,0 +1,180 @@
+"""The one path of every offsetstore.v1 call: authenticated, admitted, read, authorised, run, its errors mapped.
+
+Each RPC is served as a client-streaming handler of raw bytes, so that the server decides
+what it can from the call's metadata before a byte of the request is read::
+
+    metadata   -> authenticate (token, client certificate)      UNAUTHENTICATED
+               -> count the principal's calls in                 RESOURCE_EXHAUSTED (+ RetryInfo)
+    request    -> read it (within READ_SECONDS), decode it       DEADLINE_EXCEEDED, INVALID_ARGUMENT
+               -> authorise it against the grants               PERMISSION_DENIED
+               -> the group quota                               RESOURCE_EXHAUSTED (GROUP_QUOTA)
+               -> wait for the principal's cost share           (queued, as a coroutine)
+               -> the servicer, under the caller's deadline     whatever it raises
+    response   -> charge its bytes to the principal
+
+A caller that never sends its request costs a coroutine, no thread and no share of anyone
+else's. Every error becomes a status here and nowhere else: a typed error its rich status,
+anything unexpected a bare INTERNAL and a log line with the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+
+from offsetstore.client.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
+from offsetstore.v1 import offset_store_pb2 as pb
+
+from .admission import Admission, cost_of
+from .auth import AuthInterceptor, Principal, current_principal
+from .quota import GroupQuota
+from .servicer import OffsetStoreServicer
+from .store import deadline
+
+__all__ = ["READ_SECONDS", "Gate", "current_request", "peer_address"]
+
+log = logging.getLogger(__name__)
+
+#: How long a call may take to send its request once it has begun: a stalled request is
+#: dropped, so that no one can hold calls open forever by never finishing one.
+READ_SECONDS = 30.0
+
+#: The decoded request of the call being served, for the metrics interceptor around the gate.
+current_request: contextvars.ContextVar[Message | None] = contextvars.ContextVar("offsetstore_request", default=None)
+
+
+def peer_address(peer: str) -> str:
+    """The address of a gRPC peer without its port (``ipv4:127.0.0.1:5123`` -> ``ipv4:127.0.0.1``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return f"{kind}:{rest.partition(']')[0]}]"
+    if kind in ("ipv4", "ipv6"):
+        return f"{kind}:{rest.rpartition(':')[0]}"
+    return peer  # unix sockets and the like: the whole name
+
+
+class Gate:
+    """Serves ``servicer``'s methods (see the module docstring); :meth:`handler` is what the server registers."""
+
+    def __init__(
+        self,
+        servicer: OffsetStoreServicer,
+        *,
+        admission: Admission,
+        auth: AuthInterceptor | None = None,
+        quota: GroupQuota | None = None,
+        read_seconds: float = READ_SECONDS,
+    ) -> None:
+        self.servicer = servicer
+        self.service = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
+        self.admission = admission
+        self.auth = auth
+        self.quota = quota
+        self.read_seconds = read_seconds
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler of every method of the service."""
+        handlers = {}
+        for method in self.service.methods:
+            request_class = getattr(pb, method.input_type.name)
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                self._serve(method.name, request_class, getattr(self.servicer, method.name)),
+                response_serializer=lambda response: response.SerializeToString(),
+            )
+        return grpc.method_handlers_generic_handler(self.service.full_name, handlers)
+
+    def _serve(
+        self, method: str, request_class: type[Message], run: Callable[[Any, Any], Awaitable[Message]]
+    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[Message]]:
+        async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Message:
+            started = time.perf_counter()
+            name: str | None = None
+            principal: Principal | None = None
+            request: Any = None
+            size = 0
+            try:
+                principal = self.auth.authenticate(context) if self.auth is not None else None
+                name = principal.name if principal is not None else peer_address(context.peer())
+                try:
+                    self.admission.enter(name, limited=principal is not None)
+                except OffsetStoreError:
+                    name = None  # not counted in: nothing to count out
+                    raise
+                request = await self._read(requests, request_class, method)
+                current_request.set(request)
+                if principal is not None:
+                    assert self.auth is not None
+                    self.auth.authorize(principal, method, request)
+                    if self.quota is not None:
+                        await self.quota.check(method, request, principal.name)
+                cost = cost_of(method, request)
+                await self.admission.run(name, cost)
+                try:
+                    token = current_principal.set(principal.name if principal is not None else None)
+                    remaining = context.time_remaining()
+                    with deadline(remaining if remaining is not None and remaining < 1e9 else None, _active(context)):
+                        response = await run(request, context)
+                finally:
+                    self.admission.done(name, cost)
+                    current_principal.reset(token)
+                if self.quota is not None:
+                    self.quota.after(method, request)
+                if principal is not None and self.admission.rate > 0:
+                    size = response.ByteSize()
+                log.debug("rpc", extra=_fields(method, request, "OK", started, name))
+                return response
+            except OffsetStoreError as error:
+                log.info(
+                    "rpc refused" if request is None else "rpc failed",
+                    extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
+                )
+                await context.abort_with_status(error.to_status())
+                raise AssertionError("unreachable: abort raises")  # noqa: B904
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception:
+                # The traceback goes to the log, never to the client.
+                log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                raise AssertionError("unreachable: abort raises")  # noqa: B904
+            finally:
+                if name is not None:
+                    self.admission.leave(name, size, limited=principal is not None)
+
+        return call
+
+    async def _read(self, requests: AsyncIterator[bytes], request_class: type[Message], method: str) -> Message:
+        try:
+            async with asyncio.timeout(self.read_seconds):
+                data = await anext(requests)
+        except StopAsyncIteration:
+            raise InvalidArgumentError(f"the call carries no {method} request message") from None
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"the {method} request did not arrive within {self.read_seconds:g} s of the call's start"
+            ) from None
+        try:
+            return request_class.FromString(data)
+        except (DecodeError, RuntimeError, ValueError):
+            raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
+
+
+def _active(context: grpc.aio.ServicerContext) -> Callable[[], bool]:
+    return lambda: not (context.cancelled() or context.done())
+
+
+def _fields(method: str, request: Any, outcome: str, started: float, principal: str | None) -> dict[str, Any]:
+    return {
+        "rpc": method,
+        "group": getattr(request, "group_id", "") if request is not None else "",
+        "outcome": outcome,
+        "principal": principal,
+        "ms": round((time.perf_counter() - started) * 1000, 2),
+    }
