@@ -29,7 +29,7 @@ from .async_store import AsyncStore
 from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
 from .config import MAX_MESSAGE_BYTES, Settings
 from .engine import create_engine
-from .gate import Gate
+from .gate import Gate, fail
 from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import Store
@@ -114,14 +114,16 @@ class StreamGuard(grpc.aio.ServerInterceptor):
                         metadata={"limit": "streams"},
                     )
             except OffsetStoreError as error:
-                await context.abort_with_status(error.to_status())
+                status = error.to_status()
+                fail(context, status.code, status.details, status.trailing_metadata)
+                return
             self._open += 1
             try:
                 async with asyncio.timeout(self.seconds):
                     async for response in behaviour(requests, context):
                         yield response
             except TimeoutError:
-                await context.abort(grpc.StatusCode.CANCELLED, f"a stream ends after {self.seconds:g} s")
+                fail(context, grpc.StatusCode.CANCELLED, f"a stream ends after {self.seconds:g} s")
             finally:
                 self._open -= 1
 

@@ -38,7 +38,7 @@ from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import deadline
 
-__all__ = ["READ_SECONDS", "Gate", "current_request", "peer_address"]
+__all__ = ["READ_SECONDS", "Gate", "current_request", "fail", "peer_address"]
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,15 @@ class Gate:
             request_class = getattr(pb, method.input_type.name)
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                 self._serve(method.name, request_class, getattr(self.servicer, method.name)),
-                response_serializer=lambda response: response.SerializeToString(),
+                # None: the call failed (see fail()); nothing is sent but its status.
+                response_serializer=lambda response: b"" if response is None else response.SerializeToString(),
             )
         return grpc.method_handlers_generic_handler(self.service.full_name, handlers)
 
     def _serve(
         self, method: str, request_class: type[Message], run: Callable[[Any, Any], Awaitable[Message]]
-    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[Message]]:
-        async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Message:
+    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[Message | None]]:
+        async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Message | None:
             started = time.perf_counter()
             name: str | None = None
             principal: Principal | None = None
@@ -135,15 +136,14 @@ class Gate:
                     "rpc refused" if request is None else "rpc failed",
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
-                await context.abort_with_status(error.to_status())
-                raise AssertionError("unreachable: abort raises")  # noqa: B904
-            except (asyncio.CancelledError, grpc.aio.AbortError):
+                status = error.to_status()
+                return fail(context, status.code, status.details, status.trailing_metadata)
+            except asyncio.CancelledError:
                 raise
             except Exception:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-                raise AssertionError("unreachable: abort raises")  # noqa: B904
+                return fail(context, grpc.StatusCode.INTERNAL, "internal error")
             finally:
                 if name is not None:
                     self.admission.leave(name, size, limited=principal is not None)
@@ -164,6 +164,17 @@ class Gate:
             return request_class.FromString(data)
         except (DecodeError, RuntimeError, ValueError):
             raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
+
+
+def fail(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str, trailing_metadata: Any = ()) -> None:
+    """Ends the call with this status when the handler returns; nothing is sent before.
+
+    Not ``context.abort``: under grpc.aio that sends the status at once, before the
+    interceptors around the handler (the metrics) have seen the call end.
+    """
+    context.set_code(code)
+    context.set_details(details)
+    context.set_trailing_metadata(trailing_metadata)
 
 
 def _active(context: grpc.aio.ServicerContext) -> Callable[[], bool]:

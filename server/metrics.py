@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -34,8 +35,10 @@ import psycopg
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, make_wsgi_app
+from prometheus_client import values as prometheus_values
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import Connection, Text, and_, bindparam, exists, extract, func, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -551,31 +554,51 @@ SCRAPE_CACHE_SECONDS = 5.0
 
 
 class RetentionMetrics:
-    """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds."""
+    """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    The counter and histogram live on ``values``; the age is read at scrape time by a
+    collector on ``served`` (the same registry unless the server runs several processes).
+    """
+
+    def __init__(self, values: CollectorRegistry, served: CollectorRegistry | None = None) -> None:
         self.groups_expired = Counter(
             "offsetstore_groups_expired",
             "Idle groups whose offsets expired (by the maintenance round or ExpireGroups).",
-            registry=registry,
+            registry=values,
         )
         #: Change time of the oldest kept history entry, set by each maintenance round.
         self.oldest_history: Any = None
-        Gauge(
-            "offsetstore_history_oldest_seconds",
-            "Age of the oldest kept history entry (0 with no history), as of the latest maintenance round.",
-            registry=registry,
-        ).set_function(self._oldest_age)
         self.maintenance_seconds = Histogram(
             "offsetstore_maintenance_seconds",
             "Duration of maintenance rounds (partitions, history drop, expiry) this server ran.",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
-            registry=registry,
+            registry=values,
         )
+        if served is not None:
+            served.register(
+                _Callback(
+                    "offsetstore_history_oldest_seconds",
+                    "Age of the oldest kept history entry (0 with no history), as of the latest maintenance round.",
+                    self._oldest_age,
+                )
+            )
 
     def _oldest_age(self) -> float:
         oldest = self.oldest_history
         return 0.0 if oldest is None else max(0.0, time.time() - oldest.timestamp())
+
+
+class _Callback(Collector):
+    """A gauge read from a function at scrape time (in every process mode, unlike ``Gauge.set_function``)."""
+
+    def __init__(self, name: str, documentation: str, value: Callable[[], float]) -> None:
+        self.name, self.documentation, self.value = name, documentation, value
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation)]
+
+    def collect(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation, value=self.value())]
 
 
 _RETENTION_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, RetentionMetrics] = weakref.WeakKeyDictionary()
@@ -586,29 +609,35 @@ def retention_metrics(registry: CollectorRegistry) -> RetentionMetrics:
     with _SERVER_METRICS_LOCK:
         found = _RETENTION_METRICS.get(registry)
         if found is None:
-            found = _RETENTION_METRICS[registry] = RetentionMetrics(registry)
+            found = _RETENTION_METRICS[registry] = RetentionMetrics(registry, registry)
         return found
 
 
-def build_registry(
-    store: Store,
-    *,
-    group_limit: int = 1000,
-    scrape_store: Store | None = None,
-    cache_seconds: float = 0.0,
-    tenant_prefixes: Sequence[str] = (),
-) -> CollectorRegistry:
-    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
+def use_multiprocess(directory: str) -> None:
+    """Makes the counters and histograms this process creates from now on live in ``directory``'s files.
 
-    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
-    gives it a connection of its own, so scrapes never take one the RPCs need.
-    ``cache_seconds``, ``tenant_prefixes``: see :class:`GroupCollector` and the group query.
+    ``offsetstore serve`` runs its RPCs in processes of their own (``--processes``); each
+    records into files of its own there, and the supervising process's ``/metrics`` sums
+    them (prometheus-client's multiprocess mode).
+    """
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()
+
+
+def worker_registry(store: Store) -> CollectorRegistry:
+    """The metrics a serving process records (gRPC, store counters, query times), for :func:`interceptors`.
+
+    Never served itself: under :func:`use_multiprocess` the values go to files that the
+    supervising process's registry (:func:`build_registry` with ``multiprocess_dir``) sums.
     """
     registry = CollectorRegistry()
     server_metrics(registry)
-    Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
-        {"version": _build_version()}
-    )
+    _time_store(store, registry)
+    store.expired = RetentionMetrics(registry).groups_expired.inc
+    return registry
+
+
+def _time_store(store: Store, registry: CollectorRegistry) -> Histogram:
     query_seconds = Histogram(
         "offsetstore_database_query_seconds",
         "Duration of store operations, each one transaction, including retries and failures.",
@@ -619,16 +648,53 @@ def build_registry(
     for operation in OPERATIONS:
         query_seconds.labels(operation)
     time_operations(store, query_seconds)
+    return query_seconds
+
+
+def build_registry(
+    store: Store,
+    *,
+    group_limit: int = 1000,
+    scrape_store: Store | None = None,
+    cache_seconds: float = 0.0,
+    tenant_prefixes: Sequence[str] = (),
+    multiprocess_dir: str | None = None,
+) -> CollectorRegistry:
+    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
+
+    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
+    gives it a connection of its own, so scrapes never take one the RPCs need.
+    ``cache_seconds``, ``tenant_prefixes``: see :class:`GroupCollector` and the group query.
+    With ``multiprocess_dir`` (after :func:`use_multiprocess`), the registry sums what the
+    serving processes recorded there; the RPC series and the pool gauge are theirs.
+    """
+    registry = CollectorRegistry()
+    Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
+        {"version": _build_version()}
+    )
+    if multiprocess_dir is None:
+        values = registry
+        server_metrics(registry)
+        pool = store.engine.pool
+        registry.register(
+            _Callback(
+                "offsetstore_database_pool_in_use",
+                "Database connections checked out of the pool.",
+                lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0,
+            )
+        )
+    else:
+        values = CollectorRegistry()  # never served: its values are in the files the collector sums
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    query_seconds = _time_store(store, values)
     if scrape_store is not None and scrape_store is not store:
         time_operations(scrape_store, query_seconds)
-    pool = store.engine.pool
-    Gauge(
-        "offsetstore_database_pool_in_use", "Database connections checked out of the pool.", registry=registry
-    ).set_function(lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0)
     registry.register(
         GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds, tenant_prefixes=tenant_prefixes)
     )
-    store.expired = retention_metrics(registry).groups_expired.inc
+    with _SERVER_METRICS_LOCK:
+        retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
+    store.expired = retention.groups_expired.inc
     return registry
 
 
