@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import grpc
@@ -18,17 +14,13 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-from offsetstore.client.durations import format_duration
 from offsetstore.client.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.v1 import offset_store_pb2 as pb
 
-from . import migrate
-from ._logging import configure_logging
 from .admission import Admission
 from .async_store import AsyncStore
-from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
-from .config import MAX_MESSAGE_BYTES, Settings
-from .engine import create_engine
+from .auth import AuthInterceptor
+from .config import MAX_MESSAGE_BYTES
 from .gate import Gate, fail
 from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
@@ -327,176 +319,3 @@ class OffsetStoreServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def serve(settings: Settings) -> int:
-    """Runs until SIGTERM or SIGINT; returns the process exit code."""
-    configure_logging(settings.log_level, settings.log_format)
-    try:
-        credentials, auth = _security(settings)
-    except AuthConfigError as error:
-        log.error("cannot start: %s", error)
-        return 2
-    embedded = None
-    database_url = settings.database_url
-    if database_url is None:
-        from .embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(settings.data_dir)
-        database_url = embedded.start()
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if auth is not None and settings.tokens_file is not None:
-        signal.signal(signal.SIGHUP, _reloader(auth, settings.tokens_file))
-    try:
-        if settings.migrate:
-            migrate.upgrade(database_url)
-        store = Store(
-            create_engine(
-                database_url, pool_size=settings.pool_size, statement_timeout_ms=settings.statement_timeout_ms
-            ),
-            statement_timeout_ms=settings.statement_timeout_ms,
-            write_flushers=settings.write_flushers,
-            max_response_bytes=settings.max_response_bytes,
-        )
-        from . import metrics
-
-        # Scrapes get a connection of their own and reuse a query's rows for a few seconds: no
-        # number of /metrics connections can take the connections the RPCs need (issue 14).
-        scrape_store = Store(
-            create_engine(
-                database_url,
-                pool_size=1,
-                statement_timeout_ms=settings.statement_timeout_ms,
-                application_name="offsetstore-metrics",
-            ),
-            statement_timeout_ms=settings.statement_timeout_ms,
-        )
-        registry = metrics.build_registry(
-            store,
-            group_limit=settings.group_metrics_limit,
-            scrape_store=scrape_store,
-            cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
-            tenant_prefixes=_tenant_prefixes(auth),
-        )
-        server = OffsetStoreServer(
-            store,
-            settings.listen,
-            max_workers=settings.max_workers,
-            interceptors=metrics.interceptors(registry),
-            auth=auth,
-            credentials=credentials,
-            max_message_bytes=settings.max_message_bytes,
-            reflection_mode=settings.reflection,
-            max_streams=settings.max_streams,
-            max_calls_per_principal=settings.max_calls_per_principal,
-            principal_bytes_per_second=settings.principal_bytes_per_second,
-            max_groups_per_principal=settings.max_groups_per_principal,
-        ).start()
-        from .retention import Maintenance
-
-        maintenance = Maintenance(
-            store,
-            history_retention=settings.history_retention,
-            offsets_retention=settings.offsets_retention,
-            interval=settings.maintenance_interval,
-            registry=registry,
-        ).start()
-        metrics_server = None
-        if settings.metrics_listen:
-            tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
-            metrics_server = metrics.serve_http(
-                registry,
-                settings.metrics_listen,
-                certfile=settings.tls_cert_file if tls else None,
-                keyfile=settings.tls_key_file if tls else None,
-                client_cafile=settings.tls_client_ca_file if tls else None,
-                cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
-            )
-        log.info(
-            "serving",
-            extra={
-                "listen": server.address,
-                "metrics": metrics_server.url if metrics_server is not None else "off",
-                "embedded": embedded is not None,
-                "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
-                "tokens": settings.tokens_file is not None,
-                "history_retention": format_duration(settings.history_retention),
-                "offsets_retention": format_duration(settings.offsets_retention),
-            },
-        )
-        stopping.wait()
-        maintenance.stop()
-        server.stop(settings.grace_seconds)
-        if metrics_server is not None:
-            metrics_server.shutdown()
-        store.dispose()
-        scrape_store.dispose()
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    log.info("stopped")
-    return 0
-
-
-def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInterceptor | None]:
-    """The TLS credentials and the authentication the settings ask for, files read and checked now."""
-    credentials = None
-    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
-        credentials = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
-    mtls = settings.tls_client_ca_file is not None
-    config = AuthConfig.load(settings.tokens_file) if settings.tokens_file is not None else None
-    if config is not None and credentials is None:
-        log.warning("bearer tokens over plaintext: anyone on the network can read them; use TLS outside local testing")
-    if config is None and not mtls:
-        if not _loopback(settings.listen):
-            log.warning(
-                "AUTHENTICATION IS OFF on %s: every caller that can reach it may read, commit, reset and delete "
-                "every group; set --tokens-file and/or --tls-client-ca (see docs/security.md)",
-                settings.listen,
-            )
-        return credentials, None
-    return credentials, AuthInterceptor(config, mtls=mtls)
-
-
-def _reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | None], None]:
-    """A SIGHUP handler that rereads the tokens file: rotation without a restart.
-
-    A file that does not load keeps the principals in force (and says why in the log).
-    """
-
-    def reload(signum: int, frame: FrameType | None) -> None:
-        try:
-            config = AuthConfig.load(path)
-        except AuthConfigError as error:
-            log.error("tokens file not reloaded, the previous one stays in force: %s", error)
-            return
-        auth.config = config  # one attribute: each call sees the old or the new file, never a mix
-        log.info("tokens file reloaded", extra={"principals": len(config.principals)})
-
-    return reload
-
-
-def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:
-    """The group prefixes the tokens file grants: the tenants group metrics are shared fairly between."""
-    config = auth.config if auth is not None else None
-    if config is None:
-        return ()
-    return tuple(sorted({g.prefix for p in config.principals.values() for g in p.grants if not g.topic}))
-
-
-def _loopback(listen: str) -> bool:
-    """Whether ``listen`` (HOST:PORT) binds to loopback only; a name other than localhost counts as not."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -33,7 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
-    serve.add_argument("--max-workers", type=int, help="RPCs served at once (default 32)")
+    serve.add_argument(
+        "--processes",
+        metavar="N|auto",
+        help="serving processes sharing the port; auto = one per CPU (default 1, env OFFSETSTORE_PROCESSES)",
+    )
+    serve.add_argument(
+        "--max-workers",
+        type=int,
+        help="scale of the per-caller limits: streams max-workers/2, calls per principal /4, per anonymous peer x8 "
+        "(default 32)",
+    )
     serve.add_argument("--pool-size", type=int, help="database connections (default 16)")
     serve.add_argument(
         "--write-flushers", type=int, help="threads writing batches of concurrent commits (group commit; default 2)"
@@ -106,9 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         help="live groups one principal may create; more get RESOURCE_EXHAUSTED GROUP_QUOTA "
         "(default 0: no quota; max_groups in the tokens file wins)",
     )
-    security.add_argument(
-        "--max-streams", type=int, help="reflection streams open at once, each holding an RPC worker (default 4)"
-    )
+    security.add_argument("--max-streams", type=int, help="reflection streams open at once (default 4)")
     security.add_argument(
         "--tokens-file",
         type=Path,
@@ -186,8 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args)
     if args.command == "token":
         return _token(args)
-    from .app import serve
     from .config import Settings
+    from .serve import serve
 
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:

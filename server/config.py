@@ -45,8 +45,11 @@ class Settings:
     migrate: bool = True
     """Apply the migrations at start."""
 
+    processes: int = 1
+    """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
+
     max_workers: int = 32
-    """Threads serving RPCs at once."""
+    """Scale of the per-caller limits: streams (half), calls per principal (a quarter), calls per anonymous peer (8x)."""
 
     pool_size: int = 16
     """Database connections held by the server."""
@@ -105,7 +108,7 @@ class Settings:
     """Server reflection: ``on`` (open to everyone), ``off``, or ``authenticated`` (a token or certificate)."""
 
     max_streams: int = 4
-    """Reflection streams open at once; each holds one of ``max_workers`` while open."""
+    """Reflection streams open at once; each is ended after a minute."""
 
     max_calls_per_principal: int | None = None
     """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
@@ -145,6 +148,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
         if self.max_groups_per_principal < 0:
             raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
+        if not 1 <= self.processes <= 256:
+            raise ValueError("OFFSETSTORE_PROCESSES must be between 1 and 256, or auto")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
@@ -165,6 +170,8 @@ class Settings:
                 raw = environ.get(f"OFFSETSTORE_{f.name.upper()}")
             if raw is None or (raw == "" and f.name == "database_url"):
                 continue
+            if f.name == "processes" and isinstance(raw, str) and raw.strip().lower() == "auto":
+                raw = os.cpu_count() or 1
             values[f.name] = _duration(f.name, raw) if f.metadata.get("duration") else _coerce(f.name, f.type, raw)
         return cls(**values)
 

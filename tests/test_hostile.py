@@ -48,10 +48,11 @@ from offsetstore.client.errors import from_rpc_error
 from offsetstore.client.types import Watermark
 from offsetstore.server import cli as server_cli
 from offsetstore.server import metrics, migrate
-from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer, _security, _tenant_prefixes
+from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Settings
 from offsetstore.server.engine import create_engine
+from offsetstore.server.serve import _security, _tenant_prefixes
 from offsetstore.server.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
