@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         prepare(client, engine, args)
         with testing.TansuBroker() as broker:
             say(f"A local Kafka-protocol broker (Tansu, in memory) listens on {broker.bootstrap}")
-            return run(client, engine, broker, database_url, args)
+            try:
+                return run(client, engine, broker, database_url, args)
+            except RuntimeError as error:
+                print(f"The playground stopped: {error} (see the output above).", file=sys.stderr)
+                return 1
 
 
 def same_database(client: OffsetStoreClient, engine, group: str) -> bool:
