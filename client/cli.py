@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import grpc
 from grpc_status import rpc_status
 
+from . import _broker
 from ._sync import OffsetStoreClient
 from .durations import format_duration, parse_duration
 from .errors import (
@@ -56,8 +57,10 @@ EXIT_USAGE = 2
 
 SERVER_ENV = "OFFSETSTORE_SERVER"
 TOKEN_ENV = "OFFSETSTORE_TOKEN"
-DEFAULT_SERVER = "127.0.0.1:50051"
+DEFAULT_PORT = 50051
+DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
 IMPORT_MEMBER_ID = "offsetstore-cli-import"
+RESET_MEMBER_ID = "offsetstore-cli-reset"
 
 # The server caps a page at its own maximum; asking for more only saves round trips.
 _HISTORY_PAGE = 1000
@@ -119,7 +122,10 @@ def _parse_duration(text: str) -> timedelta:
     """A duration as kafka writes it (``PT1H30M``, ``P1D``) or shortly (``90s``, ``15m``, ``2h``, ``1d``)."""
     value = text.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        value += "s"  # plain seconds, as every duration of offsetstore takes them
+        # "7" could be seconds or days; a reset that goes back the wrong amount is costly.
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: give a unit, e.g. {value}s, {value}m, {value}h, {value}d or PT{value}S"
+        )
     match = _ISO_DURATION.fullmatch(value) or _SHORT_DURATION.fullmatch(value)
     parts = match.groupdict() if match else {}
     # Both patterns match strings with no number at all ("", "P", "PT"); so does "P1DT".
@@ -449,12 +455,41 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
                 **_offset_json("offset", p.offset, stored=True),
                 "metadata": p.metadata,
                 "commit_time": _json_time(p.commit_time),
+                "log_start_offset": p.log_start_offset,
                 "log_end_offset": p.log_end_offset,
                 "lag": p.lag,
+                "offset_past_log_end": p.offset_past_log_end,
             }
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ],
     }
+
+
+def _last_active(group: GroupDescription) -> datetime | None:
+    """The latest creation, join, reset or commit of the group."""
+    times = [t for t in (group.active_time, *(p.commit_time for p in group.partitions)) if t is not None]
+    return max(times, default=None)
+
+
+def _state(group: GroupDescription) -> str:
+    """Kafka's STATE column as far as the store can tell: it knows offsets, not live members."""
+    if not group.partitions:
+        return "Empty"
+    if any(p.offset_past_log_end for p in group.partitions):
+        return "PastLogEnd"
+    return "Stable"
+
+
+def _past_end_warnings(group: GroupDescription) -> list[str]:
+    return [
+        f"Warning: {group.group_id} {p.topic}:{p.partition}: offset {p.offset} is past the log end "
+        f"{p.log_end_offset}; its lag is not 0 but unknown, and nothing is read until the log reaches it. "
+        "An offset from another topic or cluster, or a log recreated since? "
+        f"Fix it with: offsetstore groups reset {group.group_id} --topic {p.topic}:{p.partition} "
+        "--to-latest (or --to-offset N) --execute"
+        for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        if p.offset_past_log_end
+    ]
 
 
 def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
@@ -467,6 +502,10 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
                 continue  # deleted since it was listed
     else:
         groups = [client.describe_group(args.group)]
+    if args.members:
+        return _describe_members(groups, args, out)
+    if args.state:
+        return _describe_state(groups, args, out)
     if out.json:
         documents = [_describe_json(g) for g in groups]
         out.document(documents if args.all_groups else documents[0])
@@ -491,7 +530,7 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
                 p.partition,
                 _offset_cell(p.offset, stored=True),
                 _unknown_cell(p.log_end_offset),
-                _unknown_cell(p.lag),
+                "-" if p.offset_past_log_end else _unknown_cell(p.lag),
                 _text_cell(group.member_id),
                 _text_cell(group.member_host),
                 _text_cell(p.metadata),
@@ -508,6 +547,76 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
         out.line(f"Group {group.group_id} has no offsets (generation {group.generation}).")
     if not groups:
         out.line("There are no groups.")
+    for group in groups:
+        for warning in _past_end_warnings(group):
+            out.error(warning)
+    return EXIT_OK
+
+
+def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, out: _Output) -> int:
+    # The store knows the latest JoinGroup of a group, not every live member as a Kafka coordinator does.
+    rows = [
+        {
+            "group_id": g.group_id,
+            "member_id": g.member_id,
+            "member_host": g.member_host,
+            "generation": g.generation,
+            "last_active_time": _json_time(_last_active(g)),
+            "partition_count": len(g.partitions),
+        }
+        for g in groups
+    ]
+    if out.json:
+        out.document(rows if args.all_groups else rows[0])
+        return EXIT_OK
+    out.table(
+        ("GROUP", "CONSUMER-ID", "HOST", "GENERATION", "LAST-ACTIVE", "#PARTITIONS"),
+        (
+            (
+                g.group_id,
+                _text_cell(g.member_id),
+                _text_cell(g.member_host),
+                g.generation,
+                _table_time(_last_active(g)),
+                len(g.partitions),
+            )
+            for g in groups
+        ),
+    )
+    out.line()
+    out.line(
+        "CONSUMER-ID and HOST are the latest member to join (JoinGroup); offsetstore keeps no list of live members."
+    )
+    return EXIT_OK
+
+
+def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, out: _Output) -> int:
+    rows = [
+        {
+            "group_id": g.group_id,
+            "state": _state(g),
+            "generation": g.generation,
+            "reset_count": g.reset_count,
+            "partition_count": len(g.partitions),
+            "last_active_time": _json_time(_last_active(g)),
+        }
+        for g in groups
+    ]
+    if out.json:
+        out.document(rows if args.all_groups else rows[0])
+        return EXIT_OK
+    out.table(
+        ("GROUP", "STATE", "GENERATION", "RESETS", "#PARTITIONS", "LAST-ACTIVE"),
+        (
+            (g.group_id, _state(g), g.generation, g.reset_count, len(g.partitions), _table_time(_last_active(g)))
+            for g in groups
+        ),
+    )
+    out.line()
+    out.line(
+        "STATE: Empty (no offsets), Stable (offsets, none past its log end) or PastLogEnd (see describe's "
+        "warnings). LAST-ACTIVE: the latest join, reset or commit."
+    )
     return EXIT_OK
 
 
@@ -542,13 +651,29 @@ def _reset_target(args: argparse.Namespace) -> tuple[dict[str, Any], datetime | 
     return {"to_commit_time": instant}, instant
 
 
-def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace, out: _Output) -> dict | None:
+    """Resets one group as the options say; returns its JSON document (None in table mode)."""
     target, instant = _reset_target(args)
     selection = _selection(args)
+    if args.bootstrap_server and selection is not None and any(not parts for parts in selection.values()):
+        # kafka-consumer-groups: a whole topic is every partition the broker has.
+        whole = [t for t, parts in selection.items() if not parts]
+        selection = _broker.expand(selection, _broker.topic_partitions(args.bootstrap_server, whole))
+    fetched = client.fetch_offsets(group, selection)
     # Read first only to name placeholders: a -1 that was stored is the latest one, not "none".
-    before = _stored_offsets(client.fetch_offsets(args.group, selection))
+    before = _stored_offsets(fetched)
+    existed = _exists(client, group)
+    per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
+    if per_partition is not None:
+        return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
+    whole_topics = selection is not None and any(not parts for parts in selection.values())
+    if not before and not existed and whole_topics and not args.all_groups:
+        raise _UsageError(
+            f"group {group} has no offsets for that selection, and the store does not know a topic's "
+            "partitions: name them (--topic TOPIC:0,1,2) or give --bootstrap-server to ask the broker"
+        )
     result = client.reset_offsets(
-        args.group, topics=selection, all_topics=args.all_topics, dry_run=not args.execute, **target
+        group, topics=selection, all_topics=args.all_topics, dry_run=not args.execute, **target
     )
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
     # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
@@ -563,25 +688,22 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
         return TopicPartition(c.topic, c.partition) in before
 
     if out.json:
-        out.document(
-            {
-                "group_id": args.group,
-                "generation": result.generation,
-                "dry_run": result.dry_run,
-                # A reset never deletes: a new -1 is the latest placeholder.
-                "changes": [_change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
-                "kept_placeholders": [
-                    {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=True)}
-                    for tp, off in kept
-                ],
-            }
-        )
-        return EXIT_OK
+        return {
+            "group_id": group,
+            "generation": result.generation,
+            "dry_run": result.dry_run,
+            # A reset never deletes: a new -1 is the latest placeholder.
+            "changes": [_change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
+            "kept_placeholders": [
+                {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=True)}
+                for tp, off in kept
+            ],
+        }
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         (
             (
-                args.group,
+                group,
                 c.topic,
                 c.partition,
                 _offset_cell(c.previous_offset, stored=previous_stored(c)),
@@ -602,52 +724,229 @@ def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output
             f"nothing to shift from: it stays {name}.{hint}"
         )
     if not changes and not kept:
-        out.line(f"No partition selected: group {args.group} has no offsets for that selection.")
-    if result.dry_run:
+        out.line(f"No partition selected: group {group} has no offsets for that selection.")
+    _applied_line(out, group, result.dry_run, existed, result.generation, bool(changes))
+    return None
+
+
+def _applied_line(out: _Output, group: str, dry_run: bool, existed: bool, generation: int, changed: bool) -> None:
+    if dry_run:
         out.line("Dry run: nothing changed. Run again with --execute to apply.")
-    else:
+    elif not existed and changed:
+        out.line(f"Created group {group} at generation {generation} with these offsets.")
+    elif changed or existed:
+        out.line(f"Applied: group {group} is now at generation {generation}; writers of older generations are fenced.")
+
+
+class _UsageError(Exception):
+    """A command that cannot do what was asked; the message says what to give instead."""
+
+
+def _selected_partitions(
+    selection: dict[str, list[int]] | None, before: dict[TopicPartition, int]
+) -> list[TopicPartition]:
+    """What a reset of `selection` touches: the named partitions and the group's in whole topics."""
+    chosen = set(before)
+    for topic, parts in (selection or {}).items():
+        chosen.update(TopicPartition(topic, p) for p in parts)
+    return sorted(chosen)
+
+
+def _known_ranges(
+    client: OffsetStoreClient, group: str, partitions: Sequence[TopicPartition], bootstrap: str | None
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(log start, log end) per partition, -1 where unknown: from the broker if given, else the store's."""
+    if bootstrap:
+        return _broker.watermarks(bootstrap, partitions)
+    try:
+        described = client.describe_group(group).partitions
+    except GroupNotFoundError:
+        return {}
+    wanted = set(partitions)
+    return {
+        tp: (p.log_start_offset, p.log_end_offset)
+        for p in described
+        if (tp := TopicPartition(p.topic, p.partition)) in wanted
+    }
+
+
+def _out_of_range(
+    offsets: dict[TopicPartition, int], ranges: dict[TopicPartition, tuple[int, int]]
+) -> dict[TopicPartition, int]:
+    """The offsets outside their known [log start, log end], each with the bound it passed."""
+    found = {}
+    for tp, offset in offsets.items():
+        start, end = ranges.get(tp, (-1, -1))
+        if offset < 0:
+            continue  # a placeholder resolves to a bound by itself
+        if end >= 0 and offset > end:
+            found[tp] = end
+        elif start >= 0 and offset < start:
+            found[tp] = start
+    return found
+
+
+def _warn_out_of_range(out: _Output, group: str, outside: dict[TopicPartition, int], offsets, clamp: bool) -> None:
+    for tp, bound in sorted(outside.items()):
+        side = "past the log end" if offsets[tp] > bound else "before the log start"
+        action = f"set to {bound} (--clamp)" if clamp else f"set as asked; add --clamp to set {bound} instead"
+        out.error(f"Warning: {group} {tp.topic}:{tp.partition}: offset {offsets[tp]} is {side} {bound}: {action}.")
+
+
+def _per_partition_target(
+    client: OffsetStoreClient,
+    group: str,
+    args: argparse.Namespace,
+    selection: dict[str, list[int]] | None,
+    before: dict[TopicPartition, int],
+    instant: datetime | None,
+    out: _Output,
+) -> dict[TopicPartition, int] | None:
+    """The offsets per partition where a target is not one number for all, else None (one ResetOffsets)."""
+    if args.bootstrap_server and instant is not None:
+        partitions = _selected_partitions(selection, before)
+        return _broker.offsets_for_times(args.bootstrap_server, partitions, instant)
+    if args.to_offset is None:
+        return None
+    partitions = _selected_partitions(selection, before)
+    wanted = dict.fromkeys(partitions, args.to_offset)
+    outside = _out_of_range(wanted, _known_ranges(client, group, partitions, args.bootstrap_server))
+    _warn_out_of_range(out, group, outside, wanted, args.clamp)
+    if not (args.clamp and outside):
+        return None
+    return {**wanted, **outside}
+
+
+def _set_offsets(client: OffsetStoreClient, group: str, new: dict[TopicPartition, int], existed: bool) -> int:
+    """Sets a different offset per partition; returns the generation after.
+
+    ResetOffsets takes one target for all; so a reset to the current offsets fences live
+    writers and counts as a reset (a Spark query derives a fresh checkpoint from it), then one
+    commit with that generation sets every offset in one transaction. A writer joining in
+    between makes the commit fail with STALE_GENERATION rather than be overwritten.
+    """
+    selection: dict[str, list[int]] = {}
+    for tp in new:
+        selection.setdefault(tp.topic, []).append(tp.partition)
+    generation = client.reset_offsets(group, topics=selection, shift_by=0).generation
+    if not existed:
+        generation = client.join_group(group, RESET_MEMBER_ID)
+    client.commit_offsets(group, new, generation=generation)
+    return generation
+
+
+def _reset_each(
+    client: OffsetStoreClient,
+    group: str,
+    args: argparse.Namespace,
+    out: _Output,
+    before: dict[TopicPartition, int],
+    new: dict[TopicPartition, int],
+    existed: bool,
+    generation_before: int,
+    instant: datetime | None,
+) -> dict | None:
+    rows = sorted((tp, before.get(tp, NO_OFFSET), offset) for tp, offset in new.items())
+    generation = _set_offsets(client, group, new, existed) if args.execute and new else generation_before
+    if out.json:
+        return {
+            "group_id": group,
+            "generation": generation,
+            "dry_run": not args.execute,
+            "changes": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    **_offset_json("previous_offset", old, stored=tp in before),
+                    **_offset_json("new_offset", off, stored=True),
+                }
+                for tp, old, off in rows
+            ],
+        }
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
+        ((group, tp.topic, tp.partition, _offset_cell(old, stored=tp in before), off) for tp, old, off in rows),
+    )
+    out.line()
+    if instant is not None:
         out.line(
-            f"Applied: group {args.group} is now at generation {result.generation}; "
-            "writers of older generations are fenced."
+            f"Target: each partition's first record with a timestamp at or after {_table_time(instant)}, "
+            f"from the broker at {args.bootstrap_server} (the log end where none is that recent)."
         )
+    if not rows:
+        out.line(f"No partition selected: group {group} has no offsets for that selection.")
+    _applied_line(out, group, not args.execute, existed, generation, bool(rows))
+    return None
+
+
+def _groups_of(client: OffsetStoreClient, args: argparse.Namespace) -> list[str]:
+    if getattr(args, "all_groups", False):
+        return [g.group_id for g in client.iter_groups()]
+    return [args.group]
+
+
+def _cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    documents = []
+    try:
+        for n, group in enumerate(_groups_of(client, args)):
+            if n and not out.json:
+                out.line()
+            documents.append(_reset_group(client, group, args, out))
+    except (_UsageError, _broker.BrokerError) as error:
+        out.error(f"Error: {error}")
+        return EXIT_ERROR
+    if out.json:
+        out.document(documents if args.all_groups else documents[0])
+    elif args.all_groups and not documents:
+        out.line("There are no groups.")
     return EXIT_OK
 
 
-def _cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+def _delete_group(client: OffsetStoreClient, group: str, args: argparse.Namespace, out: _Output) -> dict | None:
     selection = _selection(args)
-    before = _stored_offsets(client.fetch_offsets(args.group, selection))
+    before = _stored_offsets(client.fetch_offsets(group, selection))
     if args.execute:
-        deleted = sorted(client.delete_offsets(args.group, topics=selection, all_topics=args.all_topics))
+        deleted = sorted(client.delete_offsets(group, topics=selection, all_topics=args.all_topics))
     else:
         deleted = sorted(before)
     # The offsets read just before; a commit racing the delete is not shown, but is deleted.
     rows = [(tp, before.get(tp, NO_OFFSET)) for tp in deleted]
     if out.json:
-        out.document(
-            {
-                "group_id": args.group,
-                "dry_run": not args.execute,
-                "deleted": [
-                    {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=tp in before)}
-                    for tp, off in rows
-                ],
-            }
-        )
-        return EXIT_OK
+        return {
+            "group_id": group,
+            "dry_run": not args.execute,
+            "deleted": [
+                {"topic": tp.topic, "partition": tp.partition, **_offset_json("offset", off, stored=tp in before)}
+                for tp, off in rows
+            ],
+        }
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "OFFSET"),
-        ((args.group, tp.topic, tp.partition, _offset_cell(off, stored=tp in before)) for tp, off in rows),
+        ((group, tp.topic, tp.partition, _offset_cell(off, stored=tp in before)) for tp, off in rows),
     )
     out.line()
     verb = "Deleted" if args.execute else "Would delete"
     if not deleted:
-        out.line(f"Nothing to delete: group {args.group} has no offsets for that selection.")
+        out.line(f"Nothing to delete: group {group} has no offsets for that selection.")
     elif args.all_topics:
-        out.line(f"{verb} group {args.group} and its {len(deleted)} offset(s).")
+        out.line(f"{verb} group {group} and its {len(deleted)} offset(s).")
     else:
-        out.line(f"{verb} {len(deleted)} offset(s) of group {args.group}.")
+        out.line(f"{verb} {len(deleted)} offset(s) of group {group}.")
     if not args.execute:
         out.line("Dry run: nothing changed. Run again with --execute to delete.")
+    return None
+
+
+def _cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
+    documents = []
+    for n, group in enumerate(_groups_of(client, args)):
+        if n and not out.json:
+            out.line()
+        documents.append(_delete_group(client, group, args, out))
+    if out.json:
+        out.document(documents if args.all_groups else documents[0])
+    elif args.all_groups and not documents:
+        out.line("There are no groups.")
     return EXIT_OK
 
 
@@ -690,6 +989,10 @@ def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Outp
             break
     if args.limit:
         del changes[args.limit :]
+    if not changes and args.since is None and args.until is None and args.topics is None:
+        if client.fetch_offsets(args.group).generation == 0 and not _known_group(client, args.group):
+            out.error(f"Error: group {args.group} does not exist (no offsets and no history).")
+            return EXIT_ERROR
     stored = _history_stored(changes)
     if out.json:
         out.document(
@@ -718,6 +1021,24 @@ def _cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: _Outp
         ),
     )
     return EXIT_OK
+
+
+def _exists(client: OffsetStoreClient, group: str) -> bool:
+    """Whether the group is live (DescribeGroup finds it), with or without offsets."""
+    try:
+        client.describe_group(group)
+    except GroupNotFoundError:
+        return False
+    return True
+
+
+def _known_group(client: OffsetStoreClient, group: str) -> bool:
+    """Whether the group id was ever used: a deleted group is NOT_FOUND with its generation kept."""
+    try:
+        client.describe_group(group)
+    except GroupNotFoundError as error:
+        return "generation" in error.metadata
+    return True
 
 
 def _kind_name(kind: int) -> str:
@@ -785,6 +1106,16 @@ def _apply_import(client: OffsetStoreClient, group_id: str, new: dict[TopicParti
     return generation
 
 
+def _import_operands(args: argparse.Namespace) -> tuple[str, str]:
+    """(group, file) of ``import GROUP FILE``, or of the older ``import FILE --group GROUP``."""
+    operands = args.operands
+    if len(operands) == 2 and args.group is None:
+        return operands[0], operands[1]
+    if len(operands) == 1 and args.group is not None:
+        return args.group, operands[0]
+    raise _UsageError("write: offsetstore groups import GROUP FILE (FILE - reads standard input)")
+
+
 def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Output) -> int:
     try:
         new = _read_offsets_file(args.file)
@@ -797,6 +1128,10 @@ def _cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: _Outpu
     except UnicodeDecodeError as e:
         out.error(f"Error: {args.file} is not UTF-8 text: {e.reason}")
         return EXIT_ERROR
+    outside = _out_of_range(new, _known_ranges(client, args.group, list(new), None))
+    _warn_out_of_range(out, args.group, outside, new, args.clamp)
+    if args.clamp:
+        new.update(outside)
     selection: dict[str, list[int]] = {}
     for tp in new:
         selection.setdefault(tp.topic, []).append(tp.partition)
@@ -921,7 +1256,7 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
         "--server",
         metavar="HOST:PORT",
         default=default(None),
-        help=f"offsetstore server to talk to (env {SERVER_ENV}, default {DEFAULT_SERVER})",
+        help=f"offsetstore server to talk to (env {SERVER_ENV}, default {DEFAULT_SERVER}; the port defaults to {DEFAULT_PORT})",
     )
     parser.add_argument(
         "--timeout",
@@ -972,6 +1307,12 @@ def _add_selection(parser: argparse.ArgumentParser, *, required: bool) -> None:
     selection.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
 
 
+def _add_groups(parser: argparse.ArgumentParser, verb: str) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("group", metavar="GROUP", nargs="?", help=f"the group to {verb}")
+    which.add_argument("--all-groups", action="store_true", help=f"{verb} every group (one after another)")
+
+
 def _add_execute(parser: argparse.ArgumentParser) -> None:
     # One dest with explicit constants: a store_true and a store_false on one dest would
     # fight over its default.
@@ -996,13 +1337,24 @@ _RESET_HELP = (
 )
 _TO_DATETIME_HELP = (
     "the offsets the group had committed at that instant, from its history (e.g. 2024-01-31T10:00:00.000, "
-    "2024-01-31T10:00:00Z or ...+02:00; a time without a UTC offset is taken as UTC). offsetstore has no "
-    "broker timestamp index, so this is the group's own past position; a partition that had no offset "
-    "then gets the earliest placeholder (a reset never deletes an offset)"
+    "2024-01-31T10:00:00Z or ...+02:00; a time without a UTC offset is taken as UTC): the group's own past "
+    "position, where a partition that had no offset then gets the earliest placeholder (a reset never "
+    "deletes an offset). With --bootstrap-server it means what kafka-consumer-groups means: the offsets of "
+    "the first records with a timestamp at or after it"
+)
+_BOOTSTRAP_HELP = (
+    "a Kafka broker to ask, as kafka-consumer-groups does (the kafka extra): --to-datetime and --by-duration "
+    "then mean record timestamps (each partition's first record at or after the instant, offsets_for_times; "
+    "the log end where none is that recent), a whole --topic means every partition the broker has, and "
+    "--to-offset is checked against the broker's log start and end"
+)
+_CLAMP_HELP = (
+    "set an offset outside the known [log start, log end] to the nearer bound (kafka-consumer-groups "
+    "clamps silently; offsetstore warns and sets what you asked unless you give --clamp)"
 )
 _BY_DURATION_HELP = (
     "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
-    "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d"
+    "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d (a unit is required)"
 )
 _TO_CURRENT_HELP = (
     "keep each offset where it is (a placeholder resolves to a known watermark, an offset past a known "
@@ -1059,6 +1411,11 @@ class _CommandParser(argparse.ArgumentParser):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
+        if getattr(namespace, "operands", None) is not None:
+            try:
+                namespace.group, namespace.file = _import_operands(namespace)
+            except _UsageError as error:
+                self.error(str(error))
         return namespace, extras
 
 
@@ -1087,9 +1444,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("group", metavar="GROUP", nargs="?", help="the group to describe")
     which.add_argument("--all-groups", action="store_true", help="describe every group")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument(
+        "--members",
+        action="store_true",
+        help="the group's latest member (CONSUMER-ID, HOST), generation, last activity and partition count",
+    )
+    view.add_argument(
+        "--state",
+        action="store_true",
+        help="the group's state (Empty, Stable or PastLogEnd), generation, resets and last activity",
+    )
 
     p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)
-    p.add_argument("group", metavar="GROUP")
+    _add_groups(p, "reset")
     _add_selection(p, required=True)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-offset", type=_nonnegative_int, metavar="N", help="set every selected partition to N")
@@ -1117,10 +1485,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--to-current", action="store_true", help=_TO_CURRENT_HELP)
     target.add_argument("--to-datetime", type=_parse_datetime, metavar="ISO8601", help=_TO_DATETIME_HELP)
     target.add_argument("--by-duration", type=_parse_duration, metavar="DURATION", help=_BY_DURATION_HELP)
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=_BOOTSTRAP_HELP)
+    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     _add_execute(p)
 
     p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)
-    p.add_argument("group", metavar="GROUP")
+    _add_groups(p, "delete")
     _add_selection(p, required=True)
     _add_execute(p)
 
@@ -1143,8 +1513,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
     p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--group", required=True, metavar="GROUP", help="the group to set the offsets of")
+    p.add_argument("operands", nargs="+", metavar="GROUP FILE", help="the group to set the offsets of, and the file")
+    p.add_argument("--group", metavar="GROUP", help=argparse.SUPPRESS)  # the older 'import FILE --group GROUP'
+    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     _add_execute(p)
 
 
@@ -1189,10 +1560,23 @@ def _security_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _with_default_port(server: str) -> str:
+    """``host`` -> ``host:50051``: gRPC would dial port 443 for a target without a port."""
+    if "://" in server or server.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return server  # a gRPC target URI says what it means
+    if server.startswith("["):
+        return server if "]:" in server else f"{server}:{DEFAULT_PORT}"
+    if server.count(":") == 0:
+        return f"{server}:{DEFAULT_PORT}"
+    if server.count(":") > 1:
+        return f"[{server}]:{DEFAULT_PORT}"  # a bare IPv6 address
+    return server
+
+
 def run(args: argparse.Namespace) -> int:
     """Executes the parsed ``groups`` command; returns the process exit code."""
     out = _Output(args.output, sys.stdout, sys.stderr)
-    server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+    server = _with_default_port(args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER)
     options: dict[str, Any] = {} if args.timeout is None else {"timeout": args.timeout}
     try:
         options.update(_security_options(args))

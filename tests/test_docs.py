@@ -35,7 +35,12 @@ def snippets(path: Path, language: str) -> list[str]:
 
 def local(code: str, server: OffsetStoreServer, group_id: str) -> str:
     """A snippet pointed at the test's server and group."""
-    return code.replace("127.0.0.1:50051", server.address).replace("orders-etl", group_id)
+    return (
+        code.replace("127.0.0.1:50051", server.address)
+        .replace("python-orders-etl", group_id)
+        .replace("readme-etl", group_id)
+        .replace("orders-etl", group_id)
+    )
 
 
 def run(code: str, namespace: dict[str, object]) -> None:
@@ -55,9 +60,9 @@ def test_readme_python_client_runs(server: OffsetStoreServer, client: OffsetStor
     (code,) = snippets(ROOT / "README.md", "python")
     run(local(code, server, group_id), {})
     fetched = client.fetch_offsets(group_id)
-    assert {tp: o.offset for tp, o in fetched.offsets.items()} == {("orders", 0): 1100, ("orders", 1): 77}
+    assert {tp: o.offset for tp, o in fetched.offsets.items()} == {("readme-orders", 0): 1100, ("readme-orders", 1): 77}
     # The compare-and-set was fenced: it carried the generation of the join.
-    history = client.list_offset_history(group_id, topics={"orders": [0]}).items
+    history = client.list_offset_history(group_id, topics={"readme-orders": [0]}).items
     assert [(c.new_offset, c.generation) for c in history] == [(1100, fetched.generation), (1042, fetched.generation)]
 
 
@@ -84,21 +89,21 @@ def test_python_guide_snippets_run(server: OffsetStoreServer, client: OffsetStor
 
     namespace: dict[str, object] = {}
     run(local(loop, server, group_id), namespace)
-    source = ListSource([[("orders", 0, 0), ("orders", 0, 1)], [("orders", 1, 5)]])
+    source = ListSource([[("python-orders", 0, 0), ("python-orders", 0, 1)], [("python-orders", 1, 5)]])
     namespace["consume"](source, group_id, "docs")  # type: ignore[operator]
-    assert source.seeks == {("orders", 0): -1, ("orders", 1): -1, ("orders", 2): -1}
+    assert source.seeks == {("python-orders", 0): -1, ("python-orders", 1): -1, ("python-orders", 2): -1}
     assert {tp: o.offset for tp, o in client.fetch_offsets(group_id).offsets.items()} == {
-        ("orders", 0): 2,
-        ("orders", 1): 6,
+        ("python-orders", 0): 2,
+        ("python-orders", 1): 6,
     }
 
-    client.commit_offsets(group_id, {("orders", 0): 1042})
+    client.commit_offsets(group_id, {("python-orders", 0): 1042})
     generation = client.join_group(group_id, "docs")
     run(cas, {**namespace, "client": client, "group": group_id, "generation": generation})
-    assert client.fetch_offsets(group_id, {"orders": [0]}).offsets[("orders", 0)].offset == 1100
+    assert client.fetch_offsets(group_id, {"python-orders": [0]}).offsets[("python-orders", 0)].offset == 1100
 
     run(local(stubs, server, group_id), namespace)
-    assert client.fetch_offsets(group_id, {"orders": [0]}).offsets[("orders", 0)].offset == 42
+    assert client.fetch_offsets(group_id, {"python-orders": [0]}).offsets[("python-orders", 0)].offset == 42
 
     # A commit with a superseded generation: the snippet finds STALE_GENERATION in the details.
     stale = pb.CommitOffsetsRequest(

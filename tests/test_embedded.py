@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -119,3 +120,55 @@ def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         assert default_data_dir() == Path("/var/lib/offsetstore/postgres")
     else:
         assert default_data_dir() == tmp_path / "xdg" / "offsetstore" / "postgres"
+
+
+def test_no_postgres_program_is_forked_from_this_process(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pgserver runs initdb and pg_ctl with user= as root, which forks; a fork from a process with
+    # busy gRPC threads crashes the child (issue 23). Only the helper may be spawned from here.
+    spawned: list[list[str]] = []
+    original = subprocess.Popen.__init__
+
+    def record(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        spawned.append([str(a) for a in args] if isinstance(args, list | tuple) else [str(args)])
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", record)
+    pg = EmbeddedPostgres(data_dir)
+    url = pg.start()
+    assert execute(url, "SELECT 1") == [(1,)]
+    pg.stop()
+    assert not (data_dir / "postmaster.pid").exists()
+    assert spawned == [[sys.executable, "-m", "offsetstore.server.embedded", str(data_dir.resolve())]]
+
+
+def test_the_server_stops_when_its_owner_is_killed(data_dir: Path) -> None:
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from offsetstore.server.embedded import EmbeddedPostgres; "
+            "print(EmbeddedPostgres(sys.argv[1]).start(), flush=True); sys.stdin.read()",
+            str(data_dir),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = owner.stdout.readline().strip()
+        assert execute(url, "SELECT 1") == [(1,)]
+        owner.kill()
+        owner.wait()
+        # Its helper sees its standard input close and stops the server, in order.
+        psutil.wait_procs([p for p in psutil.process_iter() if _helper_of(p, data_dir)], timeout=60)
+        assert not (data_dir / "postmaster.pid").exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.communicate()
+
+
+def _helper_of(process: psutil.Process, data_dir: Path) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.cmdline()[-3:] == ["-m", "offsetstore.server.embedded", str(data_dir.resolve())]
+    return False

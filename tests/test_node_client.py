@@ -64,20 +64,20 @@ def test_node_commit_loop(
     assert a["fenced"] is True
     assert (a["code"], a["reason"]) == ("FAILED_PRECONDITION", "STALE_GENERATION")
     assert (a["generation"], a["current_generation"]) == (1, 2)
-    assert a["positions"] == {"orders:0": 20, "orders:1": 20}
+    assert a["positions"] == {"node-orders:0": 20, "node-orders:1": 20}
 
     # What a committed is the next offset to read; an untouched partition comes back as -1.
     assert summary["fetched"] == [
-        {"topic": "orders", "partition": 0, "offset": 20},
-        {"topic": "orders", "partition": 1, "offset": 20},
-        {"topic": "orders", "partition": 2, "offset": -1},
+        {"topic": "node-orders", "partition": 0, "offset": 20},
+        {"topic": "node-orders", "partition": 1, "offset": 20},
+        {"topic": "node-orders", "partition": 2, "offset": -1},
     ]
     assert summary["generation"] == 2
 
     # member-b joined again (generation 3), resumed from there and ran its source dry.
     b = summary["member_b"]
     assert b["fenced"] is False and b["generation"] == 3
-    assert b["positions"] == {"orders:0": 25, "orders:1": 30}
+    assert b["positions"] == {"node-orders:0": 25, "node-orders:1": 30}
 
     # The compare-and-set from 25 to 30 won; the second one, still expecting 25, lost.
     assert summary["mismatch"] == {"code": "ABORTED", "reason": "OFFSET_MISMATCH", "stored_offset": 30}
@@ -91,7 +91,7 @@ def test_node_commit_loop(
 
     # The Python client sees exactly what the Node client left behind.
     fetched = client.fetch_offsets(group_id)
-    assert {tp: c.offset for tp, c in fetched.offsets.items()} == {("orders", 0): 30, ("orders", 1): 30}
+    assert {tp: c.offset for tp, c in fetched.offsets.items()} == {("node-orders", 0): 30, ("node-orders", 1): 30}
     assert fetched.generation == 3
 
 
@@ -101,3 +101,13 @@ def test_package_lock_pins_what_package_json_names() -> None:
     for name, version in package["dependencies"].items():
         assert version[0].isdigit(), f"{name} is not pinned to an exact version: {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+@needs_node
+def test_help_prints_the_usage_and_a_bad_option_exits_2(node_modules) -> None:
+    shown = subprocess.run([str(NODE), str(EXAMPLE / "commit_loop.js"), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: node commit_loop.js")
+    bad = subprocess.run([str(NODE), str(EXAMPLE / "commit_loop.js"), "--bogus"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "Unknown option '--bogus'" in bad.stderr

@@ -73,6 +73,8 @@ def test_contract_fields() -> None:
         "commit_time",
         "log_end_offset",
         "lag",
+        "offset_past_log_end",  # issue 23: an offset past the log end is an anomaly, not lag 0
+        "log_start_offset",
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}

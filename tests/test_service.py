@@ -492,12 +492,16 @@ def test_describe_group_reports_lag_from_watermarks(client, group_id, topic):
     description = client.describe_group(group_id)
 
     assert (description.group_id, description.generation) == (group_id, 1)
-    assert [(p.partition, p.offset, p.metadata, p.log_end_offset, p.lag) for p in description.partitions] == [
-        (0, 40, "m0", 100, 60),
-        (1, 120, "", 100, 0),
-        (2, 5, "", NO_OFFSET, NO_OFFSET),
+    assert [
+        (p.partition, p.offset, p.metadata, p.log_end_offset, p.lag, p.offset_past_log_end)
+        for p in description.partitions
+    ] == [
+        (0, 40, "m0", 100, 60, False),
+        (1, 120, "", 100, NO_OFFSET, True),  # past the log end: an anomaly, never lag 0
+        (2, 5, "", NO_OFFSET, NO_OFFSET, False),
     ]
     assert all(p.commit_time is not None for p in description.partitions)
+    assert description.active_time is not None  # the join
 
 
 def test_newer_watermarks_replace_older_ones(client, group_id, topic):

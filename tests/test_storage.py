@@ -270,13 +270,20 @@ def test_describe_resolves_lag_from_watermarks_and_sentinels(conn, group_id, top
     )
     description = storage.describe_group(conn, group_id)
     assert description.generation == 2
-    assert [(p.partition, p.offset, p.log_end_offset, p.lag) for p in description.partitions] == [
-        (0, 40, 100, 60),
-        (1, 120, 100, 0),  # beyond the log end: no negative lag
-        (2, EARLIEST, 100, 90),  # the earliest sentinel counts from the log start
-        (3, LATEST, 100, 0),
-        (4, 7, NO_OFFSET, NO_OFFSET),  # no watermark reported
+    assert [
+        (p.partition, p.offset, p.log_start_offset, p.log_end_offset, p.lag, p.offset_past_log_end)
+        for p in description.partitions
+    ] == [
+        (0, 40, 10, 100, 60, False),
+        # Beyond the log end: an anomaly, flagged, and its lag is unknown, never 0 (issue 23).
+        (1, 120, 10, 100, NO_OFFSET, True),
+        (2, EARLIEST, 10, 100, 90, False),  # the earliest sentinel counts from the log start
+        (3, LATEST, 10, 100, 0, False),
+        (4, 7, NO_OFFSET, NO_OFFSET, NO_OFFSET, False),  # no watermark reported
     ]
+    # The group's total lag is unknown too, rather than a sum that leaves the anomaly out.
+    (summary,) = [g for g in storage.list_groups(conn, group_id).items if g.group_id == group_id]
+    assert summary.total_lag == NO_OFFSET
 
 
 def test_describe_of_an_unknown_group_raises(conn, group_id):

@@ -3,18 +3,25 @@
 Usage (a database with the offset store migrated, ``offsetstore migrate``)::
 
     python examples/kafka/orders_consumer.py --bootstrap localhost:9092 \\
-        --database-url postgresql://app@db/orders --topic orders --group orders-etl
+        --database-url postgresql://app@db/shop --topic kafka-orders --group kafka-orders-etl \\
+        --table kafka_orders
 
-The table it writes::
+The table it writes (``make demo`` runs all of this against a local broker)::
 
-    CREATE TABLE orders (topic text, "partition" int, "offset" bigint,
-                         order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset"));
+    CREATE TABLE kafka_orders (topic text, "partition" int, "offset" bigint,
+                               order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset"));
 
 Stop it with Ctrl-C; kill it any way you like: restarted, it goes on where the
 last committed transaction left off, and no order is written twice. A second copy
-started with the same group takes over and the first one stops (fenced), as does
-``offsetstore groups reset orders-etl ... --execute`` (restart it to resume from the
-reset position).
+started with the same group takes over and the first one stops (fenced, exit code 3),
+as does ``offsetstore groups reset kafka-orders-etl ... --execute``: restart it to
+resume from the reset position.
+
+``--mode upsert`` (the default) writes each record's row keyed on its coordinates
+(topic, partition, offset), so after a reset backwards, which means "process these
+again", the records read a second time replace their rows instead of failing on the
+primary key. ``--mode append`` only inserts: use it with a table that has no such key
+(each reprocessed record then adds a row), or where resets never go backwards.
 """
 
 from __future__ import annotations
@@ -23,11 +30,15 @@ import argparse
 import json
 import logging
 import signal
+import time
 
 from confluent_kafka import Consumer
 
 from offsetstore.client import StaleGenerationError
 from offsetstore.kafka_integration import ExactlyOnceWriter, StoredPositions, WatermarkReporter, consumer_config
+
+# How often an idle consumer asks whether a reset or a newer consumer fenced it.
+FENCE_CHECK_SECONDS = 2.0
 
 
 def main() -> int:
@@ -36,7 +47,15 @@ def main() -> int:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
-    parser.add_argument("--table", default="orders")
+    parser.add_argument("--table", default="kafka_orders")
+    parser.add_argument(
+        "--mode",
+        choices=("upsert", "append"),
+        default="upsert",
+        help="upsert (default): a record read again after a reset replaces its row, keyed on "
+        "(topic, partition, offset), which needs a unique key on them; append: insert only",
+    )
+    parser.add_argument("--report-interval", type=float, default=15.0, help="seconds between watermark reports (lag)")
     parser.add_argument(
         "-X", dest="extra", action="append", default=[], metavar="KEY=VALUE", help="more consumer config, as kcat's -X"
     )
@@ -57,14 +76,17 @@ def main() -> int:
         args.group,
         args.table,
         columns=("topic", "partition", "offset", "order_id", "amount"),
+        mode=args.mode,
+        key_columns=("topic", "partition", "offset") if args.mode == "upsert" else (),
     )
     # Positions from the store's database, which the writer connects to anyway.
     positions = StoredPositions(writer.engine, args.group, auto_offset_reset=config["auto.offset.reset"])
     writer.join()  # this run's generation: fences any older run of the group
     consumer.subscribe([args.topic], on_assign=positions.on_assign, on_revoke=positions.on_revoke)
-    lag = WatermarkReporter(consumer, writer, interval=15)
+    lag = WatermarkReporter(consumer, writer, interval=args.report_interval)
 
     stopping = False
+    checked = time.monotonic()
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -83,11 +105,17 @@ def main() -> int:
                 orders = [json.loads(m.value()) for m in batch]
                 outcome = writer.write(batch, [{"order_id": o["id"], "amount": o["amount"]} for o in orders])
                 logging.info("wrote %d orders (%d already delivered)", outcome.written, outcome.skipped)
+                checked = time.monotonic()
+            elif time.monotonic() - checked > FENCE_CHECK_SECONDS:
+                # Idle: no write would notice a reset, so ask the store whether one happened.
+                writer.check_fenced()
+                checked = time.monotonic()
             lag.maybe_report()
     except StaleGenerationError:
         logging.error("fenced: a newer consumer of %s, or a reset, took over; stopping", args.group)
         return 3
     finally:
+        lag.report()  # the last log ends seen, so that describe shows this run's lag
         consumer.close()
         writer.close()
     return 0

@@ -2,7 +2,7 @@
 // A Node.js consumer's commit loop against offsetstore: join, fetch, commit with the
 // generation, compare-and-set, and the error reasons read from the rich status.
 //
-//   npm ci && node commit_loop.js --target 127.0.0.1:50051 --group orders-etl
+//   npm ci && node commit_loop.js --target 127.0.0.1:50051 --group node-orders-etl
 //
 // The service is loaded from the repository's .proto at run time (no generated code).
 // Human-readable progress goes to stderr; one JSON summary line goes to stdout.
@@ -18,6 +18,17 @@ const PROTO_DIR = process.env.OFFSETSTORE_PROTO_DIR || path.resolve(__dirname, '
 const RPC_PROTO_DIR = path.join(__dirname, 'protos');
 const SERVICE = 'offsetstore.v1.OffsetStoreService';
 const DOMAIN = 'offsetstore.v1';
+// Names of this guide's own (docs/node.md): following the guides in order must not mix their offsets.
+const TOPIC = 'node-orders';
+const USAGE = `usage: node commit_loop.js [--target HOST:PORT] [--group GROUP]
+
+Runs a commit loop against offsetstore on topic node-orders: join, fetch, commit with the
+generation, a takeover that fences the first member, and a compare-and-set.
+
+  --target HOST:PORT  the server (env OFFSETSTORE_SERVER, default 127.0.0.1:50051)
+  --group GROUP       the consumer group (default node-example-<pid>)
+  -h, --help          this help
+`;
 
 // --- the service, from the .proto ---------------------------------------------------
 
@@ -200,37 +211,50 @@ function memorySource(sizes, batchSize, onPoll = () => {}) {
 // --- a demonstration of every path ---------------------------------------------------
 
 async function main() {
-  const { values } = parseArgs({
-    options: {
-      target: { type: 'string', default: process.env.OFFSETSTORE_SERVER || '127.0.0.1:50051' },
-      group: { type: 'string', default: `node-example-${process.pid}` },
-    },
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        target: { type: 'string', default: process.env.OFFSETSTORE_SERVER || '127.0.0.1:50051' },
+        group: { type: 'string', default: `node-example-${process.pid}` },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
+  } catch (error) {
+    process.stderr.write(`${error.message}\n${USAGE}`);
+    process.exit(2);
+  }
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
   const log = (line) => process.stderr.write(`${line}\n`);
   const client = new OffsetStoreClient(values.target);
   const group = values.group;
-  const topics = [{ topic: 'orders', partitions: [0, 1] }];
+  const topics = [{ topic: TOPIC, partitions: [0, 1] }];
   const summary = { group };
   try {
     // 1. Member a consumes; after its second commit member b joins (a restart elsewhere,
     //    a rebalance), which fences a: its third commit is refused with STALE_GENERATION.
-    const pollA = memorySource({ 'orders:0': 100, 'orders:1': 100 }, 10, async (n) => {
+    const pollA = memorySource({ [`${TOPIC}:0`]: 100, [`${TOPIC}:1`]: 100 }, 10, async (n) => {
       if (n === 3) await client.joinGroup(group, 'member-b');
     });
     summary.member_a = await consume(client, group, 'member-a', topics, pollA, log);
 
     // 2. Member b resumes from what a committed: the next offset to read.
-    const resumed = await client.fetchOffsets(group, [{ topic: 'orders', partitions: [0, 1, 2] }]);
+    const resumed = await client.fetchOffsets(group, [{ topic: TOPIC, partitions: [0, 1, 2] }]);
     summary.fetched = resumed.offsets.map((o) => ({ topic: o.topic, partition: o.partition, offset: o.offset }));
     summary.generation = resumed.generation;
-    const pollB = memorySource({ 'orders:0': 25, 'orders:1': 30 }, 10);
+    const pollB = memorySource({ [`${TOPIC}:0`]: 25, [`${TOPIC}:1`]: 30 }, 10);
     summary.member_b = await consume(client, group, 'member-b', topics, pollB, log);
 
     // 3. Compare-and-set: commit only if the stored offset is still the one we read.
-    const stored = (await client.fetchOffsets(group, [{ topic: 'orders', partitions: [0] }])).offsets[0].offset;
-    await client.commitOffsets(group, [{ topic: 'orders', partition: 0, offset: stored + 5, expected_offset: stored }]);
+    const current = await client.fetchOffsets(group, [{ topic: TOPIC, partitions: [0] }]);
+    const stored = current.offsets[0].offset;
+    const cas = (offset) => [{ topic: TOPIC, partition: 0, offset, expected_offset: stored }];
+    await client.commitOffsets(group, cas(stored + 5), current.generation); // fenced, like every commit
     try {
-      await client.commitOffsets(group, [{ topic: 'orders', partition: 0, offset: stored + 9, expected_offset: stored }]);
+      await client.commitOffsets(group, cas(stored + 9), current.generation);
       summary.mismatch = null;
     } catch (error) {
       if (error.reason !== 'OFFSET_MISMATCH') throw error;

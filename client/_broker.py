@@ -1,0 +1,163 @@
+"""What the groups CLI asks a Kafka broker with ``--bootstrap-server``: partitions, watermarks, offsets by time.
+
+confluent-kafka (the ``kafka`` extra) is imported when a command asks, as PySpark is for
+the Spark sink: the CLI works without it. The consumer made here never joins a group and
+never commits; it only reads metadata and offsets, as kafka-consumer-groups does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .types import TopicPartition
+
+__all__ = ["BrokerError", "offsets_for_times", "topic_partitions", "watermarks"]
+
+
+class BrokerError(Exception):
+    """The broker could not be asked (no kafka extra, unreachable, unknown topic)."""
+
+
+def _consumer(bootstrap: str) -> Any:
+    try:
+        from confluent_kafka import Consumer
+    except ImportError:
+        raise BrokerError(
+            "--bootstrap-server needs confluent-kafka: pip install 'offsetstore[kafka]' (from a checkout)"
+        ) from None
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            # Never used for a join or a commit: only look-ups by partition.
+            "group.id": "offsetstore-cli",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+    )
+
+
+def _ask(bootstrap: str, what: str, call):  # noqa: ANN001, ANN202
+    from confluent_kafka import KafkaException
+
+    consumer = _consumer(bootstrap)
+    try:
+        return call(consumer)
+    except KafkaException as error:
+        raise BrokerError(f"the broker at {bootstrap} did not answer {what}: {error.args[0].str()}") from None
+    finally:
+        consumer.close()
+
+
+def topic_partitions(bootstrap: str, topics: Iterable[str], *, timeout: float = 10.0) -> dict[str, list[int]]:
+    """Every partition of each topic, from the broker's metadata; BrokerError for an unknown topic."""
+
+    def call(consumer: Any) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise BrokerError(f"topic {topic} does not exist on the broker at {bootstrap}")
+            found[topic] = sorted(meta.partitions)
+        return found
+
+    return _ask(bootstrap, "a metadata request", call)
+
+
+def watermarks(
+    bootstrap: str, partitions: Iterable[TopicPartition], *, timeout: float = 10.0
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(log start, log end) of each partition, as the broker answers them now."""
+
+    def call(consumer: Any) -> dict[TopicPartition, tuple[int, int]]:
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        marks = {}
+        for tp in partitions:
+            low, high = consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)
+            marks[tp] = (low, high)
+        return marks
+
+    return _ask(bootstrap, "a watermark request", call)
+
+
+def offsets_for_times(
+    bootstrap: str, partitions: Sequence[TopicPartition], instant: datetime, *, timeout: float = 10.0
+) -> dict[TopicPartition, int]:
+    """For each partition, the offset of its first record with a timestamp at or after ``instant``.
+
+    Where no record is that recent, the log end (kafka-consumer-groups does the same). The
+    broker's answer (ListOffsets by timestamp, ``offsets_for_times``) is checked against the
+    timestamps of the records around it; where they contradict it, the offset is found by a
+    binary search over record timestamps instead (Tansu 0.6 answers such requests wrongly).
+    Both assume timestamps that grow with offsets, as Kafka's own time index does.
+    """
+
+    def call(consumer: Any) -> dict[TopicPartition, int]:
+        from confluent_kafka import TopicPartition as KafkaPartition
+
+        millis = int(instant.timestamp() * 1000)
+        asked = [KafkaPartition(tp.topic, tp.partition, millis) for tp in partitions]
+        found: dict[TopicPartition, int] = {}
+        for answer in consumer.offsets_for_times(asked, timeout=timeout):
+            tp = TopicPartition(answer.topic, answer.partition)
+            if answer.error is not None:
+                raise BrokerError(f"the broker at {bootstrap} has no offsets of {tp.topic}:{tp.partition}")
+            low, high = consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)
+            guess = high if answer.offset < 0 else answer.offset
+            if not _is_first_at_or_after(consumer, tp, guess, low, high, millis, timeout):
+                guess = _search(consumer, tp, low, high, millis, timeout)
+            found[tp] = guess
+        return found
+
+    return _ask(bootstrap, "an offsets-for-times request", call)
+
+
+def _timestamp(consumer: Any, tp: TopicPartition, offset: int, timeout: float) -> tuple[int, int]:
+    """(offset, timestamp in ms) of the first record at or after ``offset``."""
+    import time
+
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    consumer.assign([KafkaPartition(tp.topic, tp.partition, offset)])
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        message = consumer.poll(left)
+        if message is None:
+            break
+        if message.error() is not None:
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise BrokerError(f"reading {tp.topic}:{tp.partition} at {offset}: {message.error().str()}")
+        if (message.topic(), message.partition()) == (tp.topic, tp.partition):
+            return message.offset(), message.timestamp()[1]
+    raise BrokerError(f"no record of {tp.topic}:{tp.partition} at offset {offset} within {timeout}s")
+
+
+def _is_first_at_or_after(
+    consumer: Any, tp: TopicPartition, offset: int, low: int, high: int, millis: int, timeout: float
+) -> bool:
+    if not low <= offset <= high:
+        return False
+    if offset < high and _timestamp(consumer, tp, offset, timeout)[1] < millis:
+        return False
+    return offset == low or _timestamp(consumer, tp, offset - 1, timeout)[1] < millis
+
+
+def _search(consumer: Any, tp: TopicPartition, low: int, high: int, millis: int, timeout: float) -> int:
+    """The smallest offset in [low, high) whose record's timestamp is >= millis, else ``high``."""
+    while low < high:
+        middle = (low + high) // 2
+        at, stamp = _timestamp(consumer, tp, middle, timeout)
+        if stamp >= millis:
+            high = middle
+        else:
+            low = at + 1
+    return low
+
+
+def expand(selection: Mapping[str, list[int]], known: Mapping[str, list[int]]) -> dict[str, list[int]]:
+    """The selection with each whole topic (an empty list) replaced by its partitions in ``known``."""
+    return {topic: list(parts) or list(known.get(topic, [])) for topic, parts in selection.items()}
