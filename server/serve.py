@@ -31,6 +31,8 @@ from types import FrameType
 from typing import Any
 
 import grpc
+import sqlalchemy
+import sqlalchemy.exc
 
 from offsetstore.client.durations import format_duration
 
@@ -86,8 +88,7 @@ def serve(settings: Settings) -> int:
 
             embedded = EmbeddedPostgres(settings.data_dir)
             database_url = embedded.start()
-        if settings.migrate:
-            migrate.upgrade(database_url)
+        _check_database(database_url, settings.migrate)
         return _supervise(settings, database_url, reservation, auth, directory, stopping, reload, embedded)
     except StartError as error:
         log.error("cannot start: %s", error)
@@ -177,6 +178,21 @@ def _supervise(
         scrape_store.dispose()
     log.info("stopped")
     return 0 if clean else 1
+
+
+def _check_database(database_url: str, apply_migrations: bool) -> None:
+    """Reaches the database (and migrates it); an unreachable one is a StartError of one line."""
+    try:
+        if apply_migrations:
+            migrate.upgrade(database_url)
+        else:
+            migrate.current(database_url)
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
+        reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
+        raise StartError(
+            f"cannot reach the database at {sqlalchemy.make_url(database_url).render_as_string(hide_password=True)}: "
+            f"{reason}. Check --database-url (OFFSETSTORE_DATABASE_URL): the server, the database name, the role"
+        ) from None
 
 
 def _reload(settings: Settings, workers: _Workers) -> None:
