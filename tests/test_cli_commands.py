@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,18 +272,23 @@ def wait_until_blocked(conninfo: str, pid: int) -> None:
 def test_a_call_past_its_deadline_points_to_timeout(
     database_url: str, group_id: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A busy server: the groups table is locked by another session, so the CLI's describe
-    # waits in the database until its deadline passes (a waiting call holds no worker now).
+    # A busy server: a commit of 10,000 partitions (this peer's whole cost share) waits for a
+    # row lock held by another session, so the CLI's call queues behind it until its deadline.
     store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=60_000), statement_timeout_ms=60_000)
     conninfo = sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    wide = {("orders", p): 2 for p in range(10_000)}
     with OffsetStoreServer(store, max_workers=1) as busy, OffsetStoreClient(busy.address, timeout=30) as client:
         client.commit_offsets(group_id, {("orders", 0): 1})
         with psycopg.connect(conninfo) as locker:
-            locker.execute("LOCK TABLE offsetstore.groups IN ACCESS EXCLUSIVE MODE")
-            try:
-                code = cli.main(["describe", group_id, "--server", busy.address, "--timeout", "0.5"])
-            finally:
-                locker.rollback()
+            locker.execute("SELECT 1 FROM offsetstore.groups WHERE group_id = %s FOR UPDATE", (group_id,))
+            with ThreadPoolExecutor(1) as pool:
+                blocked = pool.submit(client.commit_offsets, group_id, wide)
+                wait_until_blocked(conninfo, locker.info.backend_pid)
+                try:
+                    code = cli.main(["describe", group_id, "--server", busy.address, "--timeout", "0.5"])
+                finally:
+                    locker.rollback()
+                blocked.result()
     store.dispose()
     err = capsys.readouterr().err
     assert code == 1
