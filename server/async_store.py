@@ -58,10 +58,15 @@ MAX_BATCH_OFFSETS = 10_000
 async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> R:
     """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, each statement prepared."""
     try:
-        sql, params = next(steps)
+        statement = next(steps)
         while True:
+            if statement is storage.PAUSE:
+                await asyncio.sleep(0)  # other calls run between slices of a wide request
+                statement = steps.send(None)
+                continue
+            sql, params = statement
             cursor = await conn.execute(sql, params, prepare=True)
-            sql, params = steps.send(await cursor.fetchall())
+            statement = steps.send(await cursor.fetchall() if cursor.description is not None else [])
     except StopIteration as done:
         return done.value
 
@@ -269,7 +274,8 @@ class AsyncStore:
         )
 
     async def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
-        await self.run(storage.report_watermarks, watermarks)
+        storage.check.watermarks(watermarks)  # bad input raises here, before a connection
+        await self.run_hot("report_watermarks", lambda: storage.report_watermarks_steps(watermarks))
 
     async def expire_groups(
         self, idle_for: timedelta, *, prefix: str = "", limit: int = 0, execute: bool = False, actor: str = ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -198,7 +199,10 @@ _WRITE_BATCH = (
     "%(expected)s::bigint[])"
 )
 # write_batch's outcome column: 0 done, else the request's refusal.
-_STALE, _MISMATCH = 1, 2
+_DONE, _STALE, _MISMATCH = 0, 1, 2
+#: Yielded by hot steps between slices of a wide request's work: the asyncio path lets other calls run there.
+PAUSE = None
+_SLICE = 1000
 
 
 def check_write(request: WriteRequest) -> None:
@@ -230,69 +234,99 @@ def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOu
     """:func:`write_batch` as steps: it yields its one statement, is sent the rows, returns the outcomes.
 
     The sync path (:func:`run_hot`) and the server's asyncio path drive the same steps,
-    so the batch's parameters and the decoding of its outcomes exist once.
+    so the batch's parameters and the decoding of its outcomes exist once. Between slices
+    of a wide batch's work it yields :data:`PAUSE`, where the asyncio path lets other calls run.
     """
-    params: dict[str, list] = {k: [] for k in ("join", "group", "generation", "actor", "member_id", "member_host")}
-    params.update({k: [] for k in ("cas", "first", "last", "topic", "partition", "offset", "metadata", "expected")})
-    for r in requests:
-        params["group"].append(r.group_id)
-        if isinstance(r, JoinRequest):
-            for key, value in (("join", True), ("generation", 0), ("actor", ""), ("cas", False)):
-                params[key].append(value)
-            params["member_id"].append(r.member_id)
-            params["member_host"].append(r.member_host)
-            params["first"].append(1)
-            params["last"].append(0)
-            continue
-        params["join"].append(False)
-        params["generation"].append(r.generation)
-        params["actor"].append(r.actor)
-        params["member_id"].append("")
-        params["member_host"].append("")
-        params["cas"].append(any(c.expected_offset is not None for c in r.commits))
-        params["first"].append(len(params["topic"]) + 1)
-        for c in r.commits:
-            params["topic"].append(c.topic)
-            params["partition"].append(c.partition)
-            params["offset"].append(c.offset)
-            params["metadata"].append(c.metadata)
-            params["expected"].append(c.expected_offset)
-        params["last"].append(len(params["topic"]))
+    joins = [isinstance(r, JoinRequest) for r in requests]
+    commits = [r.commits if isinstance(r, CommitRequest) else () for r in requests]
+    ends = list(itertools.accumulate(len(c) for c in commits))
+    every = [c for cs in commits for c in cs]
+    params = {
+        "join": _bools(joins),
+        "group": _texts([r.group_id for r in requests]),
+        "generation": _ints([r.generation if isinstance(r, CommitRequest) else 0 for r in requests]),
+        "actor": _texts([r.actor if isinstance(r, CommitRequest) else "" for r in requests]),
+        "member_id": _texts([r.member_id if isinstance(r, JoinRequest) else "" for r in requests]),
+        "member_host": _texts([r.member_host if isinstance(r, JoinRequest) else "" for r in requests]),
+        "cas": _bools([any(c.expected_offset is not None for c in cs) for cs in commits]),
+        # A join's range of commits is empty (1..0); a commit's is its entries' 1-based positions.
+        "first": _ints([1 if join else end - len(cs) + 1 for join, cs, end in zip(joins, commits, ends, strict=True)]),
+        "last": _ints([0 if join else end for join, end in zip(joins, ends, strict=True)]),
+    }
+    yield PAUSE
+    params.update(
+        topic=_texts([c.topic for c in every]),
+        partition=_ints([c.partition for c in every]),
+        offset=_ints([c.offset for c in every]),
+        metadata=_texts([c.metadata for c in every]),
+        expected=_ints([c.expected_offset for c in every]),
+    )
     rows = yield _WRITE_BATCH, params
     found: dict[int, list[tuple]] = {}
     for row in rows:
         found.setdefault(row[0] - 1, []).append(row)
-    return [_outcome(r, found.get(i, [])) for i, r in enumerate(requests)]
+    outcomes: list[WriteOutcome] = []
+    for i, r in enumerate(requests):
+        mine = found.get(i, [])
+        if isinstance(r, JoinRequest) or (mine and mine[0][1] != _DONE):
+            outcomes.append(_refusal_or_generation(r, mine))
+            continue
+        by_key = {(row[2], row[3]): row for row in mine}
+        committed: list[CommittedOffset] = []
+        for start in range(0, len(r.commits), _SLICE):
+            if start:
+                yield PAUSE
+            for c in r.commits[start : start + _SLICE]:
+                row = by_key[(c.topic, c.partition)]
+                committed.append(CommittedOffset(c.topic, c.partition, row[4], row[5], row[6]))
+        outcomes.append(committed)
+    return outcomes
 
 
-def _outcome(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
+def _refusal_or_generation(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
     if isinstance(request, JoinRequest):
         return rows[0][7]
-    if rows and rows[0][1] == _STALE:
+    if rows[0][1] == _STALE:
         return _stale(request.group_id, request.generation, rows[0][7])
-    if rows and rows[0][1] == _MISMATCH:
-        _, _, topic, partition, expected, _, _, stored = rows[0]
-        return OffsetMismatchError(
-            f"{topic}:{partition} has offset {stored}, not the expected {expected}",
-            metadata={
-                "topic": topic,
-                "partition": str(partition),
-                "stored_offset": str(stored),
-                "expected_offset": str(expected),
-            },
-        )
-    by_key = {(row[2], row[3]): row for row in rows}
-    return [
-        CommittedOffset(c.topic, c.partition, row[4], row[5], row[6])
-        for c in request.commits
-        for row in (by_key[(c.topic, c.partition)],)
-    ]
+    _, _, topic, partition, expected, _, _, stored = rows[0]
+    return OffsetMismatchError(
+        f"{topic}:{partition} has offset {stored}, not the expected {expected}",
+        metadata={
+            "topic": topic,
+            "partition": str(partition),
+            "stored_offset": str(stored),
+            "expected_offset": str(expected),
+        },
+    )
+
+
+# Array parameters travel as one array literal each, joined at C speed: psycopg would dump
+# a 10,000-entry list element by element (milliseconds a column for the widest commit).
+
+
+def _ints(values: Sequence[int | None]) -> str:
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _bools(values: Sequence[bool]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
+
+
+def _texts(values: Sequence[str]) -> str:
+    if not values:
+        return "{}"
+    together = "".join(values)
+    if '"' in together or "\\" in together:
+        values = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]
+    return '{"' + '","'.join(values) + '"}'
 
 
 #: A statement of the hot path: SQL with ``%(name)s`` placeholders, and its parameters.
 Statement = tuple[str, Mapping[str, object]]
-#: An operation of the hot path as steps: yields statements, is sent each one's rows, returns its result.
-HotSteps = Generator[Statement, list[tuple], R]
+#: An operation of the hot path as steps: yields statements (or PAUSE), is sent each one's rows, returns its result.
+HotSteps = Generator[Statement | None, list[tuple] | None, R]
 
 
 def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
@@ -304,17 +338,22 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
     """
     raw = conn.connection.driver_connection
     try:
-        sql, params = next(steps)
+        statement = next(steps)
         while True:
+            if statement is PAUSE:
+                statement = steps.send(None)
+                continue
+            sql, params = statement
             try:
-                rows = raw.execute(sql, params, prepare=True).fetchall()
+                cursor = raw.execute(sql, params, prepare=True)
+                rows = cursor.fetchall() if cursor.description is not None else []
             except psycopg.Error as error:
                 if raw.broken:
                     conn.invalidate()
                 raise sqlalchemy.exc.DBAPIError.instance(
                     sql, None, error, psycopg.Error, hide_parameters=True, connection_invalidated=raw.broken
                 ) from None
-            sql, params = steps.send(rows)
+            statement = steps.send(rows)
     except StopIteration as done:
         return done.value
 
@@ -871,36 +910,42 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
     A log start of -1 was not observed (a Spark batch sees only log ends): the one
     stored stays, and none is invented where none is stored.
     """
+    run_hot(conn, report_watermarks_steps(values))
+
+
+# One statement whatever the number of watermarks, in key order, so that concurrent
+# reporters lock rows in one order and cannot deadlock. A kept log start never lies past
+# the newest log end (LEAST skips NULLs, so an unknown start must stay NULL explicitly).
+_REPORT_WATERMARKS = """
+INSERT INTO offsetstore.watermarks AS w (topic, partition, log_start_offset, log_end_offset, updated_at)
+SELECT r.topic, r.partition, r.log_start, r.log_end, statement_timestamp()
+FROM unnest(%(topic)s::text[], %(partition)s::integer[], %(start)s::bigint[], %(end)s::bigint[])
+    AS r(topic, partition, log_start, log_end)
+ORDER BY r.topic, r.partition
+ON CONFLICT (topic, partition) DO UPDATE SET
+    log_start_offset = CASE
+        WHEN coalesce(EXCLUDED.log_start_offset, w.log_start_offset) IS NULL THEN NULL
+        ELSE least(coalesce(EXCLUDED.log_start_offset, w.log_start_offset), EXCLUDED.log_end_offset)
+    END,
+    log_end_offset = EXCLUDED.log_end_offset,
+    updated_at = statement_timestamp()
+"""
+
+
+def report_watermarks_steps(values: Sequence[Watermark]) -> HotSteps[None]:
+    """:func:`report_watermarks` as steps (see :func:`write_batch_steps`); bad input raises before the first."""
     check.watermarks(values)
     if not values:
         return
-    stmt = pg_insert(watermarks)
-    known_start = func.coalesce(stmt.excluded.log_start_offset, watermarks.c.log_start_offset)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[watermarks.c.topic, watermarks.c.partition],
-        set_={
-            # A kept log start never lies past the newest log end. (LEAST skips NULLs, so an
-            # unknown start must stay NULL explicitly.)
-            "log_start_offset": case(
-                (known_start.is_(None), None),
-                else_=func.least(known_start, stmt.excluded.log_end_offset),
-            ),
-            "log_end_offset": stmt.excluded.log_end_offset,
-            "updated_at": func.statement_timestamp(),
+    yield PAUSE
+    yield (
+        _REPORT_WATERMARKS,
+        {
+            "topic": _texts([w.topic for w in values]),
+            "partition": _ints([w.partition for w in values]),
+            "start": _ints([None if w.log_start_offset == NO_OFFSET else w.log_start_offset for w in values]),
+            "end": _ints([w.log_end_offset for w in values]),
         },
-    )
-    # Sorted so that concurrent reporters lock rows in one order and cannot deadlock.
-    conn.execute(
-        stmt,
-        [
-            {
-                "topic": w.topic,
-                "partition": w.partition,
-                "log_start_offset": None if w.log_start_offset == NO_OFFSET else w.log_start_offset,
-                "log_end_offset": w.log_end_offset,
-            }
-            for w in sorted(values, key=lambda w: (w.topic, w.partition))
-        ],
     )
 
 
