@@ -233,6 +233,9 @@ def _reserve(listen: str) -> socket.socket:
     except (ValueError, OSError) as error:
         raise StartError(f"cannot listen on {listen!r}: {error}") from None
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR: the connections of a server stopped a moment ago (TIME_WAIT) are no
+        # reason to refuse; a socket listening there still is.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as error:
@@ -242,6 +245,7 @@ def _reserve(listen: str) -> socket.socket:
             ) from None
         address = probe.getsockname()  # port 0: the port the kernel chose
     held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     held.bind(address)
     return held
