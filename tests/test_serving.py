@@ -322,16 +322,6 @@ def test_a_port_another_server_holds_is_one_line_and_exit_code_2(database_url: s
 
 
 @pytest.mark.slow
-def test_serve_starts_again_on_the_port_it_just_left(database_url: str, tmp_path: Path) -> None:
-    # Its closed connections linger in TIME_WAIT on the port: no reason to refuse it.
-    port = free_port()
-    for round in range(2):
-        with serve(database_url, tmp_path / str(round), port=port) as served:
-            with OffsetStoreClient(served.address, timeout=10) as client:
-                client.commit_offsets(fresh(), {("t-orders", 0): round})
-
-
-@pytest.mark.slow
 def test_a_killed_serving_process_is_replaced(database_url: str, tmp_path: Path) -> None:
     with serve(database_url, tmp_path, "--processes", "2") as served:
         before = _children(served.process.pid)
