@@ -11,6 +11,9 @@ peer address):
 - **calls at once**: beyond ``max_calls`` running or waiting (``max_anonymous_calls`` for an
   anonymous peer), a call is refused at once, RESOURCE_EXHAUSTED with a retry hint, before
   its request is read: this bounds the requests a principal makes the server hold.
+- **rest after a wide call**: while another principal is active, a principal's call of
+  ``WIDE_COST`` or more is followed by a pause as long as it took, so that tenants share
+  what wide calls hold (the database's CPU and WAL) about evenly; alone, it never waits.
 - **response bytes** (authenticated principals): a token bucket of ``bytes_per_second``
   (bursts of ``burst_bytes``); a response may overdraw it, then the principal's next calls
   are refused with the time to wait until it is refilled.
@@ -31,6 +34,11 @@ from offsetstore.client.errors import ResourceExhaustedError
 from . import _validate as check
 
 __all__ = ["DEFAULT_READ_COST", "Admission", "cost_of"]
+
+#: A call of at least this cost is wide: see :meth:`Admission.done`.
+WIDE_COST = 1000
+#: A principal counts as active for this long after a call of its own was admitted.
+ACTIVE_SECONDS = 1.0
 
 #: What a read that names no partitions is taken to return, before it has: a typical group.
 #: Reads of huge groups are held back by the byte budget, which counts what they did return.
@@ -62,6 +70,7 @@ class _Principal:
     calls: int = 0  # running or waiting
     cost: int = 0  # of the calls running
     waiting: deque[tuple[int, asyncio.Future[None]]] = field(default_factory=deque)
+    rest_until: float = 0.0  # after a wide call, while others are active (time.monotonic())
     bucket: tuple[float, float] | None = None  # (bytes left, when)
 
 
@@ -90,6 +99,7 @@ class Admission:
         self.rate = bytes_per_second
         self.burst = burst_bytes if burst_bytes is not None else 4 * bytes_per_second
         self._principals: dict[str, _Principal] = {}
+        self._seen: dict[str, float] = {}  # principal -> when its last call was admitted to run
 
     def enter(self, principal: str, *, limited: bool) -> None:
         """Counts a call of ``principal`` in, or raises ResourceExhaustedError; from metadata, before the request.
@@ -124,29 +134,50 @@ class Admission:
                     )
         state.calls += 1
 
-    async def run(self, principal: str, cost: int) -> None:
-        """Waits until the principal's calls running leave room for ``cost``; :meth:`done` gives it back."""
+    async def run(self, principal: str, cost: int) -> float:
+        """Waits until the principal's calls running leave room for ``cost`` (and its rest is over).
+
+        Returns when it was admitted (``time.monotonic()``), for :meth:`done`, which gives the cost back.
+        """
+        now = time.monotonic()
+        self._seen[principal] = now
         state = self._principals[principal]
-        if not state.waiting and (state.cost == 0 or state.cost + cost <= self.share):
+        if not state.waiting and now >= state.rest_until and (state.cost == 0 or state.cost + cost <= self.share):
             state.cost += cost
-            return
+            return now
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         state.waiting.append((cost, turn))
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
-                self.done(principal, cost)  # admitted as it was cancelled: give the cost back
+                self.done(principal, cost, time.monotonic())  # admitted as it was cancelled: give it back
             else:
                 state.waiting.remove((cost, turn))
                 self._wake(state)
             raise
+        return time.monotonic()
 
-    def done(self, principal: str, cost: int) -> None:
-        """Gives back the cost of a call :meth:`run` admitted."""
+    def done(self, principal: str, cost: int, admitted: float) -> None:
+        """Gives back the cost of a call :meth:`run` admitted at ``admitted``.
+
+        A wide call (``WIDE_COST`` or more) while another principal is active is followed by a
+        rest as long as the call took: two busy tenants get at most half the time each of
+        whatever the wide calls hold (the database's CPU, its WAL), the small one's calls none.
+        """
         state = self._principals[principal]
         state.cost -= cost
+        now = time.monotonic()
+        if cost >= WIDE_COST and self._others_active(principal, now):
+            state.rest_until = now + (now - admitted)
+            asyncio.get_running_loop().call_later(now - admitted, self._wake, state)
+            return
         self._wake(state)
+
+    def _others_active(self, principal: str, now: float) -> bool:
+        if len(self._seen) > 4096:  # forget the long gone, so the map stays small
+            self._seen = {p: t for p, t in self._seen.items() if now - t < ACTIVE_SECONDS}
+        return any(p != principal and now - t < ACTIVE_SECONDS for p, t in self._seen.items())
 
     def leave(self, principal: str, response_bytes: int = 0, *, limited: bool) -> None:
         """Counts a call out; ``response_bytes`` are charged to the principal's byte budget."""
@@ -159,6 +190,8 @@ class Admission:
         self._forget_if_idle(principal, state)
 
     def _wake(self, state: _Principal) -> None:
+        if time.monotonic() < state.rest_until:
+            return  # the timer set at the rest's start wakes it
         while state.waiting:
             cost, turn = state.waiting[0]
             if state.cost != 0 and state.cost + cost > self.share:

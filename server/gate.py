@@ -116,14 +116,14 @@ class Gate:
                     if self.quota is not None:
                         await self.quota.check(method, request, principal.name)
                 cost = cost_of(method, request)
-                await self.admission.run(name, cost)
+                admitted = await self.admission.run(name, cost)
                 try:
                     token = current_principal.set(principal.name if principal is not None else None)
                     remaining = context.time_remaining()
                     with deadline(remaining if remaining is not None and remaining < 1e9 else None, _active(context)):
                         response = await run(request, context)
                 finally:
-                    self.admission.done(name, cost)
+                    self.admission.done(name, cost, admitted)
                     current_principal.reset(token)
                 if self.quota is not None:
                     self.quota.after(method, request)

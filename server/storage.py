@@ -202,7 +202,7 @@ _WRITE_BATCH = (
 _DONE, _STALE, _MISMATCH = 0, 1, 2
 #: Yielded by hot steps between slices of a wide request's work: the asyncio path lets other calls run there.
 PAUSE = None
-_SLICE = 1000
+_SLICE = 500
 
 
 def check_write(request: WriteRequest) -> None:
@@ -253,14 +253,16 @@ def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOu
         "first": _ints([1 if join else end - len(cs) + 1 for join, cs, end in zip(joins, commits, ends, strict=True)]),
         "last": _ints([0 if join else end for join, end in zip(joins, ends, strict=True)]),
     }
-    yield PAUSE
-    params.update(
-        topic=_texts([c.topic for c in every]),
-        partition=_ints([c.partition for c in every]),
-        offset=_ints([c.offset for c in every]),
-        metadata=_texts([c.metadata for c in every]),
-        expected=_ints([c.expected_offset for c in every]),
-    )
+    for name, column in (
+        ("topic", lambda: _texts([c.topic for c in every])),
+        ("partition", lambda: _ints([c.partition for c in every])),
+        ("offset", lambda: _ints([c.offset for c in every])),
+        ("metadata", lambda: _texts([c.metadata for c in every])),
+        ("expected", lambda: _ints([c.expected_offset for c in every])),
+    ):
+        if len(every) > _SLICE:
+            yield PAUSE
+        params[name] = column()
     rows = yield _WRITE_BATCH, params
     found: dict[int, list[tuple]] = {}
     for row in rows:

@@ -246,14 +246,17 @@ def test_one_tenants_widest_commits_and_reports_do_not_stall_another(
     assert loaded <= 5 * quiet
 
 
-def _children(pid: int) -> set[int]:
+def _serving_processes(pid: int) -> set[int]:
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 stat = (entry / "stat").read_text()
-                if int(stat.rpartition(")")[2].split()[1]) == pid and "python" in (entry / "cmdline").read_text():
-                    found.add(int(entry.name))
+                command = (entry / "cmdline").read_text()
+                # The serving processes, not multiprocessing's resource tracker.
+                if int(stat.rpartition(")")[2].split()[1]) == pid and "spawn_main" in command:
+                    if "resource_tracker" not in command:
+                        found.add(int(entry.name))
     return found
 
 
@@ -324,13 +327,13 @@ def test_a_port_another_server_holds_is_one_line_and_exit_code_2(database_url: s
 @pytest.mark.slow
 def test_a_killed_serving_process_is_replaced(database_url: str, tmp_path: Path) -> None:
     with serve(database_url, tmp_path, "--processes", "2") as served:
-        before = _children(served.process.pid)
+        before = _serving_processes(served.process.pid)
         assert len(before) == 2, served.output()
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
         stop_at = time.monotonic() + 60
         while True:
-            now = _children(served.process.pid)
+            now = _serving_processes(served.process.pid)
             if len(now) == 2 and victim not in now:
                 break
             assert time.monotonic() < stop_at, served.output()
