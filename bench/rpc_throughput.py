@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _server import served
+from _server import Served, served
 
 RPCS = ("echo", "commit1", "commit16", "fetch16")
 PG = ("pg-upsert", "pg-fetch16")
@@ -129,8 +129,36 @@ def _worker(kind: str, target: str, clients: int, seconds: float, tag: str, out:
         out.put(asyncio.run(_rpc_clients(kind, target, clients, seconds, tag)))
 
 
-def measure(kind: str, target: str, clients: int, seconds: float, processes: int) -> dict[str, float]:
-    """Rate and latency percentiles of ``clients`` concurrent callers over ``processes`` processes."""
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and every live descendant, from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
+def measure(
+    kind: str, target: str, clients: int, seconds: float, processes: int, server_pid: int = 0
+) -> dict[str, float]:
+    """Rate and latency percentiles of ``clients`` concurrent callers over ``processes`` processes.
+
+    With ``server_pid``, also the server's CPU per call (its process tree's, from /proc).
+    """
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = ctx.Queue()
     tag = uuid.uuid4().hex[:8]
@@ -138,15 +166,19 @@ def measure(kind: str, target: str, clients: int, seconds: float, processes: int
     workers = [
         ctx.Process(target=_worker, args=(kind, target, n, seconds, f"{tag}-{i}", out)) for i, n in enumerate(per) if n
     ]
+    cpu_before = tree_cpu_seconds(server_pid) if server_pid else 0.0
     for w in workers:
         w.start()
     latencies = sorted(x for _ in workers for x in out.get())
+    cpu = tree_cpu_seconds(server_pid) - cpu_before if server_pid else 0.0
     for w in workers:
         w.join()
     return {
         "per_s": len(latencies) / seconds,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+        # The workers' start-up (a second or so) is in the window too, the server idle then.
+        "cpu_us": cpu / len(latencies) * 1e6 if latencies and server_pid else 0.0,
     }
 
 
@@ -185,7 +217,13 @@ def fill(url: str, offsets: int, history: int) -> None:
 
 def _row(name: str, r: dict[str, float], echo: dict[str, float] | None) -> str:
     ratio = f"{r['per_s'] / echo['per_s']:.2f}×" if echo else ""
-    return f"| {name} | {r['per_s']:,.0f}/s | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {ratio} |"
+    cpu = f"{r['cpu_us']:,.0f} µs" if r.get("cpu_us") else ""
+    cpu_ratio = f"{r['cpu_us'] / echo['cpu_us']:.2f}×" if echo and r.get("cpu_us") and echo.get("cpu_us") else ""
+    p99_ratio = f"{r['p99_ms'] / echo['p99_ms']:.2f}×" if echo else ""
+    return (
+        f"| {name} | {r['per_s']:,.0f}/s | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {ratio} | {p99_ratio} "
+        f"| {cpu} | {cpu_ratio} |"
+    )
 
 
 def main() -> None:
@@ -198,6 +236,13 @@ def main() -> None:
     parser.add_argument("--big-history", type=int, default=10_000_000)
     parser.add_argument("--only", nargs="+", choices=RPCS + PG, help="measure just these")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `offsetstore serve` argument")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="serve with each of these --processes in turn (default 1 2), rates compared to the first",
+    )
     parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/performance.md")
     args = parser.parse_args()
 
@@ -208,39 +253,55 @@ def main() -> None:
         print(line, flush=True)
         lines.append(line)
 
-    header = "| load | rate | p50 | p99 | ÷ echo |\n|---|---|---|---|---|"
-    with served(extra_args=args.serve_arg) as server:
-        pg_url = server.database_url.replace("postgresql+psycopg://", "postgresql://")
-        results: dict[tuple[str, int, str], dict[str, float]] = {}
+    header = (
+        "| load | rate | p50 | p99 | rate ÷ echo | p99 ÷ echo | server CPU per call | CPU ÷ echo |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    results: dict[tuple[str, int, str], dict[str, float]] = {}
+    for index, processes in enumerate(args.processes):
+        serve_args = [*args.serve_arg, "--processes", str(processes)]
+        with served(extra_args=serve_args) as server:
+            pg_url = server.database_url.replace("postgresql+psycopg://", "postgresql://")
 
-        def run(label: str) -> None:
-            for clients in args.concurrency:
-                say(f"\n{label}, {clients} concurrent clients, {args.seconds:g} s each\n\n{header}")
-                echo = None
-                for kind in kinds:
-                    target = pg_url if kind in PG else server.address
-                    r = measure(kind, target, clients, args.seconds, args.client_processes)
-                    results[(label, clients, kind)] = r
-                    if kind == "echo":
-                        echo = r
-                    say(_row(kind, r, echo if kind != "echo" else None))
+            def run(label: str, kinds: list[str], server: Served = server, pg_url: str = pg_url) -> None:
+                for clients in args.concurrency:
+                    say(f"\n{label}, {clients} concurrent clients, {args.seconds:g} s each\n\n{header}")
+                    echo = None
+                    for kind in kinds:
+                        target = pg_url if kind in PG else server.address
+                        pid = 0 if kind in PG else server.process.pid
+                        r = measure(kind, target, clients, args.seconds, args.client_processes, pid)
+                        results[(label, clients, kind)] = r
+                        if kind == "echo":
+                            echo = r
+                        say(_row(kind, r, echo if kind != "echo" else None))
 
-        run("empty store")
-        if args.big:
-            started = time.perf_counter()
-            fill(server.database_url, args.big_offsets, args.big_history)
-            say(
-                f"\n(filled {args.big_offsets:,} offsets and {args.big_history:,} history rows"
-                f" in {time.perf_counter() - started:.0f} s)"
-            )
-            kinds = [k for k in kinds if k not in PG]
-            run(f"{args.big_offsets:,} offsets, {args.big_history:,} history rows")
-            say("\nbig ÷ empty, same run:")
-            big = f"{args.big_offsets:,} offsets, {args.big_history:,} history rows"
-            for clients in args.concurrency:
-                for kind in kinds:
-                    ratio = results[(big, clients, kind)]["per_s"] / results[("empty store", clients, kind)]["per_s"]
-                    say(f"- {kind} at {clients}: {ratio:.2f}")
+            label = f"--processes {processes}, empty store"
+            # PostgreSQL alone is measured once: it does not depend on the server.
+            run(label, kinds if index == 0 else [k for k in kinds if k not in PG])
+            if index > 0:
+                first = f"--processes {args.processes[0]}, empty store"
+                say(f"\n--processes {processes} ÷ --processes {args.processes[0]}, same run:")
+                for clients in args.concurrency:
+                    for kind in kinds:
+                        if kind not in PG and (first, clients, kind) in results:
+                            ratio = results[(label, clients, kind)]["per_s"] / results[(first, clients, kind)]["per_s"]
+                            say(f"- {kind} at {clients}: {ratio:.2f}")
+            if args.big and index == 0:
+                started = time.perf_counter()
+                fill(server.database_url, args.big_offsets, args.big_history)
+                say(
+                    f"\n(filled {args.big_offsets:,} offsets and {args.big_history:,} history rows"
+                    f" in {time.perf_counter() - started:.0f} s)"
+                )
+                big = f"{args.big_offsets:,} offsets, {args.big_history:,} history rows"
+                run(big, [k for k in kinds if k not in PG])
+                say("\nbig ÷ empty, same run:")
+                for clients in args.concurrency:
+                    for kind in kinds:
+                        if kind not in PG:
+                            ratio = results[(big, clients, kind)]["per_s"] / results[(label, clients, kind)]["per_s"]
+                            say(f"- {kind} at {clients}: {ratio:.2f}")
 
     if args.write_docs:
         machine = f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"

@@ -69,12 +69,14 @@ async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> 
             sql, params = statement
             cursor = await conn.execute(sql, params, prepare=True)
             rows: list[tuple] = []
-            if cursor.description is not None:
-                # Converted a slice at a time: a 10,000-row answer would hold the loop for milliseconds.
+            if cursor.description is None:
+                pass
+            elif cursor.rowcount <= FETCH_SLICE:
+                rows = await cursor.fetchall()
+            else:  # converted a slice at a time: a 10,000-row answer would hold the loop for milliseconds
                 while batch := await cursor.fetchmany(FETCH_SLICE):
                     rows.extend(batch)
-                    if len(batch) == FETCH_SLICE:
-                        await asyncio.sleep(0)
+                    await asyncio.sleep(0)
             statement = steps.send(rows)
     except StopIteration as done:
         return done.value
