@@ -24,6 +24,7 @@ Everything runs on the server's event loop: no locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -153,7 +154,8 @@ class Admission:
             if turn.done() and not turn.cancelled():
                 self.done(principal, cost, time.monotonic())  # admitted as it was cancelled: give it back
             else:
-                state.waiting.remove((cost, turn))
+                with contextlib.suppress(ValueError):  # _wake may have dropped it already
+                    state.waiting.remove((cost, turn))
                 self._wake(state)
             raise
         return time.monotonic()
@@ -194,6 +196,9 @@ class Admission:
             return  # the timer set at the rest's start wakes it
         while state.waiting:
             cost, turn = state.waiting[0]
+            if turn.done():  # cancelled, its task not yet told: it takes nothing
+                state.waiting.popleft()
+                continue
             if state.cost != 0 and state.cost + cost > self.share:
                 return
             state.waiting.popleft()
