@@ -90,7 +90,9 @@ class AsyncOffsetStoreClient(_base.ClientBase):
     ) -> dict[TopicPartition, CommittedOffset]:
         """Commits offsets in one transaction; a Mapping means {(topic, partition): offset}."""
         request = _base.commit_offsets_request(group_id, offsets, generation)
-        return await self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
+        return await self._call(
+            self._stub.CommitOffsets, request, lambda response: _base.commit_offsets_result(response, request), timeout
+        )
 
     async def _read_pages(
         self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R], timeout: float | None

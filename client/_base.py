@@ -7,6 +7,7 @@ between the two clients.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -83,8 +84,17 @@ def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> 
     )
 
 
-def commit_offsets_result(response: pb.CommitOffsetsResponse) -> dict[TopicPartition, CommittedOffset]:
-    return convert.committed_offsets_from_proto(response.offsets)
+def commit_offsets_result(
+    response: pb.CommitOffsetsResponse, request: pb.CommitOffsetsRequest | None = None
+) -> dict[TopicPartition, CommittedOffset]:
+    """The committed offsets, each with the metadata ``request`` sent (the server does not echo it)."""
+    committed = convert.committed_offsets_from_proto(response.offsets)
+    if request is not None:
+        sent = {(c.topic, c.partition): c.metadata for c in request.offsets if c.metadata}
+        for key, value in committed.items():
+            if key in sent:
+                committed[key] = dataclasses.replace(value, metadata=sent[key])
+    return committed
 
 
 def fetch_offsets_request(group_id: str, topics: Topics, page_token: str = "") -> pb.FetchOffsetsRequest:

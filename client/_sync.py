@@ -101,7 +101,9 @@ class OffsetStoreClient(_base.ClientBase):
         `generation` 0 is unfenced; otherwise it must be the group's current one.
         """
         request = _base.commit_offsets_request(group_id, offsets, generation)
-        return self._call(self._stub.CommitOffsets, request, _base.commit_offsets_result, timeout)
+        return self._call(
+            self._stub.CommitOffsets, request, lambda response: _base.commit_offsets_result(response, request), timeout
+        )
 
     def _read_pages(self, read: Callable[[str], P], merge: Callable[[list[P]], R], timeout: float | None) -> R:
         """All pages of a read, from the first again if a join or a reset came between two of them.

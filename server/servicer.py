@@ -17,6 +17,7 @@ import grpc
 
 from offsetstore.client import convert
 from offsetstore.client.errors import InvalidArgumentError
+from offsetstore.client.types import CommittedOffset
 from offsetstore.v1 import offset_store_pb2 as pb
 
 from .async_store import AsyncStore
@@ -41,6 +42,16 @@ def _time(request: Any, field: str) -> datetime | None:
         return convert.timestamp_to_datetime(getattr(request, field))
     except (ValueError, OverflowError, OSError):
         raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
+
+
+def _committed_without_metadata(committed: CommittedOffset) -> pb.CommittedOffset:
+    """A commit's answer for one partition: its offset and commit time, not the metadata the caller sent.
+
+    Echoing it would let a 44 MB request buy a 44 MB answer (contract, section 2).
+    """
+    message = convert.committed_offset_to_proto(committed)
+    message.ClearField("metadata")
+    return message
 
 
 #: Entries converted between two turns of the event loop: well under a millisecond of work.
@@ -76,7 +87,7 @@ class OffsetStoreServicer:
             generation=request.generation,
             actor=_actor(context),
         )
-        return pb.CommitOffsetsResponse(offsets=await _in_slices(convert.committed_offset_to_proto, committed))
+        return pb.CommitOffsetsResponse(offsets=await _in_slices(_committed_without_metadata, committed))
 
     async def FetchOffsets(
         self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext

@@ -100,6 +100,22 @@ def test_commit_then_fetch(client, group_id, topic):
     assert fetched.offsets == committed
 
 
+def test_a_commits_answer_does_not_echo_its_metadata(stub, client, group_id, topic):
+    # 100 partitions of 4 KB metadata: a 400 KB request must not buy a 400 KB answer.
+    request = pb.CommitOffsetsRequest(
+        group_id=group_id,
+        offsets=[pb.OffsetCommit(topic=topic, partition=p, offset=7, metadata="m" * 4096) for p in range(100)],
+    )
+    answer = stub.CommitOffsets(request, timeout=10)
+    assert [(c.partition, c.offset, c.metadata) for c in answer.offsets] == [(p, 7, "") for p in range(100)]
+    assert all(c.HasField("commit_time") for c in answer.offsets)
+    assert answer.ByteSize() < request.ByteSize() / 50
+    # The metadata is stored all the same, and the Python client hands back what it sent.
+    assert {c.metadata for c in client.fetch_offsets(group_id).offsets.values()} == {"m" * 4096}
+    committed = client.commit_offsets(group_id, [OffsetCommit(topic, 0, 8, "batch 8"), OffsetCommit(topic, 1, 9)])
+    assert [(c.offset, c.metadata) for c in committed.values()] == [(8, "batch 8"), (9, "")]
+
+
 def test_commit_accepts_a_mapping_of_offsets(client, group_id, topic):
     client.commit_offsets(group_id, {(topic, 0): 10, (topic, 3): 30})
     assert offsets_of(client, group_id) == {(topic, 0): 10, (topic, 3): 30}
