@@ -300,6 +300,21 @@ def test_sigterm_under_load_loses_no_acknowledged_commit(database_url: str, engi
             assert set(offsets) <= stored, group
 
 
+@pytest.mark.slow
+def test_sighup_without_a_tokens_file_is_no_reason_to_die(database_url: str, tmp_path: Path) -> None:
+    # `kill -HUP` is the documented rotation step; a server without tokens has nothing to rotate.
+    with serve(database_url, tmp_path) as served:
+        served.process.send_signal(signal.SIGHUP)
+        stop_at = time.monotonic() + 30
+        while "nothing to reload" not in served.output():
+            assert served.process.poll() is None, served.output()
+            assert time.monotonic() < stop_at, served.output()
+            time.sleep(0.1)
+        with OffsetStoreClient(served.address, timeout=10) as client:
+            assert client.health() == "SERVING"
+            client.commit_offsets(fresh(), {("t-orders", 0): 1})
+
+
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(database_url: str) -> None:
     missing = sa.make_url(database_url).set(database="offsetstore_no_such_database").render_as_string(False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
