@@ -126,7 +126,7 @@ class Gate:
                     self.admission.done(name, cost, admitted)
                     current_principal.reset(token)
                 if self.quota is not None:
-                    self.quota.after(method, request)
+                    self.quota.after(method, request, response)
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))

@@ -11,9 +11,12 @@ What it costs and what it does not promise:
 - Calls on groups this server has seen live cost a lookup in a bounded in-memory set, no
   database round trip. Any other call of a principal under a quota costs one statement
   (does the group live, and how many groups does the principal have; see :func:`count_groups`).
-- The set can be stale: a group deleted by another replica, or expired by retention, still
-  counts as existing here, so its next creation passes without a check (one creation per
-  such group). A deletion through this server forgets the group at once.
+- Every call that can make a group live is checked: CommitOffsets, JoinGroup and
+  ResetOffsets (import resets, then commits), also where they revive a deleted or expired id.
+- The set can be stale: a group deleted or expired by another process or replica (or by
+  retention, which the supervising process runs) counts as live here for at most
+  ``KNOWN_SECONDS``, so within that time its revival passes without a check (once per such
+  group). A deletion or ExpireGroups through this process forgets its groups at once.
 - Check and creation are not one transaction: a principal's concurrent creations may pass
   the same count and overshoot the quota by at most the calls it has running at once,
   which ``--max-calls-per-principal`` bounds. No lock is taken for a quota of groups.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +44,12 @@ __all__ = ["KNOWN_GROUPS", "GroupQuota", "count_groups", "creation_prefixes"]
 
 log = logging.getLogger(__name__)
 
-_CREATING = frozenset({"CommitOffsets", "JoinGroup"})
+# Every call that can make a group live (a new id, or one deleted or expired). A reset that
+# is not a dry run creates the group of an unknown id (to_offset, or import's boundary reset).
+_CREATING = frozenset({"CommitOffsets", "JoinGroup", "ResetOffsets"})
+#: How long a group seen live is taken as live without asking the database: a group expired
+#: or deleted by another process or replica is checked again at most this long after.
+KNOWN_SECONDS = 30.0
 
 #: Group ids remembered as live. Ids are at most 255 bytes, so the set stays within tens of MB.
 KNOWN_GROUPS = 65_536
@@ -75,23 +84,27 @@ def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tu
 
 
 class _KnownGroups:
-    """A bounded set of group ids seen live, least recently used dropped first."""
+    """A bounded set of group ids seen live, each for ``seconds``, least recently seen dropped first."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, seconds: float = KNOWN_SECONDS) -> None:
         self.size = size
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self.seconds = seconds
+        self._ids: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def __contains__(self, group_id: str) -> bool:
         with self._lock:
-            if group_id not in self._ids:
+            seen = self._ids.get(group_id)
+            if seen is None:
                 return False
-            self._ids.move_to_end(group_id)
+            if time.monotonic() - seen > self.seconds:
+                del self._ids[group_id]  # ask the database again: it may have expired meanwhile
+                return False
             return True
 
     def add(self, group_id: str) -> None:
         with self._lock:
-            self._ids[group_id] = None
+            self._ids[group_id] = time.monotonic()
             self._ids.move_to_end(group_id)
             while len(self._ids) > self.size:
                 self._ids.popitem(last=False)
@@ -131,7 +144,7 @@ class GroupQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises GroupQuotaError when the call would create a group beyond ``principal``'s quota."""
-        if method not in _CREATING:
+        if method not in _CREATING or (method == "ResetOffsets" and request.dry_run):
             return
         group = request.group_id
         # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
@@ -151,12 +164,15 @@ class GroupQuota:
                 metadata={"limit": "max_groups", "max_groups": str(limit), "groups": str(count)},
             )
 
-    def after(self, method: str, request: Any) -> None:
+    def after(self, method: str, request: Any, response: Any) -> None:
         """Remembers what a call that succeeded did to the live groups."""
-        if method in _CREATING:
+        if method in _CREATING and not (method == "ResetOffsets" and request.dry_run):
             self.known.add(request.group_id)  # created (or found)
         elif method == "DeleteOffsets" and request.all_topics:
             self.known.discard(request.group_id)  # the group is gone: its next commit creates it again
+        elif method == "ExpireGroups" and request.execute:
+            for expired in response.groups:  # gone too: reviving one is a creation
+                self.known.discard(expired.group_id)
 
 
 def _valid(group: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -33,7 +34,7 @@ FLAG = 3  # --max-groups-per-principal of the servers below
 class Tenants:
     """A tokens file of principals, each committing under a prefix of its own, and their tokens."""
 
-    def __init__(self, directory: Path, **quotas: int | None) -> None:
+    def __init__(self, directory: Path, permission: str = "commit", **quotas: int | None) -> None:
         self.run = f"q{uuid.uuid4().hex[:10]}-"
         self.tokens = {name: f"{name}-{uuid.uuid4().hex}" for name in (*quotas, "root")}
         lines = []
@@ -41,7 +42,7 @@ class Tenants:
             lines += [
                 f"[principals.{name}]",
                 f'token_sha256 = "{hash_token(self.tokens[name])}"',
-                f'grants = [{{ prefix = "{self.prefix(name)}", permissions = ["commit"] }}]',
+                f'grants = [{{ prefix = "{self.prefix(name)}", permissions = ["{permission}"] }}]',
                 *([f"max_groups = {quota}"] if quota is not None else []),
             ]
         lines += [
@@ -159,6 +160,35 @@ def test_commits_to_a_group_the_server_has_seen_do_not_count_groups(
         assert operations.count("count_groups") == 1  # and nothing after it
     finally:
         watched.dispose()
+
+
+def test_a_reset_cannot_create_a_group_beyond_the_quota(serve: Serve, tmp_path: Path, engine: sa.Engine) -> None:
+    tenants = Tenants(tmp_path, "admin", a=None)  # admin on its own prefix only: a quota applies
+    server = serve(tenants)
+    with tenants.client(server, "a") as a:
+        fill(a, tenants, "a", FLAG)
+        refused = tenants.group("a")
+        assert a.reset_offsets(refused, topics={"orders": [0]}, to_offset=5, dry_run=True).dry_run  # creates nothing
+        with pytest.raises(GroupQuotaError):
+            a.reset_offsets(refused, topics={"orders": [0]}, to_offset=5)
+    assert nothing_written(engine, refused)
+    assert live_groups(engine, tenants.prefix("a")) == FLAG
+
+
+def test_expiring_and_reviving_groups_cannot_grow_past_the_quota(
+    serve: Serve, tmp_path: Path, engine: sa.Engine
+) -> None:
+    # Expire every group (idle for a microsecond), then commit to them again and to new ones.
+    tenants = Tenants(tmp_path, "admin", a=None)
+    server = serve(tenants)
+    with tenants.client(server, "a") as a:
+        groups = fill(a, tenants, "a", FLAG)
+        for _ in range(3):
+            a.expire_groups(timedelta(microseconds=1), prefix=tenants.prefix("a"), execute=True)
+            for group in [*groups, tenants.group("a")]:
+                with contextlib.suppress(GroupQuotaError):
+                    a.commit_offsets(group, {("orders", 0): 9})
+            assert live_groups(engine, tenants.prefix("a")) <= FLAG
 
 
 def test_deleting_a_group_frees_a_slot(serve: Serve, tmp_path: Path, engine: sa.Engine) -> None:
