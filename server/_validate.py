@@ -157,6 +157,11 @@ def _plainly_valid(values: Sequence[Any], low: int) -> bool:
     )
 
 
+def valid_topic(value: object) -> bool:
+    """Whether ``value`` is a topic name a request may carry."""
+    return isinstance(value, str) and _valid_topic(value)
+
+
 @functools.lru_cache(maxsize=4096)
 def _valid_topic(value: str) -> bool:
     return bool(value) and len(value) <= MAX_TOPIC_CHARS and _TOPIC.fullmatch(value) is not None

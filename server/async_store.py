@@ -108,6 +108,7 @@ class AsyncStore:
         self._conninfo = self.hot.conninfo
         self._connect_timeout = args.get("connect_timeout", 5)
         self._health: psycopg.AsyncConnection | None = None
+        self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
         self.writes = AsyncWriteBatcher(self, flushers=write_flushers)
 
@@ -197,6 +198,11 @@ class AsyncStore:
 
         return await self._timed(name, self._attempts(name, once))
 
+    async def _token_key(self) -> bytes:
+        if self._key is None:
+            self._key = await self.read(storage.token_key)
+        return self._key
+
     async def ping(self) -> bool:
         """True when the database answers a trivial query, on a connection of its own (not the pools')."""
         assert self._health_lock is not None, "open() first"
@@ -238,7 +244,7 @@ class AsyncStore:
     async def fetch_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
     ) -> FetchResult:
-        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes)
+        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
         steps = storage.fetch_offsets_steps(group_id, topics, page)  # bad input raises here, before a connection
         first = [steps]
 
@@ -249,7 +255,7 @@ class AsyncStore:
         return await self.run_hot("fetch_offsets", once)
 
     async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
-        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes)
+        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
         return await self.read(storage.describe_group, group_id, page)
 
     async def reset_offsets(self, group_id: str, topics: storage.SelectionArg = None, **target: Any) -> ResetResult:

@@ -10,6 +10,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     Table,
@@ -120,4 +121,13 @@ watermarks = Table(
     Column("log_start_offset", BigInteger, nullable=True),
     Column("log_end_offset", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Secrets of the store, shared by every server on the database (migration 0006): the key
+# that signs page tokens ("page_token_key").
+secrets = Table(
+    "secrets",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", LargeBinary, nullable=False),
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import itertools
 import json
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -511,6 +512,8 @@ class PageRequest:
     page_size: int = 0
     page_token: str = ""
     max_bytes: int = UNLIMITED
+    #: The store's page-token key (:func:`token_key`): tokens are signed and checked with it.
+    key: bytes = b""
 
     def checked(self, v: check.Violations) -> int | None:
         """The row limit of the page (None: no limit); bad values are added to ``v``."""
@@ -531,17 +534,14 @@ def _page_start(page: PageRequest, request: tuple) -> tuple[int | None, str, int
     """
     if not page.page_token:
         return None, "", -1
-    try:
-        value = json.loads(base64.urlsafe_b64decode(page.page_token + "=" * (-len(page.page_token) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        value = None
+    value = _verified(page.page_token, page.key)
     if (
         isinstance(value, list)
         and len(value) == 4
         and value[0] == _fingerprint(request)
         and all(type(n) is int and 0 <= n <= check.INT64_MAX for n in (value[1], value[3]))
         and isinstance(value[2], str)
-        and 0 < len(value[2]) <= check.MAX_TOPIC_CHARS
+        and check.valid_topic(value[2])
     ):
         return value[1], value[2], value[3]
     raise InvalidArgumentError.field("page_token", "is not a token this server issued for this request")
@@ -564,8 +564,8 @@ def _cut_page(
     return rows, False
 
 
-def _next_token(request: tuple, generation: int, topic: str, partition: int) -> str:
-    return _encode_token([_fingerprint(request), generation, topic, partition])
+def _next_token(request: tuple, generation: int, topic: str, partition: int, key: bytes) -> str:
+    return _encode_token([_fingerprint(request), generation, topic, partition], key)
 
 
 def _check_same_generation(group_id: str, seen: int | None, generation: int) -> None:
@@ -623,7 +623,7 @@ def fetch_offsets_steps(
         TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
         for _, topic, partition, offset, metadata, at, _ in rows
     }
-    token = _next_token(request, generation, rows[-1][1], rows[-1][2]) if more else ""
+    token = _next_token(request, generation, rows[-1][1], rows[-1][2], page.key) if more else ""
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
@@ -749,7 +749,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         )
         for r in listed
     ]
-    token = _next_token(request, first.generation, listed[-1].topic, listed[-1].partition) if more else ""
+    token = _next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
     return GroupDescription(
         group_id,
         first.generation,
@@ -762,15 +762,48 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
     )
 
 
-def _encode_token(value: object) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+# Page tokens are signed: base64url(JSON) "." base64url(HMAC-SHA256 of it, 16 bytes), under
+# the store's key (migration 0006), so a token cannot be forged or altered; what a valid one
+# holds is still checked, as any input is.
+_TOKEN_KEY_SQL = "SELECT value FROM offsetstore.secrets WHERE name = 'page_token_key'"
+_TOKEN_KEYS: dict[str, bytes] = {}
 
 
-def _decode_token(token: str, kind: type) -> object:
+def token_key(conn: Connection) -> bytes:
+    """The store's page-token key, read once per database by this process."""
+    database = conn.engine.url.render_as_string(hide_password=False)
+    found = _TOKEN_KEYS.get(database)
+    if found is None:
+        found = _TOKEN_KEYS[database] = bytes(conn.exec_driver_sql(_TOKEN_KEY_SQL).scalar_one())
+    return found
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _mac(payload: str, key: bytes) -> str:
+    return _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest()[:16])
+
+
+def _encode_token(value: object, key: bytes) -> str:
+    payload = _b64(json.dumps(value).encode())
+    return f"{payload}.{_mac(payload, key)}"
+
+
+def _verified(token: str, key: bytes) -> object:
+    """What a token this store signed holds; None for anything else."""
+    payload, dot, mac = token.rpartition(".")
+    if not dot or not hmac.compare_digest(mac.encode(), _mac(payload, key).encode()):
+        return None
     try:
-        value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        value = None
+        return None
+
+
+def _decode_token(token: str, kind: type, key: bytes) -> object:
+    value = _verified(token, key)
     valid = isinstance(value, kind) and not isinstance(value, bool)
     if isinstance(value, int):
         valid = valid and 0 < value <= check.INT64_MAX
@@ -824,13 +857,13 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
     if prefix:
         query = query.where(func.starts_with(groups.c.group_id, prefix))
     if page_token:
-        query = query.where(groups.c.group_id > _decode_token(page_token, str))
+        query = query.where(groups.c.group_id > _decode_token(page_token, str, token_key(conn)))
     rows = conn.execute(query).all()
     items = [
         GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag))
         for r in rows[:size]
     ]
-    token = _encode_token(items[-1].group_id) if len(rows) > size else ""
+    token = _encode_token(items[-1].group_id, token_key(conn)) if len(rows) > size else ""
     return Page(items, token)
 
 
@@ -872,7 +905,7 @@ def list_offset_history(
     if until is not None:
         query = query.where(h.c.change_time < until)
     if page_token:
-        query = query.where(h.c.id < _decode_token(page_token, int))
+        query = query.where(h.c.id < _decode_token(page_token, int, token_key(conn)))
     rows = conn.execute(query).all()
     items = [
         OffsetChange(
@@ -887,7 +920,7 @@ def list_offset_history(
         )
         for r in rows[:size]
     ]
-    token = _encode_token(rows[size - 1].id) if len(rows) > size else ""
+    token = _encode_token(rows[size - 1].id, token_key(conn)) if len(rows) > size else ""
     return Page(items, token)
 
 

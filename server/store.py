@@ -249,6 +249,10 @@ class Store:
                 raise typed from error
         raise AssertionError("unreachable")
 
+    def token_key(self) -> bytes:
+        """The store's page-token key (read once)."""
+        return self.run(storage.token_key)
+
     def ping(self) -> bool:
         """True when the database answers a trivial query.
 
@@ -284,7 +288,7 @@ class Store:
     def fetch_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
     ) -> FetchResult:
-        page = storage.PageRequest(page_size, page_token, self.max_response_bytes)
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes, self.token_key())
         return self.read(storage.fetch_offsets, group_id, topics, page)
 
     def reset_offsets(
@@ -333,7 +337,7 @@ class Store:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
 
     def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
-        page = storage.PageRequest(page_size, page_token, self.max_response_bytes)
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes, self.token_key())
         return self.read(storage.describe_group, group_id, page)
 
     def list_offset_history(

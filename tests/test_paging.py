@@ -8,6 +8,9 @@ each response as the server sent it, and with the Python client, which merges th
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -240,6 +243,26 @@ def test_a_token_continues_only_the_request_that_made_it(client: OffsetStoreClie
     # A different page size may continue it.
     rest = call(stub.FetchOffsets, pb.FetchOffsetsRequest(group_id=group, page_size=100, page_token=token))
     assert [o.partition for o in rest.offsets] == [2, 3]
+
+
+def test_a_token_cannot_be_forged_or_altered(client: OffsetStoreClient, stub, engine: sa.Engine) -> None:
+    group = fresh()
+    client.commit_offsets(group, {("orders", p): p for p in range(4)})
+    for rpc, message in ((stub.FetchOffsets, pb.FetchOffsetsRequest), (stub.DescribeGroup, pb.DescribeGroupRequest)):
+        first = call(rpc, message(group_id=group, page_size=2))
+        payload, _, mac = first.next_page_token.partition(".")
+        value = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        for changed in ([value[0], value[1] + 1, value[2], value[3]], [value[0], value[1], "orders\x00", 0]):
+            altered = base64.urlsafe_b64encode(json.dumps(changed).encode()).decode().rstrip("=")
+            # The same signature over another content; the content alone; signed with another key.
+            foreign = base64.urlsafe_b64encode(hmac.new(b"k" * 32, altered.encode(), "sha256").digest()[:16])
+            for token in (f"{altered}.{mac}", altered, f"{altered}.{foreign.decode().rstrip('=')}"):
+                with pytest.raises(InvalidArgumentError) as bad:  # never INTERNAL, whatever it holds
+                    call(rpc, message(group_id=group, page_size=2, page_token=token))
+                assert [v.field for v in bad.value.violations] == ["page_token"]
+    # The key is the store's, in its database: every server on it takes the others' tokens.
+    with engine.connect() as conn:
+        assert len(conn.exec_driver_sql("SELECT value FROM offsetstore.secrets").scalar_one()) == 32
 
 
 def test_storage_callers_in_process_read_without_a_limit(client: OffsetStoreClient, engine: sa.Engine) -> None:
