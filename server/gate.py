@@ -117,8 +117,8 @@ class Gate:
                         await self.quota.check(method, request, principal.name)
                 cost = cost_of(method, request)
                 admitted = await self.admission.run(name, cost)
+                token = current_principal.set(principal.name if principal is not None else None)
                 try:
-                    token = current_principal.set(principal.name if principal is not None else None)
                     remaining = context.time_remaining()
                     with deadline(remaining if remaining is not None and remaining < 1e9 else None, _active(context)):
                         response = await run(request, context)
