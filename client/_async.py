@@ -82,7 +82,7 @@ class AsyncOffsetStoreClient(_base.ClientBase):
         try:
             response = await method(request, **self._call_kwargs(timeout))
         except grpc.RpcError as e:  # grpc.aio.AioRpcError is one
-            raise from_rpc_error(e) from e
+            raise from_rpc_error(e, unknown_outcome=_base.unknown_outcome(request)) from e
         return result(response)
 
     async def commit_offsets(

@@ -48,6 +48,24 @@ PAGED_READ_ATTEMPTS = 3
 Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
 
 
+#: What a write whose answer never came may have done, and how to find out: said in the
+#: message of its DeadlineExceededError or StoreUnavailableError. Keyed by request type.
+UNKNOWN_OUTCOME: dict[str, str] = {
+    "CommitOffsetsRequest": "the commit may or may not have been applied; fetch the offsets to find out",
+    "ResetOffsetsRequest": "the reset may or may not have been applied; describe the group to find out",
+    "DeleteOffsetsRequest": "the delete may or may not have been applied; fetch the offsets to find out",
+    "JoinGroupRequest": "the join may or may not have bumped the group's generation; join again for a current one",
+    "ExpireGroupsRequest": "the expiry may or may not have been applied; list the groups to find out",
+}
+
+
+def unknown_outcome(request: Any) -> str | None:
+    """What to say when `request` (a write) got no answer; None for a read, which changed nothing."""
+    if getattr(request, "dry_run", False) or getattr(request, "execute", True) is False:
+        return None  # a dry run, or an expiry's preview
+    return UNKNOWN_OUTCOME.get(type(request).__name__)
+
+
 class ClientBase:
     """Settings common to both clients."""
 

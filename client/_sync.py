@@ -90,7 +90,7 @@ class OffsetStoreClient(_base.ClientBase):
         try:
             response = method(request, **self._call_kwargs(timeout))
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
+            raise from_rpc_error(e, unknown_outcome=_base.unknown_outcome(request)) from e
         return result(response)
 
     def commit_offsets(

@@ -1236,10 +1236,8 @@ def _error_message(error: OffsetStoreError, args: argparse.Namespace, server: st
             )
         return f"Error: the offsetstore server at {server} is unavailable: {error.message}"
     if isinstance(error, DeadlineExceededError):
-        return (
-            f"Error: no answer from the offsetstore server at {server} in time (see --timeout).\n"
-            "A change may or may not have been applied: check with 'describe' or 'history'."
-        )
+        # The client's message says whether a write may have been applied, and how to find out.
+        return f"Error: no answer from the offsetstore server at {server} in time (see --timeout): {error.message}"
     return f"Error: {error.message}"
 
 

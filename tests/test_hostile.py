@@ -8,9 +8,11 @@ Every attack is bounded in count and time and aims at 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -601,14 +603,33 @@ def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_pat
 def test_offsetstore_token_hash_refuses_weak_tokens(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for weak in ("hunter2", "a" * 64, "oncall-2024"):
+    weak_tokens = (
+        "hunter2",
+        "a" * 64,
+        "oncall-2024",
+        # Long, many distinct characters, and no randomness at all (issue 22): counting,
+        # counting down, repeats of a stretch, keyboard rows and columns.
+        "0123456789abcdef0123456789abcdef",
+        "0123456789ABCDEF" * 4,
+        "fedcba9876543210" * 2,
+        "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "abcabcabcabcabcabcabcabcabcabcabcabc",
+        "qwertyuiopasdfghjklzxcvbnm1234567890",
+        "1qaz2wsx3edc4rfv5tgb6yhn7ujm8ik9ol0p",
+        "passwordpasswordpasswordpassword1234",
+    )
+    for weak in weak_tokens:
         monkeypatch.setattr(sys, "stdin", io.StringIO(weak + "\n"))
-        assert server_cli.main(["token", "--hash"]) == 2
+        assert server_cli.main(["token", "--hash"]) == 2, weak
         assert "too weak" in capsys.readouterr().err
     assert server_cli.main(["token"]) == 0
     token = capsys.readouterr().out.splitlines()[0].split()[-1]
-    monkeypatch.setattr(sys, "stdin", io.StringIO(token + "\n"))
-    assert server_cli.main(["token", "--hash"]) == 0
+    # Real random tokens always pass: ours, and 64 hex digits from any generator.
+    randoms = [token] + [secrets.token_urlsafe(32) for _ in range(200)] + [secrets.token_hex(32) for _ in range(200)]
+    for good in randoms:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(good + "\n"))
+        assert server_cli.main(["token", "--hash"]) == 0, good
+        assert capsys.readouterr().out == f'token_sha256 = "{hashlib.sha256(good.encode()).hexdigest()}"\n'
 
 
 def test_a_tokens_file_others_can_read_is_a_warning(pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
