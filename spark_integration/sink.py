@@ -26,6 +26,7 @@ from offsetstore.server.batch_write import (
     sink_metrics,
     write_batch,
 )
+from offsetstore.spark_integration.workers import check_workers
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,6 +103,15 @@ class ExactlyOnceSink:
     registry : prometheus_client.CollectorRegistry, optional
         Where the sink's counters go (default: prometheus_client's ``REGISTRY``).
         Not pickled: a copy counts into its own process's default registry.
+    progress : bool, default True
+        Print one line per batch on standard output (the log line's text), so a job
+        that configured no logging still shows its progress. Turn it off where the
+        ``offsetstore.spark_integration`` logger is routed somewhere already.
+    check_workers : bool, default True
+        Before the first write of each process, unless ``write_path="driver"``, run
+        :func:`~offsetstore.spark_integration.workers.check_workers`: fail fast, with
+        one line naming ``PYSPARK_PYTHON``, when Spark's Python workers cannot import
+        offsetstore or run another version of it.
 
     Notes
     -----
@@ -120,7 +130,8 @@ class ExactlyOnceSink:
     ``synchronous_commit=on`` whatever the database's default, bounded statements and
     lock waits.
 
-    Observability. After each batch, one INFO line on the
+    Observability. After each batch, one INFO line (and, with ``progress``, the same
+    text on standard output) on the
     ``offsetstore.spark_integration`` logger gives the group, the batch id, the rows
     received, written and skipped, and the write path; and the counters
     ``offsetstore_sink_rows_written_total``, ``offsetstore_sink_rows_skipped_total``
@@ -175,6 +186,8 @@ class ExactlyOnceSink:
         statement_timeout_ms: int = 600_000,
         lock_timeout_ms: int = 60_000,
         registry: CollectorRegistry | None = None,
+        progress: bool = True,
+        check_workers: bool = True,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -204,6 +217,8 @@ class ExactlyOnceSink:
         self.statement_timeout_ms = statement_timeout_ms
         self.lock_timeout_ms = lock_timeout_ms
         self._registry = registry
+        self.progress = progress
+        self.check_workers = check_workers
         self._reset_runtime()
 
     @property
@@ -229,11 +244,12 @@ class ExactlyOnceSink:
     def _reset_runtime(self) -> None:
         self._engine: Engine | None = None
         self._run: _Run | None = None
+        self._workers_checked = False
 
     # Pickling ships the configuration only; connections, the run and the registry are per process.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_engine", "_run", "_registry"):
+        for name in ("_engine", "_run", "_registry", "_workers_checked"):
             state.pop(name, None)
         return state
 
@@ -276,6 +292,10 @@ class ExactlyOnceSink:
         if self._run is not None and self._run.key != key:
             self._run = None
         self._hook("start", batch_id)
+        if self.check_workers and not self._workers_checked and self.write_path != "driver":
+            # Before the run joins: a job that cannot write must not fence the one that can.
+            check_workers(batch_df.sparkSession)
+            self._workers_checked = True
         batch_columns = batch_df.columns
         columns = self.target.written_columns(batch_columns)
         needed = columns + [c for c in sink_sql.COORDINATES if c not in columns]
@@ -343,14 +363,15 @@ class ExactlyOnceSink:
     def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:
         """The batch's log line and counters: what an operator sees of a replay."""
         sink_metrics(self._registry).observe(self.group_id, outcome)
+        line = (
+            f"group {self.group_id} batch {batch_id}: {outcome.rows} rows, {outcome.written} written, "
+            f"{outcome.skipped} skipped (offsets already committed), {path} path"
+        )
+        if self.progress:
+            print(f"offsetstore: {line}", flush=True)
         log.info(
-            "group %s batch %s: %d rows, %d written, %d skipped (offsets already committed), %s path",
-            self.group_id,
-            batch_id,
-            outcome.rows,
-            outcome.written,
-            outcome.skipped,
-            path,
+            "%s",
+            line,
             extra={
                 "group_id": self.group_id,
                 "batch_id": batch_id,
