@@ -25,7 +25,8 @@ def probe(_):
     found = {"python": sys.executable, "python_version": sys.version.split()[0]}
     try:
         from importlib import metadata
-        import offsetstore.spark_integration
+        # What the executors' path imports in its tasks: the package, pyarrow, numpy.
+        import offsetstore.spark_integration._staging
         found["offsetstore"] = metadata.version("offsetstore")
     except Exception as error:
         found["error"] = f"{type(error).__name__}: {error}"
@@ -78,7 +79,8 @@ def check_workers(spark: SparkSession) -> None:
     Raises
     ------
     WorkerEnvironmentError
-        A worker cannot import ``offsetstore.spark_integration``, runs another
+        A worker cannot import ``offsetstore.spark_integration`` and what its tasks
+        need (pyarrow, numpy), runs another
         offsetstore version than this process, or cannot start at all (e.g.
         ``PYSPARK_PYTHON`` names a missing interpreter, or one of another Python minor
         version). The message is one line.
@@ -109,7 +111,7 @@ def check_workers(spark: SparkSession) -> None:
         worker = f"{found['python']} (Python {found['python_version']})"
         if "error" in found:
             raise _fail(
-                f"Spark's Python workers cannot import offsetstore ({found['error']}) with {worker}; the driver runs {here}"
+                f"Spark's Python workers cannot import offsetstore.spark_integration ({found['error']}) with {worker}; the driver runs {here}"
             )
         if found["offsetstore"] != expected:
             raise _fail(

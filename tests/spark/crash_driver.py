@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
@@ -30,7 +31,7 @@ def rate_stream(spark, topic: str, partitions: int, per_trigger: int):
     return df.select(
         F.lit(topic).alias("topic"),
         (F.col("value") % partitions).cast("int").alias("partition"),
-        (F.col("value") / partitions).cast("long").alias("offset"),
+        F.expr(f"value div {partitions}").alias("offset"),
         F.col("timestamp"),
     )
 
@@ -59,21 +60,27 @@ def main() -> None:
     p.add_argument("--crash-batch", type=int, help="the batch id at which to die")
     p.add_argument("--kill-executor-at", help="a staging task's stage at which its executor JVM is killed, once")
     p.add_argument("--marker-dir", help="where the executor kill leaves its marker")
+    p.add_argument("--batches", type=int, default=3, help="rate source: stop after this many committed batches")
     args = p.parse_args()
 
     master = None if args.master == "submit" else args.master or MASTER
     spark = build_spark("offsetstore-crash-test", Path(args.workdir), master=master)
     print(f"master {spark.sparkContext.master}", flush=True)
     sink = ExactlyOnceSink(args.database_url, args.group_id, args.table, write_path=args.write_path)
-    if args.crash_stage:
+    committed: list[int] = []
+    enough = threading.Event()
 
-        def crash(stage: str, batch_id: int) -> None:
-            if stage == args.crash_stage and batch_id == args.crash_batch:
-                print(f"crashing at {stage} of batch {batch_id}", flush=True)
-                # The whole process group: this interpreter and its JVM (and local-cluster's executors), at once.
-                os.killpg(os.getpgrp(), signal.SIGKILL)
+    def hook(stage: str, batch_id: int) -> None:
+        if stage == args.crash_stage and batch_id == args.crash_batch:
+            print(f"crashing at {stage} of batch {batch_id}", flush=True)
+            # The whole process group: this interpreter and its JVM (and local-cluster's executors), at once.
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        if stage == "committed":
+            committed.append(batch_id)
+            if len(committed) >= args.batches:
+                enough.set()
 
-        sink._fault_hook = crash
+    sink._fault_hook = hook
     if args.kill_executor_at:
         sink._task_fault_hook = KillExecutorOnce(args.kill_executor_at, args.marker_dir)
     if args.source == "rate":
@@ -88,8 +95,16 @@ def main() -> None:
         df = kafka_stream(spark, args.topic, partitions=args.partitions, records=args.records, **options)
         trigger = {"availableNow": True}
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
-    # The rate source never ends: it runs until it fails (the tests use it for that) or times out.
-    query.awaitTermination(None if args.source == "kafka_shaped" else 120)
+    if args.source == "kafka_shaped":
+        query.awaitTermination()
+    else:
+        # The rate source never ends: stop after enough batches, or when the query fails.
+        while not enough.wait(0.5):
+            if not query.isActive:
+                query.awaitTermination()  # raises the query's error
+                raise SystemExit("the query stopped early")
+        query.stop()
+        print(f"committed batches {committed}", flush=True)
     print("finished", flush=True)
     spark.stop()
 
