@@ -80,15 +80,14 @@ def check_workers(spark: SparkSession) -> None:
     ------
     WorkerEnvironmentError
         A worker cannot import ``offsetstore.spark_integration`` and what its tasks
-        need (pyarrow, numpy), runs another
-        offsetstore version than this process, or cannot start at all (e.g.
-        ``PYSPARK_PYTHON`` names a missing interpreter, or one of another Python minor
-        version). The message is one line.
+        need (pyarrow, numpy), runs another offsetstore version than this process, or
+        cannot start at all (e.g. ``PYSPARK_PYTHON`` names a missing interpreter, or one
+        of another Python minor version). The message is one line.
 
     Notes
     -----
-    :class:`ExactlyOnceSink` calls it once per query run (unless ``check_workers=False``),
-    before its first write: without it, a worker without the package fails only when
+    :class:`ExactlyOnceSink` calls it once per process, before the first batch it
+    writes (unless ``check_workers=False`` or ``write_path="driver"``): without it, a worker without the package fails only when
     a batch first takes the executors' path, with ``No module named 'offsetstore'``
     deep in a task's traceback. The job is a plain (pickled, not Arrow) Python UDF over
     one row per task, so it needs nothing on the workers but Python; it costs about a

@@ -282,7 +282,9 @@ def at_end(topic: str, partitions: int, end: int) -> dict[tuple[str, int], int]:
 DRIVER = Path(__file__).with_name("crash_driver.py")
 
 
-def run_driver(*args: str, command: list[str] | None = None, env: dict | None = None, timeout: float = 400):
+def run_driver(
+    *args: str, command: list[str] | None = None, env: dict | None = None, cwd: Path | None = None, timeout: float = 400
+):
     """Runs ``crash_driver.py`` (or ``command`` + args) in a process group of its own; returns (status, output)."""
     proc = subprocess.Popen(
         [*(command or [sys.executable, str(DRIVER)]), *args],
@@ -291,6 +293,7 @@ def run_driver(*args: str, command: list[str] | None = None, env: dict | None = 
         text=True,
         start_new_session=True,
         env=env,
+        cwd=cwd,
     )
     try:
         out, _ = proc.communicate(timeout=timeout)
