@@ -112,6 +112,12 @@ class ExactlyOnceSink:
         :func:`~offsetstore.spark_integration.workers.check_workers`: fail fast, with
         one line naming ``PYSPARK_PYTHON``, when Spark's Python workers cannot import
         offsetstore or run another version of it.
+    watch_idle : bool, default True
+        While the query finds no new data (so the sink is not called), read the group's
+        generation at each of Spark's idle events (every
+        ``spark.sql.streaming.noDataProgressEventInterval``, 10 s by default) and stop
+        the query, with a WARNING, once a reset, a delete or a newer run moved it on.
+        Classic Spark only: under Spark Connect an idle query stops at its next batch.
 
     Notes
     -----
@@ -146,7 +152,8 @@ class ExactlyOnceSink:
     which moves its generation on; later commits carry that generation. A run that was
     superseded by a newer run of the group or by an operator's reset or delete raises
     :class:`offsetstore.client.StaleGenerationError` and writes nothing; the query
-    then stops with that error.
+    then stops with that error. A run superseded while idle has no next batch: with
+    ``watch_idle``, a listener of the run stops it at Spark's next idle event.
 
     The object is small and picklable: database connections are opened inside the
     call, on the driver and, for the executors' path, in each task.
@@ -188,6 +195,7 @@ class ExactlyOnceSink:
         registry: CollectorRegistry | None = None,
         progress: bool = True,
         check_workers: bool = True,
+        watch_idle: bool = True,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -219,6 +227,7 @@ class ExactlyOnceSink:
         self._registry = registry
         self.progress = progress
         self.check_workers = check_workers
+        self.watch_idle = watch_idle
         self._reset_runtime()
 
     @property
@@ -305,6 +314,8 @@ class ExactlyOnceSink:
         with self._get_engine().connect() as conn:
             if self._run is None:
                 self._run = self._join(conn, key)
+                if self.watch_idle and key and key[1]:
+                    self._watch_idle(batch_df, key[1])
             collected = self._collect_on_driver(frame)
             if collected is not None:
                 path = "driver"
@@ -344,6 +355,21 @@ class ExactlyOnceSink:
                     cur.execute(sql.SQL("DROP TABLE {}").format(self.staging_table.ident()))
         log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
         return _Run(key, generation, member)
+
+    def _watch_idle(self, batch_df: DataFrame, run_id: str) -> None:
+        """Registers the run's listener that stops the query if it is fenced while idle."""
+        from ._fence_watch import make_watch
+
+        assert self._run is not None
+        try:
+            from pyspark.sql import SparkSession
+
+            # Not the batch's session: a query runs on a clone of the session that started it,
+            # and only the starting session's listeners hear of the query.
+            streams = _starting_session(batch_df, SparkSession).streams
+            streams.addListener(make_watch(self._get_engine(), self.group_id, self._run.generation, run_id, streams))
+        except Exception:  # a convenience: the next batch is fenced anyway
+            log.warning("cannot watch the idle query for resets", exc_info=True, extra={"group_id": self.group_id})
 
     def _collect_on_driver(self, frame: DataFrame) -> pa.Table | None:
         """The batch as Arrow when the driver writes it; None when the executors do.
@@ -607,6 +633,15 @@ def _query_run(batch_df: DataFrame) -> tuple[str, str] | None:
     except Exception:  # Spark Connect has no SparkContext; one run per sink object then.
         return None
     return (query_id, run_id or "") if query_id else None
+
+
+def _starting_session(batch_df: DataFrame, session_class: Any) -> Any:
+    """The session whose StreamingQueryManager runs the batch's query (the batch's own is a clone)."""
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    for candidate in (session_class.getActiveSession(), session_class.builder.getOrCreate()):
+        if candidate is not None and candidate.streams.get(query_id) is not None:
+            return candidate
+    raise RuntimeError("no session of this driver knows the query")
 
 
 def _progress_log_ends(query_id: str) -> dict[TopicPartition, int]:
