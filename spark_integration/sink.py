@@ -26,7 +26,8 @@ from offsetstore.server.batch_write import (
     sink_metrics,
     write_batch,
 )
-from offsetstore.spark_integration.workers import check_workers
+
+from . import workers
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -303,7 +304,7 @@ class ExactlyOnceSink:
         self._hook("start", batch_id)
         if self.check_workers and not self._workers_checked and self.write_path != "driver":
             # Before the run joins: a job that cannot write must not fence the one that can.
-            check_workers(batch_df.sparkSession)
+            workers.check_workers(batch_df.sparkSession)
             self._workers_checked = True
         batch_columns = batch_df.columns
         columns = self.target.written_columns(batch_columns)
