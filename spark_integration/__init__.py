@@ -8,5 +8,14 @@ imported here.
 
 from .offsets import checkpoint_location, starting_offsets
 from .sink import ExactlyOnceSink, Mode, WritePath
+from .workers import WorkerEnvironmentError, check_workers
 
-__all__ = ["ExactlyOnceSink", "Mode", "WritePath", "checkpoint_location", "starting_offsets"]
+__all__ = [
+    "ExactlyOnceSink",
+    "Mode",
+    "WorkerEnvironmentError",
+    "WritePath",
+    "check_workers",
+    "checkpoint_location",
+    "starting_offsets",
+]

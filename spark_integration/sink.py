@@ -27,6 +27,8 @@ from offsetstore.server.batch_write import (
     write_batch,
 )
 
+from . import workers
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from prometheus_client import CollectorRegistry
@@ -102,6 +104,21 @@ class ExactlyOnceSink:
     registry : prometheus_client.CollectorRegistry, optional
         Where the sink's counters go (default: prometheus_client's ``REGISTRY``).
         Not pickled: a copy counts into its own process's default registry.
+    progress : bool, default True
+        Print one line per batch on standard output (the log line's text), so a job
+        that configured no logging still shows its progress. Turn it off where the
+        ``offsetstore.spark_integration`` logger is routed somewhere already.
+    check_workers : bool, default True
+        Before the first write of each process, unless ``write_path="driver"``, run
+        :func:`~offsetstore.spark_integration.workers.check_workers`: fail fast, with
+        one line naming ``PYSPARK_PYTHON``, when Spark's Python workers cannot import
+        offsetstore or run another version of it.
+    watch_idle : bool, default True
+        While the query finds no new data (so the sink is not called), read the group's
+        generation at each of Spark's idle events (every
+        ``spark.sql.streaming.noDataProgressEventInterval``, 10 s by default) and stop
+        the query, with a WARNING, once a reset, a delete or a newer run moved it on.
+        Classic Spark only: under Spark Connect an idle query stops at its next batch.
 
     Notes
     -----
@@ -120,7 +137,8 @@ class ExactlyOnceSink:
     ``synchronous_commit=on`` whatever the database's default, bounded statements and
     lock waits.
 
-    Observability. After each batch, one INFO line on the
+    Observability. After each batch, one INFO line (and, with ``progress``, the same
+    text on standard output) on the
     ``offsetstore.spark_integration`` logger gives the group, the batch id, the rows
     received, written and skipped, and the write path; and the counters
     ``offsetstore_sink_rows_written_total``, ``offsetstore_sink_rows_skipped_total``
@@ -135,7 +153,8 @@ class ExactlyOnceSink:
     which moves its generation on; later commits carry that generation. A run that was
     superseded by a newer run of the group or by an operator's reset or delete raises
     :class:`offsetstore.client.StaleGenerationError` and writes nothing; the query
-    then stops with that error.
+    then stops with that error. A run superseded while idle has no next batch: with
+    ``watch_idle``, a listener of the run stops it at Spark's next idle event.
 
     The object is small and picklable: database connections are opened inside the
     call, on the driver and, for the executors' path, in each task.
@@ -175,6 +194,9 @@ class ExactlyOnceSink:
         statement_timeout_ms: int = 600_000,
         lock_timeout_ms: int = 60_000,
         registry: CollectorRegistry | None = None,
+        progress: bool = True,
+        check_workers: bool = True,
+        watch_idle: bool = True,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -204,6 +226,9 @@ class ExactlyOnceSink:
         self.statement_timeout_ms = statement_timeout_ms
         self.lock_timeout_ms = lock_timeout_ms
         self._registry = registry
+        self.progress = progress
+        self.check_workers = check_workers
+        self.watch_idle = watch_idle
         self._reset_runtime()
 
     @property
@@ -229,11 +254,12 @@ class ExactlyOnceSink:
     def _reset_runtime(self) -> None:
         self._engine: Engine | None = None
         self._run: _Run | None = None
+        self._workers_checked = False
 
     # Pickling ships the configuration only; connections, the run and the registry are per process.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_engine", "_run", "_registry"):
+        for name in ("_engine", "_run", "_registry", "_workers_checked"):
             state.pop(name, None)
         return state
 
@@ -276,6 +302,10 @@ class ExactlyOnceSink:
         if self._run is not None and self._run.key != key:
             self._run = None
         self._hook("start", batch_id)
+        if self.check_workers and not self._workers_checked and self.write_path != "driver":
+            # Before the run joins: a job that cannot write must not fence the one that can.
+            workers.check_workers(batch_df.sparkSession)
+            self._workers_checked = True
         batch_columns = batch_df.columns
         columns = self.target.written_columns(batch_columns)
         needed = columns + [c for c in sink_sql.COORDINATES if c not in columns]
@@ -285,6 +315,8 @@ class ExactlyOnceSink:
         with self._get_engine().connect() as conn:
             if self._run is None:
                 self._run = self._join(conn, key)
+                if self.watch_idle and key and key[1]:
+                    self._watch_idle(batch_df, key[1])
             collected = self._collect_on_driver(frame)
             if collected is not None:
                 path = "driver"
@@ -325,6 +357,21 @@ class ExactlyOnceSink:
         log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
         return _Run(key, generation, member)
 
+    def _watch_idle(self, batch_df: DataFrame, run_id: str) -> None:
+        """Registers the run's listener that stops the query if it is fenced while idle."""
+        from ._fence_watch import make_watch
+
+        assert self._run is not None
+        try:
+            from pyspark.sql import SparkSession
+
+            # Not the batch's session: a query runs on a clone of the session that started it,
+            # and only the starting session's listeners hear of the query.
+            streams = _starting_session(batch_df, SparkSession).streams
+            streams.addListener(make_watch(self._get_engine(), self.group_id, self._run.generation, run_id, streams))
+        except Exception:  # a convenience: the next batch is fenced anyway
+            log.warning("cannot watch the idle query for resets", exc_info=True, extra={"group_id": self.group_id})
+
     def _collect_on_driver(self, frame: DataFrame) -> pa.Table | None:
         """The batch as Arrow when the driver writes it; None when the executors do.
 
@@ -343,14 +390,15 @@ class ExactlyOnceSink:
     def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:
         """The batch's log line and counters: what an operator sees of a replay."""
         sink_metrics(self._registry).observe(self.group_id, outcome)
+        line = (
+            f"group {self.group_id} batch {batch_id}: {outcome.rows} rows, {outcome.written} written, "
+            f"{outcome.skipped} skipped (offsets already committed), {path} path"
+        )
+        if self.progress:
+            print(f"offsetstore: {line}", flush=True)
         log.info(
-            "group %s batch %s: %d rows, %d written, %d skipped (offsets already committed), %s path",
-            self.group_id,
-            batch_id,
-            outcome.rows,
-            outcome.written,
-            outcome.skipped,
-            path,
+            "%s",
+            line,
             extra={
                 "group_id": self.group_id,
                 "batch_id": batch_id,
@@ -586,6 +634,15 @@ def _query_run(batch_df: DataFrame) -> tuple[str, str] | None:
     except Exception:  # Spark Connect has no SparkContext; one run per sink object then.
         return None
     return (query_id, run_id or "") if query_id else None
+
+
+def _starting_session(batch_df: DataFrame, session_class: Any) -> Any:
+    """The session whose StreamingQueryManager runs the batch's query (the batch's own is a clone)."""
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    for candidate in (session_class.getActiveSession(), session_class.builder.getOrCreate()):
+        if candidate is not None and candidate.streams.get(query_id) is not None:
+            return candidate
+    raise RuntimeError("no session of this driver knows the query")
 
 
 def _progress_log_ends(query_id: str) -> dict[TopicPartition, int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-__all__ = ["FailFirstAttempt", "KafkaShapedSource", "record_key", "record_value", "write_log_end"]
+__all__ = ["FailFirstAttempt", "KafkaShapedSource", "KillExecutorOnce", "record_key", "record_value", "write_log_end"]
 
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 
@@ -233,3 +234,50 @@ class FailFirstAttempt:
         if stage == self.stage and attempt == 0:
             Path(self.marker_dir, f"task-{task}").touch()
             raise RuntimeError(f"injected failure of task {task} at {stage}")
+
+
+# How an executor JVM's command line names its main class, whatever the cluster manager.
+_EXECUTOR_MAIN = b"org.apache.spark.executor."
+
+
+def _executor_jvm(pid: int) -> int | None:
+    """The executor JVM among the ancestors of ``pid`` (Linux /proc); None in local mode."""
+    while pid > 1:
+        try:
+            if _EXECUTOR_MAIN in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+            # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, not ")".
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class KillExecutorOnce:
+    """A staging-task fault hook that SIGKILLs the task's executor JVM, once per ``marker_dir``.
+
+    The first task to reach ``stage`` creates ``marker_dir/killed`` (so no other task
+    or retry kills again), kills its executor JVM and then its own Python worker, as a
+    lost machine would: no exception, no rollback from the client, the COPY's
+    connection just drops. Needs executors in processes of their own
+    (``local-cluster``, a real cluster); in local mode it raises instead.
+    """
+
+    stage: str
+    marker_dir: str
+
+    def __call__(self, stage: str, task: int, attempt: int) -> None:
+        if stage != self.stage:
+            return
+        jvm = _executor_jvm(os.getpid())
+        if jvm is None:
+            raise RuntimeError("KillExecutorOnce: no executor JVM above this Python worker (local mode?)")
+        try:
+            fd = os.open(Path(self.marker_dir, "killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"task {task} attempt {attempt} executor pid {jvm}\n".encode())
+        os.close(fd)
+        os.kill(jvm, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 #: that a failed task is retried as on a cluster (local mode retries none by default).
 MASTER = "local[2,4]"
 
+#: A cluster on one machine: a master and two workers in the driver's JVM, each worker
+#: launching an executor JVM of one core and 1 GiB, whose Python workers run in
+#: processes of their own. What a real cluster does to the sink (pickling it to another
+#: process, importing the package there, losing an executor), short of other hosts.
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
@@ -38,13 +45,18 @@ SPARK_CONF = {
 }
 
 
-def build_spark(app: str, workdir: Path):
-    """A SparkSession for tests, with the Kafka-shaped source registered and its files under ``workdir``."""
+def build_spark(app: str, workdir: Path, master: str | None = MASTER):
+    """A SparkSession for tests, with the Kafka-shaped source registered and its files under ``workdir``.
+
+    ``master=None`` leaves the master to ``spark-submit``.
+    """
     from pyspark.sql import SparkSession
 
     from offsetstore.spark_integration.testing import KafkaShapedSource
 
-    builder = SparkSession.builder.master(MASTER).appName(app)
+    builder = SparkSession.builder.appName(app)
+    if master is not None:
+        builder = builder.master(master)
     # Under workdir, not /tmp: a driver the crash tests kill leaves its scratch files behind.
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     files = {
@@ -100,6 +112,29 @@ def spark(jdk, tmp_path_factory: pytest.TempPathFactory):
     session = build_spark("offsetstore-tests", tmp_path_factory.mktemp("spark"))
     yield session
     session.stop()
+
+
+def spark_home() -> Path:
+    """The pip-installed PySpark's SPARK_HOME (its bin/, sbin/ and jars/)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@pytest.fixture
+def cluster_work_dirs() -> Iterator[None]:
+    """Removes the application folders that local-cluster workers leave under SPARK_HOME/work.
+
+    The workers of ``local-cluster`` put each application's executor folders (logs,
+    unpacked archives) under ``$SPARK_HOME/work``, which here is inside the venv; no
+    setting of the driver moves them.
+    """
+    work = spark_home() / "work"
+    before = set(work.iterdir()) if work.exists() else set()
+    yield
+    if work.exists():
+        for path in set(work.iterdir()) - before:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -242,3 +277,34 @@ def stored_offsets(engine: sa.Engine, group_id: str) -> dict[tuple[str, int], in
 
 def at_end(topic: str, partitions: int, end: int) -> dict[tuple[str, int], int]:
     return {(topic, p): end for p in range(partitions)}
+
+
+DRIVER = Path(__file__).with_name("crash_driver.py")
+
+
+def run_driver(
+    *args: str, command: list[str] | None = None, env: dict | None = None, cwd: Path | None = None, timeout: float = 400
+):
+    """Runs ``crash_driver.py`` (or ``command`` + args) in a process group of its own; returns (status, output)."""
+    proc = subprocess.Popen(
+        [*(command or [sys.executable, str(DRIVER)]), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"the driver ran for more than {timeout} s:\n{out[-3000:]}") from None
+    finally:
+        # Whatever of the run's own process group is still on its way down (local-cluster's executors too).
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out

@@ -2,51 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import at_end, records, staging_rows, stored_offsets
+from .conftest import LOCAL_CLUSTER, MASTER, at_end, records, run_driver, staging_rows, stored_offsets
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-DRIVER = Path(__file__).with_name("crash_driver.py")
 
 # 24 records a trigger over 3 partitions: 8 per partition, so batches 0..4 cover 0..40.
 PARTITIONS, RECORDS, PER_TRIGGER = 3, 40, 24
 
 
-def _run_driver(*args: str, timeout: float = 400) -> tuple[int, str]:
-    """Runs the driver script in a process group of its own; returns its exit status and output."""
-    proc = subprocess.Popen(
-        [sys.executable, str(DRIVER), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"the driver ran for more than {timeout} s:\n{out[-3000:]}") from None
-    finally:
-        # Whatever of the run's own process group is still on its way down.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return proc.returncode, out
-
-
+# local-cluster: the executors' path runs in executor JVMs of their own, which the
+# driver's SIGKILL of its process group takes down with it.
+@pytest.mark.parametrize("master", [MASTER, LOCAL_CLUSTER])
 def test_a_driver_killed_anywhere_in_a_batch_loses_and_repeats_nothing(
-    jdk, database_url, engine, group_id, topic, make_table, tmp_path
+    jdk, database_url, engine, group_id, topic, make_table, tmp_path, master, cluster_work_dirs
 ):
     table = make_table()
     checkpoint = tmp_path / "checkpoint"
@@ -60,6 +33,7 @@ def test_a_driver_killed_anywhere_in_a_batch_loses_and_repeats_nothing(
         "--max-offsets-per-trigger", str(PER_TRIGGER),
         "--checkpoint", str(checkpoint),
         "--workdir", str(tmp_path / "spark"),
+        "--master", master,
     ]  # fmt: skip
 
     def consistent() -> dict:
@@ -78,14 +52,14 @@ def test_a_driver_killed_anywhere_in_a_batch_loses_and_repeats_nothing(
         ("executors", "staged", 4, 32),  # rows staged by the executors, not moved
     ]
     for path, stage, batch, end in crashes:
-        status, out = _run_driver(*common, "--write-path", path, "--crash-stage", stage, "--crash-batch", str(batch))
+        status, out = run_driver(*common, "--write-path", path, "--crash-stage", stage, "--crash-batch", str(batch))
         assert status == -signal.SIGKILL and f"crashing at {stage} of batch {batch}" in out, out[-3000:]
         assert consistent() == at_end(topic, PARTITIONS, end), f"after the crash at {stage}"
     assert staging_rows(engine, table, group_id), "the crashed run left no staged rows: the cleanup is untested"
 
     # The checkpoint is lost: the next run starts where the store says.
     shutil.rmtree(checkpoint)
-    status, out = _run_driver(*common, "--write-path", "driver", "--from-store")
+    status, out = run_driver(*common, "--write-path", "driver", "--from-store")
     assert status == 0 and "finished" in out, out[-3000:]
 
     table.assert_exactly_once(records(topic, PARTITIONS, RECORDS))

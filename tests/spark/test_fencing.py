@@ -37,7 +37,8 @@ def test_a_newer_run_of_the_group_fences_the_older(spark, database_url, engine, 
     write_log_end(log_end, _ends(topic, 2, 20))
 
     def start(name: str, **options):
-        sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="driver")
+        # The batch path of fencing; an idle run's is test_a_reset_stops_an_idle_query_between_batches.
+        sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="driver", watch_idle=False)
         df = kafka_stream(spark, topic, partitions=2, endOffsetsFile=str(log_end), **options)
         query = (
             df.writeStream.foreachBatch(sink)
@@ -91,7 +92,8 @@ def test_an_operator_reset_stops_the_query_and_the_documented_restart_replays_fr
             endOffsetsFile=str(log_end),
             startingOffsets=starting_offsets(database_url, group_id, {topic: 2}),
         ).withColumn("run", F.lit(run))
-        sink = ExactlyOnceSink(database_url, group_id, str(table))
+        # The batch path: the first run meets the reset at its next batch, not while idle.
+        sink = ExactlyOnceSink(database_url, group_id, str(table), watch_idle=False)
         query = (
             df.writeStream.foreachBatch(sink)
             .option("checkpointLocation", checkpoint)
@@ -136,6 +138,34 @@ def test_an_operator_reset_stops_the_query_and_the_documented_restart_replays_fr
     assert [c.kind for c in history[at : at + 2]] == [ChangeKind.RESET] * 2
     restart = history[at + 2 :]
     assert restart and all(c.kind == ChangeKind.COMMIT and c.generation > reset.generation for c in restart)
+
+
+def test_a_reset_stops_an_idle_query_between_batches(
+    spark, database_url, engine, client, group_id, topic, make_table, tmp_path
+):
+    table = make_table()
+    sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="driver")
+    # Every record read, and no more coming: the sink is not called again.
+    df = kafka_stream(spark, topic, partitions=2, records=20)
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
+    try:
+        wait_for(lambda: stored_offsets(engine, group_id) == at_end(topic, 2, 20), what="the commits", query=query)
+        client.reset_offsets(group_id, topics={topic: []}, to_offset=5)
+
+        # Spark's idle event (every noDataProgressEventInterval, 10 s) finds the new generation.
+        wait_for(lambda: not query.isActive, what="the idle query to stop")
+    finally:
+        if query.isActive:
+            query.stop()
+
+    assert query.exception() is None
+    assert stored_offsets(engine, group_id) == at_end(topic, 2, 5), "the fenced run wrote after the reset"
+    table.assert_exactly_once(records(topic, 2, 20))
 
 
 def test_a_group_deleted_before_its_first_commit_never_hands_the_runs_generation_out_again(

@@ -1,0 +1,138 @@
+"""Example: a Spark Structured Streaming job that copies a Kafka topic into PostgreSQL exactly once (docs/spark.md).
+
+Usage, as a playground on one machine (no Kafka, no Maven: a local source of
+Kafka-shaped records, ``offsetstore.spark_integration.testing.KafkaShapedSource``)::
+
+    make run                                   # terminal 1: the store, on the embedded PostgreSQL
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python examples/spark/orders_job.py \\
+        --database-url 'postgresql+psycopg://postgres@/postgres?host=...'   # the URL make run logs
+
+and against a real Kafka cluster (the connector comes from Maven, through ``spark.jars.packages``)::
+
+    python examples/spark/orders_job.py --source kafka --bootstrap-servers kafka.internal:9092 \\
+        --database-url postgresql://postgres@db.internal/offsets
+
+It creates its table if missing (``public.orders_spark``, keyed by the Kafka
+coordinates) and upserts on that key: a reset backwards re-delivers records on
+purpose, and each then overwrites itself instead of failing on the key. Kill it any
+way you like and run the same command again; after ``offsetstore groups reset
+orders-spark ... --execute`` run it again too: it starts on a fresh checkpoint, from
+the offsets the reset stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import sqlalchemy as sa
+
+from offsetstore.spark_integration import (
+    ExactlyOnceSink,
+    WorkerEnvironmentError,
+    check_workers,
+    checkpoint_location,
+    starting_offsets,
+)
+
+TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    key             bytea,
+    value           bytea,
+    topic           text        NOT NULL,
+    "partition"     integer     NOT NULL,
+    "offset"        bigint      NOT NULL,
+    "timestamp"     timestamptz,
+    "timestampType" integer,
+    PRIMARY KEY (topic, "partition", "offset")
+)
+"""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--database-url", default=os.environ.get("OFFSETSTORE_DATABASE_URL"), help="the store's database")
+    p.add_argument("--source", choices=["local", "kafka"], default="local")
+    p.add_argument("--bootstrap-servers", help="Kafka's, for --source kafka")
+    p.add_argument("--group", default="orders-spark")
+    p.add_argument("--topic", default="orders-spark")
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--table", default="public.orders_spark")
+    p.add_argument("--records", type=int, default=1_000_000, help="--source local: records per partition")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
+    p.add_argument("--checkpoint-base", default="checkpoints")
+    p.add_argument("--until-caught-up", action="store_true", help="stop at the end of the data (availableNow)")
+    p.add_argument("--quiet", action="store_true", help="no progress line per batch (the log keeps it)")
+    args = p.parse_args()
+    if not args.database_url:
+        p.error("--database-url (or OFFSETSTORE_DATABASE_URL) is required")
+
+    # The sink logs one line per batch on logger offsetstore.spark_integration.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    engine = sa.create_engine(args.database_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(TABLE_DDL.format(table=args.table))
+    engine.dispose()
+
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(args.group)
+    if args.source == "kafka":
+        import pyspark
+
+        package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+        builder = builder.config("spark.jars.packages", package)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        # Before anything runs on the workers (the local source does): one clear line if
+        # they cannot import offsetstore, instead of a task's traceback.
+        check_workers(spark)
+    except WorkerEnvironmentError as error:
+        print(error, file=sys.stderr)
+        return 2
+
+    start = starting_offsets(args.database_url, args.group, {args.topic: args.partitions})
+    if args.source == "kafka":
+        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
+    else:
+        from offsetstore.spark_integration.testing import KafkaShapedSource
+
+        spark.dataSource.register(KafkaShapedSource)
+        reader = (
+            spark.readStream.format("kafka_shaped")
+            .option("partitions", args.partitions)
+            .option("records", args.records)
+        )
+    df = (
+        reader.option("subscribe", args.topic)
+        .option("startingOffsets", start)
+        .option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
+        .load()
+    )
+    sink = ExactlyOnceSink(
+        args.database_url,
+        group_id=args.group,
+        table=args.table,
+        mode="upsert",
+        key_columns=("topic", "partition", "offset"),
+        progress=not args.quiet,
+    )
+    writer = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint_location(args.database_url, args.group, args.checkpoint_base))
+        .queryName(args.group)
+    )
+    query = (writer.trigger(availableNow=True) if args.until_caught_up else writer).start()
+    print(f"started: group {args.group}, topic {args.topic}, from {start}", flush=True)
+    query.awaitTermination()
+    print("caught up", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
