@@ -66,6 +66,9 @@ class Settings:
     group_metrics_limit: int = 1000
     """At most this many groups get per-group metric series per scrape."""
 
+    metrics_series_limit: int = 20_000
+    """Per-group series a scrape holds at most, shared fairly by tenants; a group beyond its share shows sums only (0: no limit)."""
+
     log_level: str = "INFO"
     """Python logging level name."""
 
@@ -146,6 +149,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
             raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
+        if self.metrics_series_limit < 0:
+            raise ValueError("OFFSETSTORE_METRICS_SERIES_LIMIT must be >= 0 (0: no limit)")
         if self.max_groups_per_principal < 0:
             raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
         if not 1 <= self.processes <= 256:
