@@ -122,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
         help="live groups one principal may create; more get RESOURCE_EXHAUSTED GROUP_QUOTA "
         "(default 0: no quota; max_groups in the tokens file wins)",
     )
+    security.add_argument(
+        "--max-partitions-per-principal",
+        type=int,
+        help="partitions one principal may store; calls adding more get RESOURCE_EXHAUSTED PARTITION_QUOTA "
+        "(default 0: no quota; max_partitions in the tokens file wins)",
+    )
     security.add_argument("--max-streams", type=int, help="reflection streams open at once (default 4)")
     security.add_argument(
         "--tokens-file",

@@ -363,6 +363,7 @@ def _serving_process(
             max_calls_per_principal=settings.max_calls_per_principal,
             principal_bytes_per_second=settings.principal_bytes_per_second,
             max_groups_per_principal=settings.max_groups_per_principal,
+            max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
         ).start()
     except (RuntimeError, OSError) as error:
