@@ -533,6 +533,7 @@ def group_metrics(
     summarized = [r.group_id for r in shown if r.group_id not in detailed]
     partitions: list[Any] = []
     if shown:
+        summarized = summarized if sums else []
         partitions = conn.execute(_PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized}).all()
     return GroupScrape(
         groups=head.groups if head else 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -695,7 +696,16 @@ def test_serve_reads_the_sums_of_huge_groups_in_the_background(scratch_database_
     store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
         registry = metrics.build_registry(store, series_limit=500, sums_seconds=60)
+        summed_here: list[list[str]] = []  # the groups whose sums the scrape's own thread read
+
+        def on_execute(conn, cursor, statement, parameters, context, executemany):
+            if threading.current_thread() is threading.main_thread() and isinstance(parameters, dict):
+                summed_here.append(parameters.get("summarized") or [])
+
+        sa.event.listen(store.engine, "before_cursor_execute", on_execute)
         generate_latest(registry)  # starts the read of the sums; this scrape does not wait for it
+        sa.event.remove(store.engine, "before_cursor_execute", on_execute)
+        assert summed_here and not any(summed_here)
         assert registry.get_sample_value("offsetstore_group_partitions", {"group": "huge-0"}) == 3000
         stop_at = time.monotonic() + 30  # generous: the thread's query takes milliseconds
         while registry.get_sample_value("offsetstore_group_lag_sum", {"group": "huge-0"}) is None:
