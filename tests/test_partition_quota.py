@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from offsetstore.client import OffsetStoreClient
+from offsetstore.client import OffsetStoreClient, cli
 from offsetstore.client.errors import PartitionQuotaError
 from offsetstore.server import cli as server_cli
 from offsetstore.server.app import OffsetStoreServer
@@ -72,6 +72,23 @@ def test_calls_that_would_store_partitions_past_the_quota_are_refused_and_write_
                 client.commit_offsets(f"{run}flagged-1", {("orders", p): 1 for p in range(7)})
             assert caught.value.metadata["max_partitions"] == "6"
     assert stored(engine, f"{run}flagged-") == 0
+
+
+def test_an_import_past_the_quota_is_refused_and_writes_nothing(
+    store: Store, engine: sa.Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `groups import` sets placeholders by a reset naming the partitions (then commits real offsets).
+    run = f"p{uuid.uuid4().hex[:10]}-"
+    tokens = tokens_file(tmp_path, run, importer=10)
+    plan = tmp_path / "offsets.csv"
+    plan.write_text("".join(f"orders,{p},-2\n" for p in range(12)))
+    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    with OffsetStoreServer(store, max_workers=8, auth=auth) as server:
+        argv = ["import", str(plan), "--group", f"{run}importer-1", "--execute", "--server", server.address]
+        code = cli.main([*argv, "--token", tokens["importer"]])
+        assert code != 0
+        assert "quota" in capsys.readouterr().err
+    assert stored(engine, run) == 0
 
 
 @pytest.mark.parametrize("value", ["-1", "true", '"5"'])
