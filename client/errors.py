@@ -14,7 +14,8 @@ so the server sends exactly what the client turns back into the same exception::
      ├── UnauthenticatedError   UNAUTHENTICATED      reason UNAUTHENTICATED
      ├── PermissionDeniedError  PERMISSION_DENIED    reason PERMISSION_DENIED
      ├── ResourceExhaustedError RESOURCE_EXHAUSTED   reason RESOURCE_EXHAUSTED (+ RetryInfo)
-     │    └── GroupQuotaError    RESOURCE_EXHAUSTED   reason GROUP_QUOTA (no RetryInfo: retrying does not help)
+     │    ├── GroupQuotaError    RESOURCE_EXHAUSTED   reason GROUP_QUOTA (no RetryInfo: retrying does not help)
+     │    └── PartitionQuotaError RESOURCE_EXHAUSTED  reason PARTITION_QUOTA (no RetryInfo either)
      └── InternalError          INTERNAL, and any status not listed above
 """
 
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidArgumentError",
     "OffsetMismatchError",
     "OffsetStoreError",
+    "PartitionQuotaError",
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "StaleGenerationError",
@@ -239,6 +241,17 @@ class GroupQuotaError(ResourceExhaustedError):
     reason = "GROUP_QUOTA"
 
 
+class PartitionQuotaError(ResourceExhaustedError):
+    """The call would add partitions to the store, beyond what its principal's quota allows.
+
+    ``metadata`` carries ``max_partitions``, ``partitions`` (the principal's stored partitions)
+    and ``new_partitions`` (what the call would add). Nothing was written, and retrying does
+    not help: delete offsets or groups, or ask for a higher quota.
+    """
+
+    reason = "PARTITION_QUOTA"
+
+
 class InternalError(OffsetStoreError):
     """Any other failure; ``status_code`` keeps the gRPC status it came with."""
 
@@ -268,6 +281,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         PermissionDeniedError,
         ResourceExhaustedError,
         GroupQuotaError,
+        PartitionQuotaError,
     )
 }
 _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {

@@ -22,6 +22,7 @@ from .async_store import AsyncStore
 from .auth import AuthInterceptor
 from .config import MAX_MESSAGE_BYTES
 from .gate import Gate, fail
+from .partition_quota import PartitionQuota
 from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import Store
@@ -194,6 +195,7 @@ class OffsetStoreServer:
         max_calls_per_principal: int | None = None,
         principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
         max_groups_per_principal: int = 0,
+        max_partitions_per_principal: int = 0,
         reuse_port: bool = False,
     ) -> None:
         self.store = store
@@ -220,6 +222,7 @@ class OffsetStoreServer:
                 bytes_per_second=principal_bytes_per_second,
             ),
             max_groups=max_groups_per_principal,
+            max_partitions=max_partitions_per_principal,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
             options=[
@@ -259,10 +262,17 @@ class OffsetStoreServer:
         )
         await self.async_store.open()
         auth = o["auth"]
-        quota = None
+        quota = partition_quota = None
         if isinstance(auth, AuthInterceptor) and auth.config is not None:
             quota = GroupQuota(self.async_store, auth, o["max_groups"])
-        gate = Gate(OffsetStoreServicer(self.async_store), admission=o["admission"], auth=auth, quota=quota)
+            partition_quota = PartitionQuota(self.async_store, auth, o["max_partitions"])
+        gate = Gate(
+            OffsetStoreServicer(self.async_store),
+            admission=o["admission"],
+            auth=auth,
+            quota=quota,
+            partition_quota=partition_quota,
+        )
         self.server = grpc.aio.server(
             interceptors=(*o["interceptors"], o["streams"]),
             options=o["options"],

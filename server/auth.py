@@ -10,6 +10,7 @@ a ``topic_prefix``) or admin on every group::
     token_sha256 = "3690a4a2ed3b26b46a696e9ab873a300d9da3ae56bc84352e2bf724885c91dfd"  # SHA-256 of its token
     grants = [{ prefix = "orders-", permissions = ["commit"] }, { topic_prefix = "orders", permissions = ["commit"] }]
     max_groups = 500   # optional: groups it may create, over --max-groups-per-principal (0: no quota)
+    max_partitions = 100000   # optional: partitions it may store, over --max-partitions-per-principal
 
     [principals."cert:CN=reporting.example.com"]   # an mTLS client, by its certificate's subject CN
     grants = [{ prefix = "", permissions = ["read"] }]
@@ -19,7 +20,9 @@ a ``topic_prefix``) or admin on every group::
 
 ``max_groups`` bounds the live groups under the prefixes a principal may commit to (see
 :mod:`offsetstore.server.quota`); it wins over ``--max-groups-per-principal``, and an admin
-on every group (``prefix = ""``) has no quota.
+on every group (``prefix = ""``) has no quota. ``max_partitions`` bounds the partitions stored
+in those groups (see :mod:`offsetstore.server.partition_quota`), over
+``--max-partitions-per-principal``, the same way.
 
 Token principals and certificate principals live in separate namespaces: a bare name is
 only ever reached by a token, a ``cert:`` name only by a certificate, so a certificate
@@ -125,6 +128,7 @@ class Principal:
     name: str
     grants: tuple[Grant, ...] = ()
     max_groups: int | None = None  # the tokens file's quota of groups; None: the server's default
+    max_partitions: int | None = None  # the tokens file's quota of partitions; None: the server's default
 
     def may(self, permission: Permission, scope: str) -> bool:
         """Whether a group grant covers ``permission`` on the group (or group prefix) ``scope``."""
@@ -263,14 +267,17 @@ class AuthConfig:
             at = f"{source}: principals.{name}"
             if not name or not isinstance(entry, dict):
                 raise AuthConfigError(f"{at}: each principal is a non-empty name with a table")
-            _keys(entry, {"token_sha256", "grants", "max_groups"}, at)
+            _keys(entry, {"token_sha256", "grants", "max_groups", "max_partitions"}, at)
             for digest in _digests(entry.get("token_sha256", []), at):
                 if digest in owner:
                     raise AuthConfigError(f"{at}: the same token is also given to {owner[digest]}")
                 owner[digest] = name
                 hashes.append((digest, name))
             principals[name] = Principal(
-                name, tuple(_grants(entry.get("grants", []), at)), _max_groups(entry.get("max_groups"), at)
+                name,
+                tuple(_grants(entry.get("grants", []), at)),
+                _quota("max_groups", entry.get("max_groups"), at),
+                _quota("max_partitions", entry.get("max_partitions"), at),
             )
             _kind(name, entry, at)
         return cls(principals, tuple(hashes))
@@ -342,11 +349,11 @@ def _digests(value: object, at: str) -> Iterable[bytes]:
         yield digest
 
 
-def _max_groups(value: object, at: str) -> int | None:
+def _quota(key: str, value: object, at: str) -> int | None:
     # TOML's true is a Python int: refuse it rather than read it as a quota of 1.
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
-    raise AuthConfigError(f"{at}: max_groups must be an integer >= 0 (0: no quota), not {value!r}")
+    raise AuthConfigError(f"{at}: {key} must be an integer >= 0 (0: no quota), not {value!r}")
 
 
 def _grants(value: object, at: str) -> Iterable[Grant]:

@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--statement-timeout-ms", type=int, help="bound of one SQL statement (default 5000)")
     serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
+    serve.add_argument(
+        "--metrics-series-limit",
+        type=int,
+        help="per-group series on /metrics, shared fairly by tenants; a group beyond its share shows sums "
+        "(default 20000; 0: no limit)",
+    )
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (default INFO)")
     serve.add_argument("--log-format", choices=("text", "json"), help="log line format (default text)")
     serve.add_argument(
@@ -115,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="live groups one principal may create; more get RESOURCE_EXHAUSTED GROUP_QUOTA "
         "(default 0: no quota; max_groups in the tokens file wins)",
+    )
+    security.add_argument(
+        "--max-partitions-per-principal",
+        type=int,
+        help="partitions one principal may store; calls adding more get RESOURCE_EXHAUSTED PARTITION_QUOTA "
+        "(default 0: no quota; max_partitions in the tokens file wins)",
     )
     security.add_argument("--max-streams", type=int, help="reflection streams open at once (default 4)")
     security.add_argument(

@@ -66,6 +66,9 @@ class Settings:
     group_metrics_limit: int = 1000
     """At most this many groups get per-group metric series per scrape."""
 
+    metrics_series_limit: int = 20_000
+    """Per-group series a scrape holds at most, shared fairly by tenants; a group beyond its share shows sums only (0: no limit)."""
+
     log_level: str = "INFO"
     """Python logging level name."""
 
@@ -119,6 +122,9 @@ class Settings:
     max_groups_per_principal: int = 0
     """Live groups one authenticated principal may create (``max_groups`` in the tokens file wins); 0: no quota."""
 
+    max_partitions_per_principal: int = 0
+    """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
@@ -146,6 +152,10 @@ class Settings:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
             raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
+        if self.metrics_series_limit < 0:
+            raise ValueError("OFFSETSTORE_METRICS_SERIES_LIMIT must be >= 0 (0: no limit)")
+        if self.max_partitions_per_principal < 0:
+            raise ValueError("OFFSETSTORE_MAX_PARTITIONS_PER_PRINCIPAL must be >= 0 (0: no quota)")
         if self.max_groups_per_principal < 0:
             raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
         if not 1 <= self.processes <= 256:

@@ -8,6 +8,7 @@ what it can from the call's metadata before a byte of the request is read::
     request    -> read it (within READ_SECONDS), decode it       DEADLINE_EXCEEDED, INVALID_ARGUMENT
                -> authorise it against the grants               PERMISSION_DENIED
                -> the group quota                               RESOURCE_EXHAUSTED (GROUP_QUOTA)
+               -> the partition quota                           RESOURCE_EXHAUSTED (PARTITION_QUOTA)
                -> wait for the principal's cost share           (queued, as a coroutine)
                -> the servicer, under the caller's deadline     whatever it raises
     response   -> charge its bytes to the principal
@@ -34,6 +35,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 
 from .admission import Admission, cost_of
 from .auth import AuthInterceptor, Principal, current_principal
+from .partition_quota import PartitionQuota
 from .quota import GroupQuota
 from .servicer import OffsetStoreServicer
 from .store import deadline
@@ -70,6 +72,7 @@ class Gate:
         admission: Admission,
         auth: AuthInterceptor | None = None,
         quota: GroupQuota | None = None,
+        partition_quota: PartitionQuota | None = None,
         read_seconds: float = READ_SECONDS,
     ) -> None:
         self.servicer = servicer
@@ -77,6 +80,7 @@ class Gate:
         self.admission = admission
         self.auth = auth
         self.quota = quota
+        self.partition_quota = partition_quota
         self.read_seconds = read_seconds
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -115,6 +119,8 @@ class Gate:
                     self.auth.authorize(principal, method, request)
                     if self.quota is not None:
                         await self.quota.check(method, request, principal.name)
+                    if self.partition_quota is not None:
+                        await self.partition_quota.check(method, request, principal.name)
                 cost = cost_of(method, request)
                 admitted = await self.admission.run(name, cost)
                 token = current_principal.set(principal.name if principal is not None else None)
@@ -127,6 +133,8 @@ class Gate:
                     current_principal.reset(token)
                 if self.quota is not None:
                     self.quota.after(method, request, response)
+                if self.partition_quota is not None:
+                    self.partition_quota.after(method, request)
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))

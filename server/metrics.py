@@ -14,6 +14,7 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -40,7 +41,21 @@ from prometheus_client import values as prometheus_values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, Text, and_, bindparam, exists, extract, func, select, true
+from sqlalchemy import (
+    Connection,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    extract,
+    false,
+    func,
+    null,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -329,10 +344,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _build_group_query():
-    # ONE statement per scrape, whatever the number of groups: `limit` groups, their
-    # partitions with lag and commit age, and the number of all groups, left-joined so that
-    # it comes back even when the page is empty. No ORDER BY of the partitions: Prometheus
-    # does not care about their order.
+    # The first of a scrape's two statements: which groups, how big each is, and the number
+    # of all groups, left-joined so that it comes back even when the page is empty. Its cost
+    # grows with the shown groups' partitions (a count and a max over each group's rows), never
+    # with a join over them: that one runs in the second statement, on bounded rows.
     #
     # Which groups (issue 14): only groups with offsets (a JoinGroup costs nothing and shows
     # nothing), taken round-robin over tenants: every tenant's first group by id, then every
@@ -360,10 +375,10 @@ def _build_group_query():
         .subquery("ranked")
     )
     page = (
-        select(ranked.c.group_id)
+        select(ranked.c.group_id, ranked.c.tenant)
         .order_by(ranked.c.turn, ranked.c.tenant, ranked.c.group_id)
         .limit(bindparam("limit"))
-        .cte("page")
+        .subquery("page")
     )
     total = (
         select(
@@ -374,41 +389,184 @@ def _build_group_query():
         .where(live)
         .cte("total")
     )
+    # Read from the primary key's range of the group (and its rows' commit times).
+    size = (
+        select(
+            func.count().label("partitions"),
+            extract("epoch", func.now() - func.max(offsets.c.commit_time)).label("age"),
+        )
+        .where(offsets.c.group_id == page.c.group_id)
+        .lateral("size")
+    )
+    shown = select(page.c.group_id, page.c.tenant, size.c.partitions, size.c.age).select_from(page.join(size, true()))
+    shown_sq = shown.subquery("shown")
+    s = shown_sq.c
+    return select(total.c.groups, total.c.with_offsets, s.group_id, s.tenant, s.partitions, s.age).select_from(
+        total.outerjoin(shown_sq, true())
+    )
+
+
+def _build_partition_query():
+    # The second statement: the partitions of the groups that fit their share (at most the
+    # series budget's rows), and one row of sums for each group that does not.
     _, lag = storage.lag_columns()
-    partitions = (
+    past_end = storage.past_log_end_column()
+    joined = offsets.outerjoin(
+        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
+    )
+    ids = ARRAY(Text)
+    detail = (
         select(
             offsets.c.group_id,
             offsets.c.topic,
             offsets.c.partition,
             offsets.c.offset,
             lag.label("lag"),
-            storage.past_log_end_column().label("past_end"),
-            extract("epoch", func.now() - offsets.c.commit_time).label("age"),
+            past_end.label("past_end"),
+            null().label("lag_sum"),
+            null().label("past_ends"),
         )
-        .select_from(
-            page.join(offsets, offsets.c.group_id == page.c.group_id).outerjoin(
-                watermarks,
-                and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition),
-            )
-        )
-        .subquery("partitions")
+        .select_from(joined)
+        .where(offsets.c.group_id == any_(bindparam("detailed", type_=ids)))
     )
-    p = partitions.c
-    return select(
-        total.c.groups, total.c.with_offsets, p.group_id, p.topic, p.partition, p.offset, p.lag, p.past_end, p.age
-    ).select_from(total.outerjoin(partitions, true()))
+    known = lag >= 0
+    summary = (
+        select(
+            offsets.c.group_id,
+            null(),
+            null(),
+            null(),
+            func.coalesce(func.max(lag).filter(known), -1),
+            false(),
+            func.sum(lag).filter(known),
+            func.count().filter(past_end),
+        )
+        .select_from(joined)
+        .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))
+        .group_by(offsets.c.group_id)
+    )
+    return union_all(detail, summary)
 
 
 _GROUP_QUERY = _build_group_query()
+_PARTITION_QUERY = _build_partition_query()
+
+#: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
+#: age, partitions past the log end. Each of its partitions adds at most two: its offset, and
+#: its lag or its past-log-end flag (a partition past the log end has no lag).
+GROUP_SERIES = 5
+PARTITION_SERIES = 2
 
 
-def group_metrics(conn: Connection, limit: int, prefixes: Sequence[str] = ()) -> list[Any]:
-    """The rows of one scrape (a storage-style operation, so ``Store.run`` runs and times it)."""
-    return conn.execute(_GROUP_QUERY, {"limit": limit, "prefixes": list(prefixes)}).all()
+@dataclass(frozen=True)
+class GroupScrape:
+    """What one scrape read: the group counts, the shown groups' sizes, and the partition rows."""
+
+    groups: int
+    with_offsets: int
+    shown: list[Any]
+    partitions: list[Any]
+    detailed: frozenset[str]
+
+
+def share_series(sizes: Sequence[tuple[str, str, int]], budget: int) -> frozenset[str]:
+    """The groups whose partitions get series of their own, from (group, tenant, partitions) and a series budget.
+
+    Fair across tenants (max-min): each tenant may use an equal share of the budget, a
+    tenant that needs less leaves the rest to the others, and within its share a tenant's
+    groups are taken smallest first. A group that does not fit its tenant's share gets no
+    per-partition series (its sums stand for it), so a huge group never pushes out another
+    tenant's, nor its own tenant's small ones. Budget a share leaves unused because the
+    groups left are larger is offered again, in a few more rounds.
+    """
+    pending: dict[str, list[tuple[int, str]]] = {}
+    for group, tenant, partitions in sizes:
+        pending.setdefault(tenant, []).append((partitions * PARTITION_SERIES, group))
+    for found in pending.values():
+        found.sort()
+    chosen: set[str] = set()
+    for _ in range(8):
+        if budget <= 0 or not pending:
+            break
+        # Water-filling: tenants in order of what they still need; each gets the smaller of
+        # its need and an equal part of what is left.
+        need = sorted(((sum(c for c, _ in found), tenant) for tenant, found in pending.items()))
+        taken_any = False
+        left = budget
+        for i, (wanted, tenant) in enumerate(need):
+            share = min(wanted, left // (len(need) - i))
+            used = 0
+            found = pending[tenant]
+            while found and used + found[0][0] <= share:
+                cost, group = found.pop(0)
+                used += cost
+                chosen.add(group)
+            left -= used
+            budget -= used
+            taken_any = taken_any or used > 0
+            if not found:
+                del pending[tenant]
+        if not taken_any:
+            break
+    return frozenset(chosen)
+
+
+def group_metrics(
+    conn: Connection, limit: int, prefixes: Sequence[str] = (), series_limit: int = 0, sums: bool = True
+) -> GroupScrape:
+    """The rows of one scrape, in two statements whatever the store's size (a storage-style operation).
+
+    ``limit`` caps the shown groups, ``series_limit`` (0: none) the per-group series; see
+    :class:`GroupCollector`. Without ``sums``, the groups beyond their share get no row of
+    sums (:func:`group_sums` reads them apart).
+    """
+    if series_limit > 0:
+        limit = min(limit, series_limit // GROUP_SERIES)
+    rows = conn.execute(_GROUP_QUERY, {"limit": limit, "prefixes": list(prefixes)}).all()
+    shown = [r for r in rows if r.group_id is not None]
+    head = rows[0] if rows else None
+    if series_limit > 0:
+        budget = series_limit - GROUP_SERIES * len(shown)
+        detailed = share_series([(r.group_id, r.tenant, r.partitions) for r in shown], budget)
+    else:
+        detailed = frozenset(r.group_id for r in shown)
+    summarized = [r.group_id for r in shown if r.group_id not in detailed]
+    partitions: list[Any] = []
+    if shown:
+        summarized = summarized if sums else []
+        partitions = conn.execute(_PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized}).all()
+    return GroupScrape(
+        groups=head.groups if head else 0,
+        with_offsets=head.with_offsets if head else 0,
+        shown=shown,
+        partitions=partitions,
+        detailed=detailed,
+    )
+
+
+def group_sums(conn: Connection, group_ids: Sequence[str]) -> list[Any]:
+    """One row of sums (lag sum, max lag, partitions past the log end) for each of ``group_ids``."""
+    return conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids)}).all()
+
+
+#: Per-group series a scrape holds at most, by default: rendered in well under a second.
+SERIES_LIMIT = 20_000
 
 
 class GroupCollector(Collector):
-    """Per-group series and ``offsetstore_database_up``, read in one statement at scrape time.
+    """Per-group series and ``offsetstore_database_up``, read in two statements at scrape time.
+
+    Bounded twice: at most ``group_limit`` groups are shown (taken round-robin over tenants),
+    and the per-group series stay within ``series_limit`` (0: no limit). Every shown group has
+    its partition count, lag sum, max lag, last commit age and partitions past the log end;
+    its partitions have series of their own only while the group fits its tenant's fair share
+    of the budget (:func:`share_series`).
+
+    The sums of a group beyond its share cost a join over all its partitions (0.5 s for 900,000
+    on a loaded machine). With ``sums_seconds`` > 0 a scrape does not wait for them: it shows
+    the latest ones, and a thread reads them again when they are older than that (the lag sum
+    and max lag of such a group are up to ``sums_seconds`` old, plus the query's time). At 0
+    every scrape reads them itself.
 
     One scrape queries at a time, and a scrape within ``cache_seconds`` of the last query
     reuses its rows: however many scrapers (or attackers) connect at once, the database
@@ -416,24 +574,64 @@ class GroupCollector(Collector):
     """
 
     def __init__(
-        self, store: Store, group_limit: int, *, cache_seconds: float = 0.0, tenant_prefixes: Sequence[str] = ()
+        self,
+        store: Store,
+        group_limit: int,
+        *,
+        cache_seconds: float = 0.0,
+        tenant_prefixes: Sequence[str] = (),
+        series_limit: int = SERIES_LIMIT,
+        sums_seconds: float = 0.0,
     ) -> None:
         if group_limit < 0:
             raise ValueError("group_limit must be >= 0")
+        if series_limit < 0:
+            raise ValueError("series_limit must be >= 0 (0: no limit)")
         self.store = store
         self.group_limit = group_limit
+        self.series_limit = series_limit
         self.tenant_prefixes = tuple(tenant_prefixes)
         self.cache_seconds = cache_seconds
         self._lock = threading.Lock()
-        self._cached: tuple[float, list[Any] | BaseException] | None = None
+        self._cached: tuple[float, GroupScrape | BaseException] | None = None
+        self.sums_seconds = sums_seconds
+        self._sums: dict[str, Any] = {}  # group -> its row of sums, refreshed in the background
+        self._sums_at = -float("inf")
+        self._refreshing: threading.Thread | None = None
 
-    def _rows(self) -> list[Any]:
+    def _background_sums(self, scrape: GroupScrape) -> dict[str, Any]:
+        """The latest sums of the groups beyond their share; starts a refresh when they are old, never waits for it."""
+        wanted = [r.group_id for r in scrape.shown if r.group_id not in scrape.detailed]
+        with self._lock:
+            stale = time.monotonic() - self._sums_at >= self.sums_seconds or not set(wanted) <= self._sums.keys()
+            if wanted and stale and (self._refreshing is None or not self._refreshing.is_alive()):
+                self._refreshing = threading.Thread(
+                    target=self._refresh_sums, args=(wanted,), name="offsetstore-group-sums", daemon=True
+                )
+                self._refreshing.start()
+            return self._sums
+
+    def _refresh_sums(self, group_ids: list[str]) -> None:
+        try:
+            rows = self.store.run(group_sums, group_ids)
+        except Exception as error:
+            log.warning("group sums query failed", extra={"error": type(error).__name__})
+            return
+        with self._lock:
+            self._sums = {r.group_id: r for r in rows}
+            self._sums_at = time.monotonic()
+
+    def _rows(self) -> GroupScrape:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.cache_seconds:
                 try:
-                    result: list[Any] | BaseException = self.store.run(
-                        group_metrics, self.group_limit, self.tenant_prefixes
+                    result: GroupScrape | BaseException = self.store.run(
+                        group_metrics,
+                        self.group_limit,
+                        self.tenant_prefixes,
+                        self.series_limit,
+                        self.sums_seconds <= 0,
                     )
                 except Exception as error:
                     result = error
@@ -444,6 +642,7 @@ class GroupCollector(Collector):
         return found
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
+        group = ("group",)
         return {
             "up": GaugeMetricFamily(
                 "offsetstore_database_up", "1 when the database answered this scrape's query, else 0."
@@ -453,6 +652,11 @@ class GroupCollector(Collector):
                 "offsetstore_groups_omitted",
                 "Groups with offsets but without per-group series, beyond the group metrics limit "
                 "(taken round-robin over tenants).",
+            ),
+            "summarized": GaugeMetricFamily(
+                "offsetstore_groups_summarized",
+                "Groups shown by their sums only: their partitions did not fit their tenant's share "
+                "of the metrics series limit.",
             ),
             "offset": GaugeMetricFamily(
                 "offsetstore_group_offset",
@@ -470,15 +674,29 @@ class GroupCollector(Collector):
                 "nothing is consumed until the log reaches it); alert on it.",
                 labels=("group", "topic", "partition"),
             ),
+            "partitions": GaugeMetricFamily(
+                "offsetstore_group_partitions", "Partitions the group has an offset for.", labels=group
+            ),
+            "lag_sum": GaugeMetricFamily(
+                "offsetstore_group_lag_sum",
+                "Sum of the group's partition lags, over partitions with a known log end.",
+                labels=group,
+            ),
             "max_lag": GaugeMetricFamily(
                 "offsetstore_group_max_lag",
                 "Largest partition lag of the group, over partitions with a known log end.",
-                labels=("group",),
+                labels=group,
+            ),
+            "past_ends": GaugeMetricFamily(
+                "offsetstore_group_partitions_past_log_end",
+                "Partitions of the group whose committed offset is past the reported log end (see "
+                "offsetstore_group_offset_past_log_end).",
+                labels=group,
             ),
             "age": GaugeMetricFamily(
                 "offsetstore_group_last_commit_age_seconds",
                 "Seconds since the group's most recent offset change.",
-                labels=("group",),
+                labels=group,
             ),
         }
 
@@ -489,7 +707,7 @@ class GroupCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         f = self._families()
         try:
-            rows = self._rows()
+            scrape = self._rows()
         except Exception as error:  # a scrape reports the failure, it never fails itself
             answered = _timed_out(error)
             log.warning(
@@ -501,28 +719,37 @@ class GroupCollector(Collector):
             f["up"].add_metric([], 1 if answered else 0)
             return [f["up"]]
         f["up"].add_metric([], 1)
-        total = rows[0].groups if rows else 0
-        f["groups"].add_metric([], total)
-        f["omitted"].add_metric([], max(0, (rows[0].with_offsets if rows else 0) - self.group_limit))
-        max_lag: dict[str, int] = {}
-        age: dict[str, float] = {}
+        f["groups"].add_metric([], scrape.groups)
+        f["omitted"].add_metric([], max(0, scrape.with_offsets - len(scrape.shown)))
+        f["summarized"].add_metric([], len(scrape.shown) - len(scrape.detailed))
+        # lag sum, max lag (None: no log end known), partitions past the log end
+        sums: dict[str, list[Any]] = {r.group_id: [None, None, 0] for r in scrape.shown}
+        rows: Iterable[Any] = scrape.partitions
+        if self.sums_seconds > 0:
+            latest = self._background_sums(scrape)
+            rows = [*rows, *(latest[g] for g in sums if g not in scrape.detailed and g in latest)]
         for r in rows:
-            if r.group_id is None:
-                continue  # the one row of a page without offsets
+            found = sums[r.group_id]
+            if r.topic is None:  # the sums of a group that did not fit its share
+                found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends]
+                continue
             labels = [r.group_id, r.topic, str(r.partition)]
             f["offset"].add_metric(labels, r.offset)
             if r.lag >= 0:
                 f["lag"].add_metric(labels, r.lag)
-                max_lag[r.group_id] = max(max_lag.get(r.group_id, 0), r.lag)
+                found[0] = (found[0] or 0) + r.lag
+                found[1] = max(found[1] or 0, r.lag)
             if r.past_end:
                 f["past_end"].add_metric(labels, 1)
-            # The group's last commit is its newest partition's, i.e. the smallest age.
-            seconds = max(0.0, float(r.age))
-            age[r.group_id] = min(age.get(r.group_id, seconds), seconds)
-        for group, value in max_lag.items():
-            f["max_lag"].add_metric([group], value)
-        for group, seconds in age.items():
-            f["age"].add_metric([group], seconds)
+                found[2] += 1
+        for r in scrape.shown:
+            lag_sum, max_lag, past_ends = sums[r.group_id]
+            f["partitions"].add_metric([r.group_id], r.partitions)
+            if lag_sum is not None:
+                f["lag_sum"].add_metric([r.group_id], int(lag_sum))
+                f["max_lag"].add_metric([r.group_id], max_lag)
+            f["past_ends"].add_metric([r.group_id], past_ends)
+            f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
         return list(f.values())
 
 
@@ -560,6 +787,8 @@ def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
 
 #: How long ``offsetstore serve`` reuses a scrape's database rows.
 SCRAPE_CACHE_SECONDS = 5.0
+#: How old ``offsetstore serve`` lets the sums of groups beyond their share of series get.
+SUMS_SECONDS = 30.0
 
 
 class RetentionMetrics:
@@ -668,12 +897,14 @@ def build_registry(
     cache_seconds: float = 0.0,
     tenant_prefixes: Sequence[str] = (),
     multiprocess_dir: str | None = None,
+    series_limit: int = SERIES_LIMIT,
+    sums_seconds: float = 0.0,
 ) -> CollectorRegistry:
     """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
 
     ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
     gives it a connection of its own, so scrapes never take one the RPCs need.
-    ``cache_seconds``, ``tenant_prefixes``: see :class:`GroupCollector` and the group query.
+    ``cache_seconds``, ``tenant_prefixes``, ``series_limit``, ``sums_seconds``: see :class:`GroupCollector` and the group query.
     With ``multiprocess_dir`` (after :func:`use_multiprocess`), the registry sums what the
     serving processes recorded there; the RPC series and the pool gauge are theirs.
     """
@@ -699,7 +930,14 @@ def build_registry(
     if scrape_store is not None and scrape_store is not store:
         time_operations(scrape_store, query_seconds)
     registry.register(
-        GroupCollector(scrape_store or store, group_limit, cache_seconds=cache_seconds, tenant_prefixes=tenant_prefixes)
+        GroupCollector(
+            scrape_store or store,
+            group_limit,
+            cache_seconds=cache_seconds,
+            tenant_prefixes=tenant_prefixes,
+            series_limit=series_limit,
+            sums_seconds=sums_seconds,
+        )
     )
     with _SERVER_METRICS_LOCK:
         retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
@@ -715,37 +953,121 @@ def interceptors(registry: CollectorRegistry) -> tuple[grpc.aio.ServerIntercepto
 #: Connections ``/metrics`` serves at once; more are closed at once. A Prometheus or two
 #: need a handful; thousands of idle ones must not become thousands of threads.
 MAX_HTTP_CONNECTIONS = 16
+#: Connections one peer address may hold at once: one scraper needs one, an HA pair one each;
+#: a peer that opens more cannot hold every slot (issue 22).
+MAX_HTTP_CONNECTIONS_PER_PEER = 4
 #: Seconds a ``/metrics`` connection may stay silent (TLS handshake included) before it is dropped.
 HTTP_TIMEOUT_SECONDS = 10.0
+#: Seconds from accepting a connection to its complete request (TLS handshake and headers): a
+#: peer sending a byte now and then is never silent, but is dropped at this deadline.
+HTTP_REQUEST_SECONDS = 10.0
+#: Seconds a connection lives at most, answer included: a peer reading the answer a byte at a
+#: time is dropped too.
+HTTP_CONNECTION_SECONDS = 60.0
+
+
+class _Watch:
+    """One connection's deadlines: shut it down unless its request is complete in time, and at the end of its life."""
+
+    def __init__(self, sock: socket.socket, request_seconds: float, connection_seconds: float) -> None:
+        self.sock = sock
+        self.complete = False
+        self.connection_seconds = connection_seconds - request_seconds
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(request_seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                return
+            if self.complete and self.connection_seconds > 0:  # the request came in time: now the answer's deadline
+                self._timer = threading.Timer(self.connection_seconds, self._expire)
+                self._timer.daemon = True
+                self.connection_seconds = 0
+                self._timer.start()
+                return
+            self._timer = None
+        # The socket class's own shutdown, not SSLSocket's (which would drop its TLS state under
+        # the thread reading it): the reader gets end-of-file or an error, and the thread ends.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = HTTP_TIMEOUT_SECONDS  # StreamRequestHandler applies it to the socket
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # the request line and every header have been read
+        watch = self.server.watches.get(id(self.request))  # type: ignore[attr-defined]
+        if ok and watch is not None:
+            watch.complete = True
+        return ok
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
 class _BoundedServer(ThreadingMixIn, WSGIServer):
-    """prometheus-client's thread-per-connection WSGI server, with a cap on connections and a TLS
-    handshake that runs on the connection's thread under its timeout, not in the accept loop."""
+    """prometheus-client's thread-per-connection WSGI server, with caps on connections (in all and
+    per peer), a deadline to a complete request and to the end of a connection, and a TLS
+    handshake that runs on the connection's thread under them, not in the accept loop."""
 
     daemon_threads = True
     ssl_context: ssl.SSLContext | None = None
     slots: threading.BoundedSemaphore
     timeout_seconds: float = HTTP_TIMEOUT_SECONDS
+    request_seconds: float = HTTP_REQUEST_SECONDS
+    connection_seconds: float = HTTP_CONNECTION_SECONDS
+    max_per_peer: int = MAX_HTTP_CONNECTIONS_PER_PEER
+    peers: dict[str, int]
+    peers_lock: threading.Lock
+    watches: dict[int, _Watch]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A connection shut at its deadline ends its handler with an error: that is the point.
+        log.debug("metrics connection ended with an error", exc_info=True)
+
+    def _enter_peer(self, peer: str) -> bool:
+        with self.peers_lock:
+            held = self.peers.get(peer, 0)
+            if held >= self.max_per_peer:
+                return False
+            self.peers[peer] = held + 1
+            return True
+
+    def _leave_peer(self, peer: str) -> None:
+        with self.peers_lock:
+            held = self.peers.pop(peer, 1) - 1
+            if held > 0:
+                self.peers[peer] = held
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        peer = str(client_address[0])
+        if not self._enter_peer(peer):
+            self.shutdown_request(request)  # this peer holds its share: refuse, keep the slots for others
+            return
         if not self.slots.acquire(blocking=False):
+            self._leave_peer(peer)
             self.shutdown_request(request)  # full: refuse at once rather than queue a thread
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self.slots.release()
+            self._leave_peer(peer)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        watch = _Watch(request, self.request_seconds, self.connection_seconds)
+        key = id(request)
         try:
             request.settimeout(self.timeout_seconds)
             if self.ssl_context is not None:
@@ -754,9 +1076,15 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
                 except (OSError, ssl.SSLError):
                     self.shutdown_request(request)
                     return
+                watch.sock = request  # the same descriptor, now owned by the TLS socket
+                key = id(request)
+            self.watches[key] = watch
             super().process_request_thread(request, client_address)
         finally:
+            watch.cancel()
+            self.watches.pop(key, None)
             self.slots.release()
+            self._leave_peer(str(client_address[0]))
 
 
 def _cached_app(registry: CollectorRegistry, seconds: float) -> Callable[..., Any]:
@@ -799,8 +1127,11 @@ class MetricsHTTPServer:
 
     With ``certfile`` and ``keyfile`` it serves HTTPS, and with ``client_cafile`` it
     requires a client certificate signed by that CA, as the gRPC server does. At most
-    ``max_connections`` are served at once and each may stay silent ``timeout`` seconds;
-    with ``cache_seconds``, a rendered scrape is served again for that long.
+    ``max_connections`` are served at once, at most ``max_per_peer`` of them from one peer
+    address; each may stay silent ``timeout`` seconds, must complete its request (TLS
+    handshake and headers) within ``request_timeout`` seconds and ends after
+    ``connection_timeout`` seconds whatever it does. With ``cache_seconds``, a rendered scrape
+    is served again for that long.
     """
 
     def __init__(
@@ -814,7 +1145,12 @@ class MetricsHTTPServer:
         max_connections: int = MAX_HTTP_CONNECTIONS,
         timeout: float = HTTP_TIMEOUT_SECONDS,
         cache_seconds: float = 0.0,
+        max_per_peer: int = MAX_HTTP_CONNECTIONS_PER_PEER,
+        request_timeout: float = HTTP_REQUEST_SECONDS,
+        connection_timeout: float = HTTP_CONNECTION_SECONDS,
     ) -> None:
+        if not 0 < request_timeout <= connection_timeout:
+            raise ValueError("request_timeout must be above 0 and at most connection_timeout")
         host, port = split_host_port(listen)
         app = _cached_app(registry, cache_seconds) if cache_seconds > 0 else make_wsgi_app(registry)
 
@@ -827,6 +1163,10 @@ class MetricsHTTPServer:
         Handler.timeout = timeout
         Server.timeout_seconds = timeout
         Server.slots = threading.BoundedSemaphore(max_connections)
+        Server.max_per_peer = max_per_peer
+        Server.request_seconds = request_timeout
+        Server.connection_seconds = connection_timeout
+        Server.peers, Server.peers_lock, Server.watches = {}, threading.Lock(), {}
         Server.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         if certfile is not None and keyfile is not None:
             Server.ssl_context = _ssl_context(certfile, keyfile, client_cafile)

@@ -120,12 +120,15 @@ def _supervise(
     store = _store(settings, database_url, pool_size=2)
     # Scrapes get a connection of their own and reuse a query's rows for a few seconds: no
     # number of /metrics connections can take the connections the RPCs need (issue 14).
-    scrape_store = _store(settings, database_url, pool_size=1, application_name="offsetstore-metrics")
+    # Two: the sums of groups beyond their share of series are read by a thread of their own.
+    scrape_store = _store(settings, database_url, pool_size=2, application_name="offsetstore-metrics")
     registry = metrics.build_registry(
         store,
         group_limit=settings.group_metrics_limit,
+        series_limit=settings.metrics_series_limit,
         scrape_store=scrape_store,
         cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+        sums_seconds=metrics.SUMS_SECONDS,
         tenant_prefixes=_tenant_prefixes(auth),
         multiprocess_dir=directory,
     )
@@ -360,6 +363,7 @@ def _serving_process(
             max_calls_per_principal=settings.max_calls_per_principal,
             principal_bytes_per_second=settings.principal_bytes_per_second,
             max_groups_per_principal=settings.max_groups_per_principal,
+            max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
         ).start()
     except (RuntimeError, OSError) as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -321,7 +322,7 @@ def test_lag_resolves_sentinels_and_age_is_the_newest_commit(
     assert age is not None and 3600 <= age < 3660
 
 
-def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> None:
+def test_the_group_cap_and_two_statements_per_scrape(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
     store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
@@ -333,7 +334,8 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
             storage.join_group(conn, "d-joined-only")  # a group, but without offsets
         registry = metrics.build_registry(store, group_limit=2)
         generate_latest(registry)  # the first connection runs the dialect's own setup queries
-        assert count_statements(store.engine, registry) == 1
+        # The groups and their sizes, then the partitions of those that fit (issue 22).
+        assert count_statements(store.engine, registry) == 2
 
         value = registry.get_sample_value
         assert value("offsetstore_groups") == 4
@@ -350,7 +352,7 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
         assert value("offsetstore_database_up") == 1
 
         nothing = metrics.build_registry(store, group_limit=0)
-        assert count_statements(store.engine, nothing) == 1
+        assert count_statements(store.engine, nothing) == 1  # no group shown: no partitions to read
         assert nothing.get_sample_value("offsetstore_groups_omitted") == 3
         assert nothing.get_sample_value("offsetstore_groups") == 4
         assert (
@@ -371,7 +373,7 @@ def test_the_group_cap_and_one_query_per_scrape(scratch_database_url: str) -> No
         store.dispose()
 
 
-def test_thousands_of_groups_are_still_one_fast_query(scratch_database_url: str) -> None:
+def test_thousands_of_groups_are_still_two_fast_statements(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
     store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
@@ -393,7 +395,7 @@ def test_thousands_of_groups_are_still_one_fast_query(scratch_database_url: str)
         registry = metrics.build_registry(store, group_limit=1000)
         generate_latest(registry)
         started = time.perf_counter()
-        assert count_statements(store.engine, registry) == 1
+        assert count_statements(store.engine, registry) == 2
         elapsed = time.perf_counter() - started
         assert elapsed < 5, f"a scrape of 1000 groups took {elapsed:.2f}s"
         families = {f.name: f for f in registry.collect()}
@@ -592,3 +594,125 @@ def test_the_alert_rules_query_only_exposed_metrics(exposed: set[str]) -> None:
         # `up` is Prometheus' own series of a scrape target.
         names = metric_names(expr) | ({"up"} if re.match(r"up\{", expr) else set())
         assert names and names <= exposed | {"up"}, (expr, names - exposed)
+
+
+# --- issue 22: /metrics is bounded by series, not groups ----------------------------------------
+
+GROUP_FAMILIES = (
+    "offsetstore_group_offset",
+    "offsetstore_group_lag",
+    "offsetstore_group_offset_past_log_end",
+    "offsetstore_group_partitions",
+    "offsetstore_group_lag_sum",
+    "offsetstore_group_max_lag",
+    "offsetstore_group_partitions_past_log_end",
+    "offsetstore_group_last_commit_age_seconds",
+)
+
+
+def fill_huge_and_small(url: str, huge: int) -> None:
+    """``huge-0``: ``huge`` partitions at lag 15, one past the log end; a-1..a-3, b-1: 4 partitions each at lag 5."""
+    engine = sa.create_engine(url, poolclass=NullPool)
+    statements = (
+        "INSERT INTO offsetstore.groups (group_id) VALUES ('huge-0'), ('a-1'), ('a-2'), ('a-3'), ('b-1')",
+        'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
+        "SELECT 'huge-0', 'wide', p, CASE WHEN p = 0 THEN 30 ELSE 10 END FROM generate_series(0, :n - 1) p",
+        "INSERT INTO offsetstore.watermarks (topic, partition, log_start_offset, log_end_offset) "
+        "SELECT 'wide', p, 0, 25 FROM generate_series(0, :n - 1) p",
+        'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
+        "SELECT g, 'narrow', p, 20 FROM unnest(ARRAY['a-1', 'a-2', 'a-3', 'b-1']) g, generate_series(0, 3) p",
+        "INSERT INTO offsetstore.watermarks (topic, partition, log_start_offset, log_end_offset) "
+        "SELECT 'narrow', p, 0, 25 FROM generate_series(0, 3) p",
+    )
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(sa.text(statement), {"n": huge})
+    engine.dispose()
+
+
+def group_series(samples: dict[str, float]) -> int:
+    return sum(1 for key in samples if key.split("{")[0] in GROUP_FAMILIES)
+
+
+def test_one_huge_group_shows_its_sums_and_every_other_group_keeps_its_partitions(scratch_database_url: str) -> None:
+    migrate.upgrade(scratch_database_url)
+    fill_huge_and_small(scratch_database_url, 5000)
+    store = Store(create_engine(scratch_database_url, pool_size=2))
+    http = None
+    try:
+        registry = metrics.build_registry(store, series_limit=1000)
+        http = metrics.serve_http(registry, "127.0.0.1:0")
+        samples = scrape(http.url)  # a real scrape over HTTP
+        assert group_series(samples) <= 1000
+        # The huge group did not fit its tenant's share: it is shown by its sums.
+        assert "offsetstore_group_offset{group=huge-0,partition=1,topic=wide}" not in samples
+        assert samples["offsetstore_group_partitions{group=huge-0}"] == 5000
+        assert samples["offsetstore_group_lag_sum{group=huge-0}"] == 15 * 4999
+        assert samples["offsetstore_group_max_lag{group=huge-0}"] == 15
+        assert samples["offsetstore_group_partitions_past_log_end{group=huge-0}"] == 1
+        assert "offsetstore_group_last_commit_age_seconds{group=huge-0}" in samples
+        assert samples["offsetstore_groups_summarized{}"] == 1
+        # Every other group keeps its per-partition series, and its sums too.
+        for group in ("a-1", "a-2", "a-3", "b-1"):
+            for partition in range(4):
+                assert samples[f"offsetstore_group_offset{{group={group},partition={partition},topic=narrow}}"] == 20
+                assert samples[f"offsetstore_group_lag{{group={group},partition={partition},topic=narrow}}"] == 5
+            assert samples[f"offsetstore_group_partitions{{group={group}}}"] == 4
+            assert samples[f"offsetstore_group_lag_sum{{group={group}}}"] == 20
+            assert samples[f"offsetstore_group_max_lag{{group={group}}}"] == 5
+        # Without a series limit, the huge group's partitions are all there (as before).
+        unbounded = metrics.build_registry(store, series_limit=0)
+        assert (
+            unbounded.get_sample_value(
+                "offsetstore_group_offset", {"group": "huge-0", "topic": "wide", "partition": "4999"}
+            )
+            == 10
+        )
+        assert unbounded.get_sample_value("offsetstore_group_lag_sum", {"group": "huge-0"}) == 15 * 4999
+    finally:
+        if http is not None:
+            http.shutdown()
+        store.dispose()
+
+
+def test_the_series_budget_is_shared_fairly_between_tenants() -> None:
+    # Tenant a: ten groups of 40 partitions (80 series each); b: one of 300 (600); c: one of 10.
+    sizes = [(f"a-{i}", "a", 40) for i in range(10)] + [("b-0", "b", 300), ("c-0", "c", 10)]
+    # 1000 series: c needs 20, a and b get (1000 - 20) / 2 = 490 each; b's group does not fit
+    # its share, a takes six of its groups; b's unused share is offered again, to a.
+    chosen = metrics.share_series(sizes, 1000)
+    assert "c-0" in chosen and "b-0" not in chosen
+    assert sum(1 for g in chosen if g.startswith("a-")) == 10  # 800 of what b could not use
+    # With 1300 series b's group fits its share (640 each once c took 20).
+    assert "b-0" in metrics.share_series(sizes, 1300)
+    # One tenant's thousand tiny groups cannot take another's share.
+    flood = [(f"t-{i:04}", "t", 1) for i in range(1000)] + [("v-0", "v", 100)]
+    assert "v-0" in metrics.share_series(flood, 400)
+
+
+def test_serve_reads_the_sums_of_huge_groups_in_the_background(scratch_database_url: str) -> None:
+    migrate.upgrade(scratch_database_url)
+    fill_huge_and_small(scratch_database_url, 3000)
+    store = Store(create_engine(scratch_database_url, pool_size=2))
+    try:
+        registry = metrics.build_registry(store, series_limit=500, sums_seconds=60)
+        summed_here: list[list[str]] = []  # the groups whose sums the scrape's own thread read
+
+        def on_execute(conn, cursor, statement, parameters, context, executemany):
+            if threading.current_thread() is threading.main_thread() and isinstance(parameters, dict):
+                summed_here.append(parameters.get("summarized") or [])
+
+        sa.event.listen(store.engine, "before_cursor_execute", on_execute)
+        generate_latest(registry)  # starts the read of the sums; this scrape does not wait for it
+        sa.event.remove(store.engine, "before_cursor_execute", on_execute)
+        assert summed_here and not any(summed_here)
+        assert registry.get_sample_value("offsetstore_group_partitions", {"group": "huge-0"}) == 3000
+        stop_at = time.monotonic() + 30  # generous: the thread's query takes milliseconds
+        while registry.get_sample_value("offsetstore_group_lag_sum", {"group": "huge-0"}) is None:
+            assert time.monotonic() < stop_at, "the background sums never came"
+            time.sleep(0.1)
+        assert registry.get_sample_value("offsetstore_group_lag_sum", {"group": "huge-0"}) == 15 * 2999
+        assert registry.get_sample_value("offsetstore_group_max_lag", {"group": "huge-0"}) == 15
+        assert registry.get_sample_value("offsetstore_group_lag_sum", {"group": "a-1"}) == 20
+    finally:
+        store.dispose()

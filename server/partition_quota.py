@@ -1,0 +1,154 @@
+"""Per-principal partition quota: a principal may store at most so many partitions (issue 22).
+
+A group quota counts groups, and one group can hold a million partitions: enough to make
+every scan of a tenant's groups, and monitoring, slow for everyone. A principal's partitions
+are the stored offsets of the live groups its commit grants cover (as the group quota
+counts groups). A CommitOffsets, or a ResetOffsets naming partitions, that would add
+partitions beyond the quota is refused before it runs, with RESOURCE_EXHAUSTED, reason
+``PARTITION_QUOTA``: ``max_partitions`` of its entry in the tokens file, else
+``--max-partitions-per-principal``; 0 is no quota, and an admin on every group has none.
+
+What it costs and what it does not promise:
+
+- A call of a principal under a quota costs one statement: which of the call's partitions
+  are new (primary-key lookups), and only when some are, how many partitions the principal
+  stores (the live-group prefix index, then each group's primary-key range: tens of ms at a
+  million). A call that repeats a partition set this server has passed before (a consumer's
+  commits) costs a lookup in a bounded in-memory set instead.
+- That set can be stale: partitions deleted since (by anyone) are added again without a
+  check, once per remembered set; a reset to a commit time restores the partitions the group
+  had, unchecked. Check and write are not one transaction, so concurrent calls may overshoot
+  by what they add at once, which ``--max-calls-per-principal`` and the 10,000 partitions of
+  a request bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from offsetstore.client.errors import PartitionQuotaError
+
+from .async_store import AsyncStore
+from .auth import AuthInterceptor, Permission
+from .quota import KNOWN_GROUPS, _KnownGroups, _valid, creation_prefixes
+from .schema import groups, offsets
+
+__all__ = ["PartitionQuota", "count_partitions"]
+
+_ADDING = frozenset({"CommitOffsets", "ResetOffsets"})
+
+
+def count_partitions(
+    conn: Connection, group_id: str, pairs: Sequence[tuple[str, int]], prefixes: Sequence[str]
+) -> tuple[int, int]:
+    """(how many of ``pairs`` ``group_id`` has no offset for, how many partitions the ``prefixes``' live groups store).
+
+    ONE statement; the second count runs only when the first is above 0.
+    """
+    asked = select(
+        func.unnest(bindparam("topics", type_=ARRAY(Text))).label("topic"),
+        func.unnest(bindparam("partitions", type_=ARRAY(Integer))).label("partition"),
+    ).subquery("asked")
+    new = (
+        select(func.count())
+        .select_from(
+            asked.outerjoin(
+                offsets,
+                and_(
+                    offsets.c.group_id == bindparam("group_id"),
+                    offsets.c.topic == asked.c.topic,
+                    offsets.c.partition == asked.c.partition,
+                ),
+            )
+        )
+        .where(offsets.c.group_id.is_(None))
+        .scalar_subquery()
+    )
+    owned = or_(false(), *(func.starts_with(groups.c.group_id, p) for p in prefixes))
+    live = select(groups.c.group_id).where(groups.c.deleted_at.is_(None), owned).subquery("live")
+    stored = (
+        select(func.count()).select_from(live.join(offsets, offsets.c.group_id == live.c.group_id)).scalar_subquery()
+    )
+    row = conn.execute(
+        select(new.label("new"), case((new > 0, stored), else_=literal_column("0")).label("stored")),
+        {"group_id": group_id, "topics": [t for t, _ in pairs], "partitions": [p for _, p in pairs]},
+    ).one()
+    return int(row.new), int(row.stored)
+
+
+def _partitions(method: str, request: Any) -> list[tuple[str, int]]:
+    """The partitions a call may add: a commit's, or those a reset names."""
+    if method == "CommitOffsets":
+        return sorted({(o.topic, o.partition) for o in request.offsets})
+    if request.dry_run:
+        return []
+    return sorted({(s.topic, p) for s in request.topics for p in s.partitions})
+
+
+class PartitionQuota:
+    """Refuses the calls that would store partitions beyond the caller's quota; see the module docstring.
+
+    The gate asks it (:meth:`check`) after auth named the caller and before the call runs,
+    and tells it what a call did (:meth:`after`). Quotas are read from ``auth.config`` at each
+    call, so a reloaded tokens file applies at once.
+    """
+
+    def __init__(
+        self, store: AsyncStore, auth: AuthInterceptor, max_partitions: int = 0, known: int = KNOWN_GROUPS
+    ) -> None:
+        if max_partitions < 0:
+            raise ValueError("the per-principal partition quota must be >= 0 (0: no quota)")
+        self.store = store
+        self.auth = auth
+        self.max_partitions = max_partitions
+        self.known = _KnownGroups(known)  # (group, partition set) keys that passed
+
+    def quota_of(self, name: str | None) -> tuple[int, tuple[str, ...]]:
+        """(quota, prefixes) of the principal ``name``; a quota of 0 is none."""
+        config = self.auth.config
+        principal = None if config is None or name is None else config.principals.get(name)
+        if principal is None or principal.may(Permission.ADMIN, ""):
+            return 0, ()
+        limit = self.max_partitions if principal.max_partitions is None else principal.max_partitions
+        return limit, creation_prefixes(principal)
+
+    @staticmethod
+    def _key(group: str, pairs: Sequence[tuple[str, int]]) -> str:
+        digest = hashlib.blake2b(repr(pairs).encode(), digest_size=16).hexdigest()
+        return f"{digest}:{group}"
+
+    async def check(self, method: str, request: Any, principal: str) -> None:
+        """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
+        if method not in _ADDING or not _valid(request.group_id):
+            return
+        pairs = _partitions(method, request)
+        if not pairs:
+            return
+        limit, prefixes = self.quota_of(principal)
+        if limit == 0 or self._key(request.group_id, pairs) in self.known:
+            return
+        new, stored = await self.store.read(count_partitions, request.group_id, pairs, prefixes)
+        if new and stored + new > limit:
+            raise PartitionQuotaError(
+                f"{principal} stores {stored} partitions, its quota is {limit}: this call would add {new} "
+                "more. Delete offsets or groups it no longer uses (or let retention expire them), "
+                "or ask the operator for a higher quota (max_partitions in the tokens file)",
+                metadata={
+                    "limit": "max_partitions",
+                    "max_partitions": str(limit),
+                    "partitions": str(stored),
+                    "new_partitions": str(new),
+                },
+            )
+
+    def after(self, method: str, request: Any) -> None:
+        """Remembers a partition set that a call which succeeded stored."""
+        if method in _ADDING:
+            pairs = _partitions(method, request)
+            if pairs:
+                self.known.add(self._key(request.group_id, pairs))
