@@ -54,7 +54,7 @@ R = TypeVar("R")
 MAX_BATCH_REQUESTS = 512
 MAX_BATCH_OFFSETS = 10_000
 #: Rows converted between two turns of the event loop.
-FETCH_SLICE = 500
+FETCH_SLICE = 200
 
 
 async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> R:

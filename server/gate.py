@@ -133,8 +133,8 @@ class Gate:
                     current_principal.reset(token)
                 if self.quota is not None:
                     self.quota.after(method, request, response)
-                if self.partition_quota is not None:
-                    self.partition_quota.after(method, request)
+                if self.partition_quota is not None and principal is not None:
+                    self.partition_quota.after(method, request, principal.name)
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))

@@ -126,11 +126,11 @@ class PartitionQuota:
         """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
         if method not in _ADDING or not _valid(request.group_id):
             return
-        pairs = _partitions(method, request)
-        if not pairs:
-            return
         limit, prefixes = self.quota_of(principal)
-        if limit == 0 or self._key(request.group_id, pairs) in self.known:
+        if limit == 0:
+            return  # before looking at the partitions: 10,000 of them are milliseconds of work
+        pairs = _partitions(method, request)
+        if not pairs or self._key(request.group_id, pairs) in self.known:
             return
         new, stored = await self.store.read(count_partitions, request.group_id, pairs, prefixes)
         if new and stored + new > limit:
@@ -146,9 +146,9 @@ class PartitionQuota:
                 },
             )
 
-    def after(self, method: str, request: Any) -> None:
-        """Remembers a partition set that a call which succeeded stored."""
-        if method in _ADDING:
+    def after(self, method: str, request: Any, principal: str) -> None:
+        """Remembers a partition set that a call of ``principal`` which succeeded stored."""
+        if method in _ADDING and self.quota_of(principal)[0] != 0:
             pairs = _partitions(method, request)
             if pairs:
                 self.known.add(self._key(request.group_id, pairs))

@@ -17,7 +17,6 @@ import grpc
 
 from offsetstore.client import convert
 from offsetstore.client.errors import InvalidArgumentError
-from offsetstore.client.types import CommittedOffset
 from offsetstore.v1 import offset_store_pb2 as pb
 
 from .async_store import AsyncStore
@@ -44,18 +43,8 @@ def _time(request: Any, field: str) -> datetime | None:
         raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
 
 
-def _committed_without_metadata(committed: CommittedOffset) -> pb.CommittedOffset:
-    """A commit's answer for one partition: its offset and commit time, not the metadata the caller sent.
-
-    Echoing it would let a 44 MB request buy a 44 MB answer (contract, section 2).
-    """
-    message = convert.committed_offset_to_proto(committed)
-    message.ClearField("metadata")
-    return message
-
-
 #: Entries converted between two turns of the event loop: well under a millisecond of work.
-SLICE = 250
+SLICE = 100
 
 
 async def _in_slices(convert_one: Callable[[Any], Result], values: Sequence[Any]) -> list[Result]:
@@ -87,7 +76,17 @@ class OffsetStoreServicer:
             generation=request.generation,
             actor=_actor(context),
         )
-        return pb.CommitOffsetsResponse(offsets=await _in_slices(_committed_without_metadata, committed))
+        # Each partition's offset and commit time, not the metadata the caller sent: echoing it
+        # would let a 44 MB request buy a 44 MB answer (contract, section 2).
+        response = pb.CommitOffsetsResponse()
+        for start in range(0, len(committed), SLICE):  # built in place, a slice at a time
+            if start:
+                await asyncio.sleep(0)
+            for c in committed[start : start + SLICE]:
+                entry = response.offsets.add(topic=c.topic, partition=c.partition, offset=c.offset)
+                if c.commit_time is not None:
+                    entry.commit_time.CopyFrom(convert.datetime_to_timestamp(c.commit_time))
+        return response
 
     async def FetchOffsets(
         self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext

@@ -203,7 +203,7 @@ _WRITE_BATCH = (
 _DONE, _STALE, _MISMATCH = 0, 1, 2
 #: Yielded by hot steps between slices of a wide request's work: the asyncio path lets other calls run there.
 PAUSE = None
-_SLICE = 500
+_SLICE = 200
 
 
 def check_write(request: WriteRequest) -> None:
@@ -972,16 +972,17 @@ def report_watermarks_steps(values: Sequence[Watermark]) -> HotSteps[None]:
     check.watermarks(values)
     if not values:
         return
-    yield PAUSE
-    yield (
-        _REPORT_WATERMARKS,
-        {
-            "topic": _texts([w.topic for w in values]),
-            "partition": _ints([w.partition for w in values]),
-            "start": _ints([None if w.log_start_offset == NO_OFFSET else w.log_start_offset for w in values]),
-            "end": _ints([w.log_end_offset for w in values]),
-        },
-    )
+    params: dict[str, str] = {}
+    for name, column in (
+        ("topic", lambda: _texts([w.topic for w in values])),
+        ("partition", lambda: _ints([w.partition for w in values])),
+        ("start", lambda: _ints([None if w.log_start_offset == NO_OFFSET else w.log_start_offset for w in values])),
+        ("end", lambda: _ints([w.log_end_offset for w in values])),
+    ):
+        if len(values) > _SLICE:
+            yield PAUSE
+        params[name] = column()
+    yield _REPORT_WATERMARKS, params
 
 
 def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int]]:
