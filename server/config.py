@@ -16,7 +16,8 @@ from ._validate import MAX_RESPONSE_BYTES
 # The largest valid request is a commit of 10,000 partitions, each with a 249-character
 # topic, 4096 bytes of metadata and every number at its widest: 4,381 bytes a partition,
 # ~43.8 MB in all. Larger requests are refused with RESOURCE_EXHAUSTED before they are read,
-# and at most max_workers requests are read at once, which bounds the memory they take.
+# and a caller's requests are read only once it is counted in (server/admission.py), which
+# bounds the memory one caller's requests take.
 MAX_MESSAGE_BYTES = 48 * 1024 * 1024
 
 

@@ -24,8 +24,6 @@ from .auth import current_principal
 
 log = logging.getLogger(__name__)
 
-Request = TypeVar("Request")
-Response = TypeVar("Response")
 Result = TypeVar("Result")
 
 
