@@ -22,6 +22,10 @@ COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY server/ server/
 COPY client/ client/
+COPY core/ core/
+COPY storage/ storage/
+COPY sink/ sink/
+COPY cli/ cli/
 COPY spark_integration/ spark_integration/
 COPY kafka_integration/ kafka_integration/
 COPY migrations/ migrations/

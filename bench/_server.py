@@ -43,14 +43,14 @@ def served(
     ``max_workers`` and ``pool_size`` left unset keep the server's defaults.
     """
     from offsetstore.client import OffsetStoreClient
-    from offsetstore.server import migrate
+    from offsetstore.storage import migrate
 
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
     embedded = None
     try:
         url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
         if not url:
-            from offsetstore.server.embedded import EmbeddedPostgres
+            from offsetstore.storage.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(workdir / "pgdata")
             url = embedded.start()
@@ -59,7 +59,7 @@ def served(
         listen = f"127.0.0.1:{free_port()}"
         log = workdir / "serve.log"
         command = [
-            sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", url, "--listen", listen,
+            sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", url, "--listen", listen,
             "--metrics-listen", "", "--no-migrate", "--log-level", "WARNING", *extra_args,
         ]  # fmt: skip
         if max_workers is not None:

@@ -49,7 +49,8 @@ def run(variant: str, *, bootstrap: str, topic: str, partitions: int, messages: 
 
     from offsetstore.client import OffsetStoreClient
     from offsetstore.kafka_integration import AtLeastOnceCommitter, ExactlyOnceWriter, StoredPositions, consumer_config
-    from offsetstore.server import arrow_copy, sink_sql
+    from offsetstore.sink import arrow_copy
+    from offsetstore.sink import sql as sink_sql
 
     group = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
     table = f"public.bench_kafka_{uuid.uuid4().hex[:8]}"

@@ -1,8 +1,8 @@
 """Python clients of the offsetstore gRPC service, blocking and asyncio, with plain values and typed errors."""
 
-from ._async import AsyncOffsetStoreClient
-from ._sync import OffsetStoreClient
-from .errors import (
+from offsetstore.client._async import AsyncOffsetStoreClient
+from offsetstore.client._sync import OffsetStoreClient
+from offsetstore.core.errors import (
     DeadlineExceededError,
     FieldViolation,
     GroupChangedError,
@@ -19,7 +19,7 @@ from .errors import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from .types import (
+from offsetstore.core.types import (
     EARLIEST,
     LATEST,
     NO_OFFSET,

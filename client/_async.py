@@ -15,14 +15,12 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2_grpc
 
-from offsetstore.v1 import offset_store_pb2_grpc
-
-from . import _base
-from ._base import Offsets
-from ._channel import channel_options
-from .convert import Topics
-from .errors import GroupChangedError, ResourceExhaustedError, from_rpc_error
-from .types import (
+from offsetstore.client import _base
+from offsetstore.client._base import Offsets
+from offsetstore.client._channel import channel_options
+from offsetstore.core.convert import Topics
+from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError, from_rpc_error
+from offsetstore.core.types import (
     Boundary,
     CommittedOffset,
     ExpiredGroup,
@@ -35,6 +33,7 @@ from .types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.v1 import offset_store_pb2_grpc
 
 __all__ = ["AsyncOffsetStoreClient"]
 

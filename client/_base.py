@@ -16,12 +16,10 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2
 
-from offsetstore.v1 import offset_store_pb2 as pb
-
-from . import convert
-from .convert import Topics
-from .errors import InvalidArgumentError, ResourceExhaustedError
-from .types import (
+from offsetstore.core import convert
+from offsetstore.core.convert import Topics
+from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
+from offsetstore.core.types import (
     Boundary,
     CommittedOffset,
     ExpiredGroup,
@@ -34,6 +32,7 @@ from .types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.v1 import offset_store_pb2 as pb
 
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 

@@ -6,10 +6,10 @@ PostgreSQL transaction; :class:`AtLeastOnceCommitter` commits over gRPC after th
 application's own sink; :class:`WatermarkReporter` reports log start and end for lag.
 """
 
-from .committer import AtLeastOnceCommitter, next_offsets
-from .positions import StoredPositions, consumer_config
-from .watermarks import WatermarkReporter, consumer_watermarks
-from .writer import ExactlyOnceWriter
+from offsetstore.kafka_integration.committer import AtLeastOnceCommitter, next_offsets
+from offsetstore.kafka_integration.positions import StoredPositions, consumer_config
+from offsetstore.kafka_integration.watermarks import WatermarkReporter, consumer_watermarks
+from offsetstore.kafka_integration.writer import ExactlyOnceWriter
 
 __all__ = [
     "AtLeastOnceCommitter",

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.client.types import NO_OFFSET, CommittedOffset, OffsetCommit, TopicPartition
+from offsetstore.core.types import NO_OFFSET, CommittedOffset, OffsetCommit, TopicPartition
 
 if TYPE_CHECKING:
     import confluent_kafka
 
-    from .positions import StoredPositions
+    from offsetstore.kafka_integration.positions import StoredPositions
 
 __all__ = ["AtLeastOnceCommitter", "next_offsets"]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.client.types import EARLIEST, TopicPartition
+from offsetstore.core.types import EARLIEST, TopicPartition
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -136,7 +136,7 @@ class StoredPositions:
         if isinstance(self.store, OffsetStoreClient):
             result = self.store.fetch_offsets(self.group_id, topics)
         else:
-            from offsetstore.server import storage
+            from offsetstore import storage
 
             with self.store.connect() as conn:
                 result = storage.fetch_offsets(conn, self.group_id, topics)

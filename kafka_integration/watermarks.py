@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from offsetstore.client.types import Watermark
+from offsetstore.core.types import Watermark
 
 if TYPE_CHECKING:
     import confluent_kafka

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine
 
-from offsetstore.client.errors import StaleGenerationError
-from offsetstore.client.types import Watermark
-from offsetstore.server.sink_sql import COORDINATES
+from offsetstore.core.errors import StaleGenerationError
+from offsetstore.core.types import Watermark
+from offsetstore.sink.sql import COORDINATES
 
 if TYPE_CHECKING:
     import confluent_kafka
     import pyarrow as pa
 
-    from offsetstore.server.batch_write import BatchOutcome
+    from offsetstore.sink.batch_write import BatchOutcome
 
 __all__ = ["ExactlyOnceWriter", "Mode"]
 
@@ -35,7 +35,7 @@ class ExactlyOnceWriter:
     database_url : str or sqlalchemy.Engine
         The offset store's PostgreSQL database (SQLAlchemy or libpq URL); the target
         table lives in it too. An Engine from
-        :func:`offsetstore.server.engine.create_engine` may be given instead.
+        :func:`offsetstore.storage.engine.create_engine` may be given instead.
     group_id : str
         The consumer group whose offsets the writer commits.
     table : str or tuple of (str, str)
@@ -60,7 +60,7 @@ class ExactlyOnceWriter:
     (checking the generation), drops the messages below their partition's stored
     offset (already delivered), writes the rows of the others, and commits
     ``max(offset) + 1`` per partition through the storage core the gRPC server and the
-    Spark sink use (:func:`offsetstore.server.batch_write.write_batch`). A stored
+    Spark sink use (:func:`offsetstore.sink.batch_write.write_batch`). A stored
     sentinel (-2 earliest, -1 latest) skips nothing. A crash anywhere leaves either
     the rows and the offsets or neither; on restart the consumer seeks to the stored
     offsets (:class:`StoredPositions`), so each message lands exactly once.
@@ -93,8 +93,8 @@ class ExactlyOnceWriter:
         columns: Sequence[str] | None = None,
         member_id: str | None = None,
     ) -> None:
-        from offsetstore.server.batch_write import SinkTarget
-        from offsetstore.server.engine import create_engine
+        from offsetstore.sink.batch_write import SinkTarget
+        from offsetstore.storage.engine import create_engine
 
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -117,7 +117,7 @@ class ExactlyOnceWriter:
 
     def join(self) -> int:
         """Joins the group: a new generation that fences every writer of an older one."""
-        from offsetstore.server import storage
+        from offsetstore import storage
 
         with self.engine.begin() as conn:
             self._generation = storage.join_group(conn, self.group_id, self.member_id)
@@ -133,7 +133,7 @@ class ExactlyOnceWriter:
         nothing, so call this between empty polls to stop as soon as an operator resets
         the group, not at the next record. Nothing to check before :meth:`join`.
         """
-        from offsetstore.server import storage
+        from offsetstore import storage
 
         if self._generation is None:
             return
@@ -177,7 +177,7 @@ class ExactlyOnceWriter:
             Bad input (an errored message, a row count that does not match); nothing
             was written.
         """
-        from offsetstore.server.batch_write import write_batch
+        from offsetstore.sink.batch_write import write_batch
 
         if not messages:
             return None
@@ -214,7 +214,7 @@ class ExactlyOnceWriter:
 
     def report_watermarks(self, watermarks: Iterable[Watermark]) -> None:
         """Stores watermarks (see :func:`consumer_watermarks`) in a transaction of their own."""
-        from offsetstore.server import storage
+        from offsetstore import storage
 
         with self.engine.begin() as conn:
             storage.report_watermarks(conn, list(watermarks))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offsetstore.server.schema import SCHEMA
+from offsetstore.storage.schema import SCHEMA
 
 __all__ = ["HISTORY_PARTITION_PREFIX", "MIGRATION_LOCK_ID", "VERSION_TABLE", "context_options", "include_name"]
 

@@ -13,12 +13,12 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateSchema, DropSchema, DropTable
 
 from offsetstore.migrations import MIGRATION_LOCK_ID, VERSION_TABLE, context_options
-from offsetstore.server.schema import SCHEMA, metadata
+from offsetstore.storage.schema import SCHEMA, metadata
 
 config = context.config
 
 # Only the alembic command line has an ini file; a program calling
-# offsetstore.server.migrate keeps its own logging setup.
+# offsetstore.storage.migrate keeps its own logging setup.
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 

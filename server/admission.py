@@ -31,9 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from offsetstore.client.errors import ResourceExhaustedError
-
-from . import _validate as check
+from offsetstore.core.errors import ResourceExhaustedError
+from offsetstore.storage import validate as check
 
 __all__ = ["DEFAULT_READ_COST", "Admission", "cost_of"]
 

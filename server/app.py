@@ -14,18 +14,17 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-from offsetstore.client.errors import OffsetStoreError, ResourceExhaustedError
+from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
+from offsetstore.server.admission import Admission
+from offsetstore.server.auth import AuthInterceptor
+from offsetstore.server.config import MAX_MESSAGE_BYTES
+from offsetstore.server.gate import Gate, fail
+from offsetstore.server.partition_quota import PartitionQuota
+from offsetstore.server.quota import GroupQuota
+from offsetstore.server.servicer import OffsetStoreServicer
+from offsetstore.storage.async_store import AsyncStore
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
-
-from .admission import Admission
-from .async_store import AsyncStore
-from .auth import AuthInterceptor
-from .config import MAX_MESSAGE_BYTES
-from .gate import Gate, fail
-from .partition_quota import PartitionQuota
-from .quota import GroupQuota
-from .servicer import OffsetStoreServicer
-from .store import Store
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from typing import Any
 
 import grpc
 
-from offsetstore.client.errors import PermissionDeniedError, UnauthenticatedError
+from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.v1 import offset_store_pb2 as pb
 
 __all__ = [

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from offsetstore.client.durations import parse_duration
-
-from ._validate import MAX_RESPONSE_BYTES
+from offsetstore.core.durations import parse_duration
+from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 # The largest valid request is a commit of 10,000 partitions, each with a 249-character
 # topic, 4096 bytes of metadata and every number at its widest: 4,381 bytes a partition,
@@ -22,7 +21,7 @@ MAX_MESSAGE_BYTES = 48 * 1024 * 1024
 
 
 def _default_data_dir() -> Path:
-    from .embedded import default_data_dir
+    from offsetstore.storage.embedded import default_data_dir
 
     return default_data_dir()
 

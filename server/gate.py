@@ -30,15 +30,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from offsetstore.client.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
+from offsetstore.core.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
+from offsetstore.server.admission import Admission, cost_of
+from offsetstore.server.auth import AuthInterceptor, Principal, current_principal
+from offsetstore.server.partition_quota import PartitionQuota
+from offsetstore.server.quota import GroupQuota
+from offsetstore.server.servicer import OffsetStoreServicer
+from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
-
-from .admission import Admission, cost_of
-from .auth import AuthInterceptor, Principal, current_principal
-from .partition_quota import PartitionQuota
-from .quota import GroupQuota
-from .servicer import OffsetStoreServicer
-from .store import deadline
 
 __all__ = ["READ_SECONDS", "Gate", "current_request", "fail", "peer_address"]
 

@@ -58,13 +58,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from offsetstore import storage
+from offsetstore.server.config import split_host_port
+from offsetstore.server.gate import current_request
+from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
-
-from . import storage
-from .config import split_host_port
-from .gate import current_request
-from .schema import groups, offsets, watermarks
-from .store import Store
 
 __all__ = [
     "GroupCollector",

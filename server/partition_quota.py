@@ -31,12 +31,11 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from offsetstore.client.errors import PartitionQuotaError
-
-from .async_store import AsyncStore
-from .auth import AuthInterceptor, Permission
-from .quota import KNOWN_GROUPS, _KnownGroups, _valid, creation_prefixes
-from .schema import groups, offsets
+from offsetstore.core.errors import PartitionQuotaError
+from offsetstore.server.auth import AuthInterceptor, Permission
+from offsetstore.server.quota import KNOWN_GROUPS, _KnownGroups, _valid, creation_prefixes
+from offsetstore.storage.async_store import AsyncStore
+from offsetstore.storage.schema import groups, offsets
 
 __all__ = ["PartitionQuota", "count_partitions"]
 

@@ -33,12 +33,11 @@ from typing import Any
 
 from sqlalchemy import Connection, case, exists, false, func, or_, select
 
-from offsetstore.client.errors import GroupQuotaError, InvalidArgumentError
-
-from . import _validate as check
-from .async_store import AsyncStore
-from .auth import AuthInterceptor, Permission, Principal
-from .schema import groups
+from offsetstore.core.errors import GroupQuotaError, InvalidArgumentError
+from offsetstore.server.auth import AuthInterceptor, Permission, Principal
+from offsetstore.storage import validate as check
+from offsetstore.storage.async_store import AsyncStore
+from offsetstore.storage.schema import groups
 
 __all__ = ["KNOWN_GROUPS", "GroupQuota", "count_groups", "creation_prefixes"]
 

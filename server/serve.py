@@ -35,14 +35,13 @@ import grpc
 import sqlalchemy
 import sqlalchemy.exc
 
-from offsetstore.client.durations import format_duration
-
-from . import migrate
-from ._logging import configure_logging
-from .auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
-from .config import Settings, split_host_port
-from .engine import create_engine
-from .store import Store
+from offsetstore.core.durations import format_duration
+from offsetstore.server._logging import configure_logging
+from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from offsetstore.server.config import Settings, split_host_port
+from offsetstore.storage import migrate
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 __all__ = ["serve"]
 
@@ -85,7 +84,7 @@ def serve(settings: Settings) -> int:
     try:
         database_url = settings.database_url
         if database_url is None:
-            from .embedded import EmbeddedPostgres
+            from offsetstore.storage.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(settings.data_dir)
             database_url = embedded.start()
@@ -111,8 +110,8 @@ def _supervise(
     reload: threading.Event,
     embedded: Any,
 ) -> int:
-    from . import metrics
-    from .retention import Maintenance
+    from offsetstore.server import metrics
+    from offsetstore.storage.retention import Maintenance
 
     metrics.use_multiprocess(directory)
     host, port = reservation.getsockname()[:2]
@@ -142,7 +141,7 @@ def _supervise(
             history_retention=settings.history_retention,
             offsets_retention=settings.offsets_retention,
             interval=settings.maintenance_interval,
-            registry=registry,
+            metrics=metrics.retention_metrics(registry),
         ).start()
         if settings.metrics_listen:
             tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
@@ -337,8 +336,8 @@ def _serving_process(
 ) -> None:
     """The body of one serving process: the gRPC server until SIGTERM (or its supervisor's death)."""
     configure_logging(settings.log_level, settings.log_format)
-    from . import metrics
-    from .app import OffsetStoreServer
+    from offsetstore.server import metrics
+    from offsetstore.server.app import OffsetStoreServer
 
     metrics.use_multiprocess(directory)
     stopping = threading.Event()

@@ -15,12 +15,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from offsetstore.client import convert
-from offsetstore.client.errors import InvalidArgumentError
+from offsetstore.core import convert
+from offsetstore.core.errors import InvalidArgumentError
+from offsetstore.server.auth import current_principal
+from offsetstore.storage.async_store import AsyncStore
 from offsetstore.v1 import offset_store_pb2 as pb
-
-from .async_store import AsyncStore
-from .auth import current_principal
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ importing this package needs neither. The testing helper
 imported here.
 """
 
-from .offsets import checkpoint_location, starting_offsets
-from .sink import ExactlyOnceSink, Mode, WritePath
-from .workers import WorkerEnvironmentError, check_workers
+from offsetstore.spark_integration.offsets import checkpoint_location, starting_offsets
+from offsetstore.spark_integration.sink import ExactlyOnceSink, Mode, WritePath
+from offsetstore.spark_integration.workers import WorkerEnvironmentError, check_workers
 
 __all__ = [
     "ExactlyOnceSink",

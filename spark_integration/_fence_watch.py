@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from offsetstore.server import storage
+from offsetstore import storage
 
 log = logging.getLogger("offsetstore.spark_integration")
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 from psycopg import sql
 
-from offsetstore.server import arrow_copy, sink_sql
-from offsetstore.server.sink_sql import TableName
+from offsetstore.sink import arrow_copy
+from offsetstore.sink import sql as sink_sql
+from offsetstore.sink.sql import TableName
 
 #: What each task returns to the driver: per Kafka partition it staged, the offsets and rows.
 SUMMARY_SCHEMA = "task int, topic string, partition int, min_offset long, max_offset long, rows long"

@@ -10,9 +10,9 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine
 
+from offsetstore import storage
 from offsetstore.client import EARLIEST, GroupNotFoundError, OffsetStoreClient
-from offsetstore.server import storage
-from offsetstore.server.engine import create_engine
+from offsetstore.storage.engine import create_engine
 
 __all__ = ["checkpoint_location", "starting_offsets"]
 

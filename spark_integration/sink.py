@@ -12,11 +12,11 @@ import sqlalchemy
 from psycopg import sql
 from sqlalchemy import Connection, Engine
 
-from offsetstore.client.errors import OffsetStoreError, StaleGenerationError
-from offsetstore.client.types import TopicPartition, Watermark
-from offsetstore.server import engine as store_engine
-from offsetstore.server import sink_sql, storage
-from offsetstore.server.batch_write import (
+from offsetstore import storage
+from offsetstore.core.errors import OffsetStoreError, StaleGenerationError
+from offsetstore.core.types import TopicPartition, Watermark
+from offsetstore.sink import sql as sink_sql
+from offsetstore.sink.batch_write import (
     BatchOutcome,
     PartitionStats,
     SinkTarget,
@@ -26,8 +26,8 @@ from offsetstore.server.batch_write import (
     sink_metrics,
     write_batch,
 )
-
-from . import workers
+from offsetstore.spark_integration import workers
+from offsetstore.storage import engine as store_engine
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -123,7 +123,7 @@ class ExactlyOnceSink:
     Notes
     -----
     Call protocol. Each call writes one batch in one transaction through
-    :func:`offsetstore.server.batch_write.write_batch`: lock the group (checking the
+    :func:`offsetstore.sink.batch_write.write_batch`: lock the group (checking the
     run's generation), drop the rows below their partition's stored offset, write the
     rest, commit ``max(offset) + 1`` per partition with the storage core's
     ``commit_offsets``, then COMMIT. Nothing is acknowledged to Spark before the
@@ -133,7 +133,7 @@ class ExactlyOnceSink:
     known watermark) skips nothing in its partition.
 
     Durability. The sink's and the staging tasks' sessions are opened by the store's
-    engine factory (:mod:`offsetstore.server.engine`), with the server's settings:
+    engine factory (:mod:`offsetstore.storage.engine`), with the server's settings:
     ``synchronous_commit=on`` whatever the database's default, bounded statements and
     lock waits.
 
@@ -359,7 +359,7 @@ class ExactlyOnceSink:
 
     def _watch_idle(self, batch_df: DataFrame, run_id: str) -> None:
         """Registers the run's listener that stops the query if it is fenced while idle."""
-        from ._fence_watch import make_watch
+        from offsetstore.spark_integration._fence_watch import make_watch
 
         assert self._run is not None
         try:
@@ -434,9 +434,8 @@ class ExactlyOnceSink:
     ) -> BatchOutcome:
         import pyarrow.compute as pc
 
-        from offsetstore.server import arrow_copy
-
-        from . import _staging
+        from offsetstore.sink import arrow_copy
+        from offsetstore.spark_integration import _staging
 
         assert self._run is not None
         generation = self._run.generation

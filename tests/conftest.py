@@ -15,11 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server import migrate
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.embedded import EmbeddedPostgres
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store
+from offsetstore.storage import migrate
+from offsetstore.storage.embedded import EmbeddedPostgres
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 # --- database ---
 #

@@ -34,6 +34,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from offsetstore.cli import groups as groups_cli
+from offsetstore.cli import main as server_cli
 from offsetstore.client import (
     AsyncOffsetStoreClient,
     OffsetStoreClient,
@@ -41,8 +43,6 @@ from offsetstore.client import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from offsetstore.client import cli as groups_cli
-from offsetstore.server import cli as server_cli
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import (
     RPC_PERMISSIONS,
@@ -56,7 +56,7 @@ from offsetstore.server.auth import (
     server_credentials,
 )
 from offsetstore.server.config import Settings
-from offsetstore.server.store import Store
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
@@ -738,7 +738,7 @@ def test_offsetstore_serve_with_tls_and_tokens(database_url: str, pki: PKI, tmp_
     args = [
         sys.executable,
         "-m",
-        "offsetstore.server.cli",
+        "offsetstore.cli.main",
         "serve",
         "--database-url",
         database_url,
@@ -790,7 +790,7 @@ def test_offsetstore_serve_refuses_to_start_with_a_bad_tokens_file(database_url:
         [
             sys.executable,
             "-m",
-            "offsetstore.server.cli",
+            "offsetstore.cli.main",
             "serve",
             "--database-url",
             database_url,

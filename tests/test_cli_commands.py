@@ -12,10 +12,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError, cli
+from offsetstore.cli import groups as cli
+from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Run:
 
 @pytest.fixture
 def groups(server: OffsetStoreServer, capsys: pytest.CaptureFixture[str]):
-    """Runs ``offsetstore groups ARGS`` on the session's server, as ``python -m offsetstore.client.cli``."""
+    """Runs ``offsetstore groups ARGS`` on the session's server, as ``python -m offsetstore.cli.groups``."""
 
     def run(*argv: str) -> Run:
         capsys.readouterr()

@@ -8,16 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from offsetstore.client import (
-    Boundary,
-    FieldViolation,
-    GroupNotFoundError,
-    InvalidArgumentError,
-    StaleGenerationError,
-    TopicPartition,
-    cli,
-)
-from offsetstore.client.cli import (
+from offsetstore.cli import groups as cli
+from offsetstore.cli.groups import (
     _error_message,
     _format_table,
     _merge_topic_specs,
@@ -28,6 +20,14 @@ from offsetstore.client.cli import (
     _parse_offsets_csv,
     _parse_topic_spec,
     _table_time,
+)
+from offsetstore.client import (
+    Boundary,
+    FieldViolation,
+    GroupNotFoundError,
+    InvalidArgumentError,
+    StaleGenerationError,
+    TopicPartition,
 )
 
 UTC = UTC

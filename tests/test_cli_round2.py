@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from offsetstore.client import Watermark, cli
+from offsetstore.cli import groups as cli
+from offsetstore.client import Watermark
 from offsetstore.server import metrics
 
 

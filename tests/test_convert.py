@@ -10,8 +10,9 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from offsetstore.client import _base, convert
-from offsetstore.client.errors import (
+from offsetstore.client import _base
+from offsetstore.core import convert
+from offsetstore.core.errors import (
     DeadlineExceededError,
     FieldViolation,
     GroupNotFoundError,
@@ -25,7 +26,7 @@ from offsetstore.client.errors import (
     UnauthenticatedError,
     from_rpc_error,
 )
-from offsetstore.client.types import (
+from offsetstore.core.types import (
     Boundary,
     ChangeKind,
     CommittedOffset,

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from offsetstore.client.errors import GroupNotFoundError, InvalidArgumentError, StaleGenerationError
-from offsetstore.client.types import EARLIEST, NO_OFFSET, Boundary, ChangeKind, OffsetCommit, Watermark
-from offsetstore.server import storage
+from offsetstore import storage
+from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, StaleGenerationError
+from offsetstore.core.types import EARLIEST, NO_OFFSET, Boundary, ChangeKind, OffsetCommit, Watermark
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
@@ -214,8 +214,8 @@ def test_history_times_are_taken_at_the_writing_statement_not_the_transaction_st
 
 
 def test_health_does_not_wait_for_the_request_pool(database_url):
-    from offsetstore.server.engine import create_engine
-    from offsetstore.server.store import Store
+    from offsetstore.storage.engine import create_engine
+    from offsetstore.storage.store import Store
 
     store = Store(create_engine(database_url, pool_size=1, connect_timeout_s=1))
     try:

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from offsetstore.cli import groups as cli
 from offsetstore.client import (
     AsyncOffsetStoreClient,
     DeadlineExceededError,
@@ -27,11 +28,10 @@ from offsetstore.client import (
     OffsetStoreClient,
     StoreUnavailableError,
     TopicPartition,
-    cli,
 )
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store, deadline
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store, deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 

@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from test_deadlines import group_locked, wait_until
 
+from offsetstore import storage
 from offsetstore.client import (
     ChangeKind,
     CommittedOffset,
@@ -28,9 +29,8 @@ from offsetstore.client import (
     StoreUnavailableError,
     TopicPartition,
 )
-from offsetstore.server import storage
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store, deadline
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store, deadline
 
 TOPIC = "orders"
 

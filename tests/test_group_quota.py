@@ -17,15 +17,15 @@ import pytest
 import sqlalchemy as sa
 from test_auth import call, nothing_written
 
+from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
-from offsetstore.client.errors import GroupQuotaError
-from offsetstore.server import cli as server_cli
+from offsetstore.core.errors import GroupQuotaError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Settings
-from offsetstore.server.engine import create_engine
 from offsetstore.server.serve import _security
-from offsetstore.server.store import Store
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 FLAG = 3  # --max-groups-per-principal of the servers below

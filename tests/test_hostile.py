@@ -39,6 +39,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
 from test_container import healthcheck_command, read_dockerfile
 
+from offsetstore.cli import main as server_cli
 from offsetstore.client import (
     OffsetStoreClient,
     PermissionDeniedError,
@@ -46,16 +47,16 @@ from offsetstore.client import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from offsetstore.client.errors import from_rpc_error
-from offsetstore.client.types import Watermark
-from offsetstore.server import cli as server_cli
-from offsetstore.server import metrics, migrate
+from offsetstore.core.errors import from_rpc_error
+from offsetstore.core.types import Watermark
+from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Settings
-from offsetstore.server.engine import create_engine
 from offsetstore.server.serve import _security, _tenant_prefixes
-from offsetstore.server.store import Store
+from offsetstore.storage import migrate
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
@@ -111,7 +112,7 @@ def test_absurd_watermarks_are_refused_and_nothing_is_written(
 def test_serve_refuses_to_start_on_an_empty_security_variable(database_url: str, variable: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
     result = subprocess.run(
-        [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", database_url, "--no-migrate"],
+        [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", database_url, "--no-migrate"],
         env={**env, variable: "", "OFFSETSTORE_LISTEN": "127.0.0.1:0", "OFFSETSTORE_METRICS_LISTEN": ""},
         capture_output=True,
         text=True,
@@ -367,7 +368,7 @@ def served(module_database_url: str, pki: PKI, tmp_path_factory: pytest.TempPath
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "offsetstore.server.cli", *args],
+            [sys.executable, "-m", "offsetstore.cli.main", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**env, "OFFSETSTORE_DATA_DIR": str(directory)},
@@ -656,7 +657,7 @@ def test_sighup_reloads_the_tokens_file(database_url: str, pki: PKI, tmp_path: P
     args = ["serve", "--database-url", database_url, "--no-migrate", "--listen", address, "--metrics-listen", ""]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "offsetstore.server.cli", *args, "--tokens-file", str(tokens)],
+            [sys.executable, "-m", "offsetstore.cli.main", *args, "--tokens-file", str(tokens)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**env, "OFFSETSTORE_DATA_DIR": str(tmp_path)},
@@ -788,7 +789,7 @@ ABUSIVE_FETCHER = """
 import signal, sys, time
 import grpc
 from offsetstore.client import ResourceExhaustedError
-from offsetstore.client.errors import from_rpc_error
+from offsetstore.core.errors import from_rpc_error
 from offsetstore.v1 import offset_store_pb2 as pb, offset_store_pb2_grpc as pb_grpc
 address, token, group, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 pages = refused = 0

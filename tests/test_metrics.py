@@ -24,18 +24,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.pool import NullPool
 
+from offsetstore import storage
 from offsetstore.client import OffsetStoreClient
-from offsetstore.client.errors import (
-    GroupNotFoundError,
-    InvalidArgumentError,
-    OffsetMismatchError,
-    StaleGenerationError,
-)
-from offsetstore.client.types import Boundary, OffsetCommit, Watermark
-from offsetstore.server import metrics, migrate, storage
+from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, OffsetMismatchError, StaleGenerationError
+from offsetstore.core.types import Boundary, OffsetCommit, Watermark
+from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store
+from offsetstore.storage import migrate
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = "offsetstore.v1.OffsetStoreService"

@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.pool import NullPool
 
 from offsetstore.migrations import HISTORY_PARTITION_PREFIX, context_options
-from offsetstore.server import migrate, schema
+from offsetstore.storage import migrate, schema
 
 
 def head_revision() -> str:
@@ -136,7 +136,7 @@ def test_concurrent_upgrades_from_processes(scratch_database_url: str) -> None:
     # migrate at the same moment.
     code = (
         "import sys\n"
-        "from offsetstore.server.migrate import upgrade\n"
+        "from offsetstore.storage.migrate import upgrade\n"
         "print('ready', flush=True)\n"
         "sys.stdin.readline()\n"
         "upgrade(sys.argv[1])\n"
@@ -180,7 +180,7 @@ def test_groups_deleted_before_tombstones_keep_their_generation(scratch_database
                 " kind, generation) VALUES ('gone', 't', 0, NULL, 5, 1, 3), ('gone', 't', 0, 5, NULL, 3, 7)"
             )
         migrate.upgrade(scratch_database_url)
-        from offsetstore.server import storage
+        from offsetstore import storage
 
         with engine.begin() as conn:
             assert storage.join_group(conn, "gone") == 8
@@ -224,8 +224,8 @@ def test_partitioning_keeps_every_history_row(scratch_database_url: str) -> None
                 == "p"
             )
             # New rows continue the ids and land in the partitions.
-            from offsetstore.client.types import OffsetCommit
-            from offsetstore.server import storage
+            from offsetstore import storage
+            from offsetstore.core.types import OffsetCommit
 
             storage.commit_offsets(conn, "g", [OffsetCommit("t", 0, 99_999)])
             after = _history(conn)

@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_ROOTS = ("server", "client", "spark_integration", "kafka_integration", "migrations", "proto")
+PACKAGE_ROOTS = (
+    "server",
+    "client",
+    "core",
+    "storage",
+    "sink",
+    "cli",
+    "spark_integration",
+    "kafka_integration",
+    "migrations",
+    "proto",
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,4 +95,4 @@ def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -
 
 def test_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
-    assert "offsetstore = offsetstore.server.cli:main" in wheel.read(entry_points).decode()
+    assert "offsetstore = offsetstore.cli.main:main" in wheel.read(entry_points).decode()

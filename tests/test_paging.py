@@ -18,6 +18,7 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
+from offsetstore import storage
 from offsetstore.client import (
     AsyncOffsetStoreClient,
     GroupChangedError,
@@ -26,12 +27,11 @@ from offsetstore.client import (
     OffsetStoreClient,
     ResourceExhaustedError,
 )
-from offsetstore.client.errors import from_rpc_error
-from offsetstore.server import storage
+from offsetstore.core.errors import from_rpc_error
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 

@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from offsetstore.client import OffsetStoreClient, cli
-from offsetstore.client.errors import PartitionQuotaError
-from offsetstore.server import cli as server_cli
+from offsetstore.cli import groups as cli
+from offsetstore.cli import main as server_cli
+from offsetstore.client import OffsetStoreClient
+from offsetstore.core.errors import PartitionQuotaError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Settings
 from offsetstore.server.serve import _security
-from offsetstore.server.store import Store
+from offsetstore.storage.store import Store
 
 
 def tokens_file(directory: Path, prefix: str, **quotas: int | None) -> dict[str, str]:

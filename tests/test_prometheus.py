@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient, StoreUnavailableError
-from offsetstore.client.types import Watermark
+from offsetstore.core.types import Watermark
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_INSTALLED = "Debian's prometheus package is not installed (apt-get install prometheus)"
@@ -65,7 +65,7 @@ def offsetstore_serve(scratch_database_url: str, tmp_path: Path) -> Iterator[tup
         [
             sys.executable,
             "-m",
-            "offsetstore.server.cli",
+            "offsetstore.cli.main",
             "serve",
             "--database-url",
             scratch_database_url,

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
+from offsetstore.cli import groups as cli
 from offsetstore.client import (
     ChangeKind,
     InvalidArgumentError,
@@ -25,14 +26,14 @@ from offsetstore.client import (
     OffsetStoreClient,
     StaleGenerationError,
     Watermark,
-    cli,
 )
-from offsetstore.client.durations import format_duration, parse_duration
-from offsetstore.server import metrics, retention
+from offsetstore.core.durations import format_duration, parse_duration
+from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
-from offsetstore.server.engine import create_engine
-from offsetstore.server.store import Store
+from offsetstore.storage import retention
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,11 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     cutoff = later - timedelta(days=5)
     existing = partitions(rstore)
     worker = retention.Maintenance(
-        rstore, history_retention=5 * 86400, offsets_retention=0, registry=registry, clock=lambda: later
+        rstore,
+        history_retention=5 * 86400,
+        offsets_retention=0,
+        metrics=metrics.retention_metrics(registry),
+        clock=lambda: later,
     )
     result = worker.run_once()
     assert result is not None
@@ -320,11 +325,11 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
             except BaseException as error:  # noqa: BLE001
                 errors.append(error)
 
-    caplog.set_level("INFO", logger="offsetstore.server.retention")
+    caplog.set_level("INFO", logger="offsetstore.storage.retention")
     committer = threading.Thread(target=keep_busy)
     committer.start()
     worker = retention.Maintenance(
-        rstore, history_retention=0, offsets_retention=2, interval=1, registry=registry
+        rstore, history_retention=0, offsets_retention=2, interval=1, metrics=metrics.retention_metrics(registry)
     ).start()
     try:
         deadline = time.monotonic() + 15
@@ -485,7 +490,8 @@ def test_cli_refuses_a_zero_or_bad_idle_time(capsys: pytest.CaptureFixture[str])
 def test_a_reset_to_a_time_before_the_kept_history_names_the_oldest_restorable_instant(
     scratch_database_url: str,
 ) -> None:
-    from offsetstore.server import migrate, storage
+    from offsetstore import storage
+    from offsetstore.storage import migrate
 
     migrate.upgrade(scratch_database_url)
     engine = create_engine(scratch_database_url, pool_size=1)

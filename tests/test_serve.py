@@ -60,7 +60,7 @@ def start_serve(data_dir: Path, *extra: str) -> Served:
             [
                 sys.executable,
                 "-m",
-                "offsetstore.server.cli",
+                "offsetstore.cli.main",
                 "serve",
                 "--listen",
                 address,
@@ -100,7 +100,7 @@ def data_dir() -> Iterator[Path]:
 
 def cli(served: Served, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "offsetstore.server.cli", "groups", *args, "--server", served.address],
+        [sys.executable, "-m", "offsetstore.cli.main", "groups", *args, "--server", served.address],
         capture_output=True,
         text=True,
         input=stdin,

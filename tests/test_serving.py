@@ -113,7 +113,7 @@ def serve(
     address = f"127.0.0.1:{port or free_port()}"
     log = directory / f"serve-{address.rpartition(':')[2]}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
-    command = [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", database_url]
+    command = [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", database_url]
     command += ["--no-migrate", "--listen", address, "--metrics-listen", "", *args]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -318,7 +318,7 @@ def test_sighup_without_a_tokens_file_is_no_reason_to_die(database_url: str, tmp
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(database_url: str) -> None:
     missing = sa.make_url(database_url).set(database="offsetstore_no_such_database").render_as_string(False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
-    command = [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", missing]
+    command = [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", missing]
     done = subprocess.run([*command, "--listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -332,7 +332,7 @@ def test_a_port_another_server_holds_is_one_line_and_exit_code_2(database_url: s
         holder.listen()
         address = f"127.0.0.1:{holder.getsockname()[1]}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
-        command = [sys.executable, "-m", "offsetstore.server.cli", "serve", "--database-url", database_url]
+        command = [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", database_url]
         done = subprocess.run([*command, "--listen", address], capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

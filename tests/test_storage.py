@@ -9,13 +9,9 @@ from datetime import datetime
 import pytest
 import sqlalchemy as sa
 
-from offsetstore.client.errors import (
-    GroupNotFoundError,
-    InvalidArgumentError,
-    OffsetMismatchError,
-    StaleGenerationError,
-)
-from offsetstore.client.types import (
+from offsetstore import storage
+from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, OffsetMismatchError, StaleGenerationError
+from offsetstore.core.types import (
     EARLIEST,
     LATEST,
     NO_OFFSET,
@@ -26,8 +22,7 @@ from offsetstore.client.types import (
     TopicPartition,
     Watermark,
 )
-from offsetstore.server import storage
-from offsetstore.server.schema import groups, offset_history, offsets
+from offsetstore.storage.schema import groups, offset_history, offsets
 
 # --- fixtures and helpers ---
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from offsetstore.client.errors import OffsetMismatchError, StaleGenerationError
-from offsetstore.client.types import EARLIEST, LATEST, NO_OFFSET, Boundary, ChangeKind, OffsetCommit
-from offsetstore.server import storage
+from offsetstore import storage
+from offsetstore.core.errors import OffsetMismatchError, StaleGenerationError
+from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, Boundary, ChangeKind, OffsetCommit
 
 INT64_MAX = 2**63 - 1
 Key = tuple[str, int]

@@ -32,12 +32,12 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from offsetstore import storage
+from offsetstore.cli.groups import main as groups_cli
 from offsetstore.client import GroupNotFoundError, OffsetStoreClient, StoreUnavailableError
-from offsetstore.client.cli import main as groups_cli
 from offsetstore.kafka_integration import testing
-from offsetstore.server import storage
-from offsetstore.server.embedded import default_data_dir, running_url
-from offsetstore.server.engine import create_engine
+from offsetstore.storage.embedded import default_data_dir, running_url
+from offsetstore.storage.engine import create_engine
 
 EXAMPLE = Path(__file__).with_name("orders_consumer.py")
 FENCED = 3  # the example's exit code when a reset or a newer consumer took over

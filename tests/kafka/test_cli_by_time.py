@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import Producer
 
-from offsetstore.client import cli
+from offsetstore.cli import groups as cli
 from offsetstore.kafka_integration import testing
 
 pytestmark = pytest.mark.kafka

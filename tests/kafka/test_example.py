@@ -55,7 +55,7 @@ def test_orders_consumer_example(broker, database_url, engine, group_id, make_to
 
 def offsetstore_cli(server_address: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``offsetstore groups ARGS`` as a user types it, against the test's server."""
-    command = [sys.executable, "-m", "offsetstore.server.cli", "groups", "--server", server_address, *args]
+    command = [sys.executable, "-m", "offsetstore.cli.main", "groups", "--server", server_address, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 

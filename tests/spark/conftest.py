@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from exactly_once import assert_exactly_once
 
-from offsetstore.server.sink_sql import TableName, staging_name
+from offsetstore.sink.sql import TableName, staging_name
 from offsetstore.spark_integration import ExactlyOnceSink
 
 # Spark's Python workers must run this interpreter (the one with the package and

@@ -1,4 +1,4 @@
-"""The shared exactly-once batch core (offsetstore.server.batch_write) on real PostgreSQL, without Spark."""
+"""The shared exactly-once batch core (offsetstore.sink.batch_write) on real PostgreSQL, without Spark."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
+from offsetstore import storage
 from offsetstore.client import Boundary, OffsetCommit, StaleGenerationError, TopicPartition
-from offsetstore.server import storage
-from offsetstore.server.batch_write import PartitionStats, SinkTarget, TableName, write_batch
+from offsetstore.sink.batch_write import PartitionStats, SinkTarget, TableName, write_batch
 
 from .conftest import stored_offsets
 

@@ -6,8 +6,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from offsetstore import storage
 from offsetstore.client import ChangeKind
-from offsetstore.server import storage
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
 
@@ -27,7 +27,7 @@ def _stale(query) -> bool:
     try:
         query.awaitTermination(180)
     except StreamingQueryException as error:
-        return "offsetstore.client.errors.StaleGenerationError" in str(error)
+        return "offsetstore.core.errors.StaleGenerationError" in str(error)
     raise AssertionError("the fenced query is still running" if query.isActive else "the query stopped without error")
 
 

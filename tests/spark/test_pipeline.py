@@ -7,8 +7,8 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry
 
+from offsetstore import storage
 from offsetstore.client import Boundary, ChangeKind, OffsetCommit
-from offsetstore.server import storage
 from offsetstore.server.metrics import GroupCollector
 from offsetstore.spark_integration import ExactlyOnceSink
 from offsetstore.spark_integration.testing import FailFirstAttempt, record_key, record_value

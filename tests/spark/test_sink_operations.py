@@ -9,10 +9,11 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from sqlalchemy.pool import NullPool
 
+from offsetstore import storage
 from offsetstore.client import EARLIEST, Boundary, OffsetCommit
-from offsetstore.server import migrate, storage
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
+from offsetstore.storage import migrate
 
 from .conftest import KAFKA_TABLE, at_end, kafka_stream, records, run_available_now, stored_offsets, wait_for
 

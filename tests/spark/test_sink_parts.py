@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
+from offsetstore import storage
 from offsetstore.client import Boundary, OffsetCommit
-from offsetstore.server import arrow_copy as _arrow
-from offsetstore.server import sink_sql as _sql
-from offsetstore.server import storage
-from offsetstore.server.sink_sql import TableName
+from offsetstore.sink import arrow_copy as _arrow
+from offsetstore.sink import sql as _sql
+from offsetstore.sink.sql import TableName
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 
 from .conftest import jdk_problem

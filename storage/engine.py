@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engine
 from sqlalchemy.pool import NullPool
 
-from .migrate import normalize_url
+from offsetstore.storage.migrate import normalize_url
 
 __all__ = [
     "connect_args",

@@ -23,8 +23,9 @@ import psycopg_pool
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine
 
-from offsetstore.client.errors import OffsetStoreError, StoreUnavailableError
-from offsetstore.client.types import (
+from offsetstore import storage
+from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
+from offsetstore.core.types import (
     Boundary,
     CommittedOffset,
     ExpiredGroup,
@@ -38,9 +39,7 @@ from offsetstore.client.types import (
     TopicPartition,
     Watermark,
 )
-
-from . import storage
-from ._validate import MAX_RESPONSE_BYTES
+from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +369,7 @@ class Store:
 
         Returns the groups that expired (or would): one that became active meanwhile is left out.
         """
-        from . import retention
+        from offsetstore.storage import retention
 
         candidates = self.run(retention.idle_groups, idle_for, prefix=prefix, limit=limit)
         if not execute:

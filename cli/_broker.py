@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .types import TopicPartition
+from offsetstore.core.types import TopicPartition
 
 __all__ = ["BrokerError", "offsets_for_times", "topic_partitions", "watermarks"]
 

@@ -14,9 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from psycopg import Cursor, sql
 
-from offsetstore.client.types import TopicPartition
-
-from .batch_write import PartitionStats
+from offsetstore.core.types import TopicPartition
+from offsetstore.sink.batch_write import PartitionStats
 
 # Rows per CSV chunk handed to COPY: bounds the memory of one encoded chunk.
 _CHUNK_ROWS = 32_768

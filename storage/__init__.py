@@ -5,7 +5,7 @@ server and the Spark sink share the very same code; the sink adds its rows to th
 same transaction. Writes to a group first lock the group's row, which decides
 generation checks, compare-and-set and resets under a lock instead of by
 read-then-write races. Failures raise the typed errors of
-``offsetstore.client.errors``; the caller rolls back, so nothing is written.
+``offsetstore.core.errors``; the caller rolls back, so nothing is written.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from offsetstore.client.errors import (
+from offsetstore.core.errors import (
     FieldViolation,
     GroupChangedError,
     GroupNotFoundError,
@@ -58,7 +58,7 @@ from offsetstore.client.errors import (
     ResourceExhaustedError,
     StaleGenerationError,
 )
-from offsetstore.client.types import (
+from offsetstore.core.types import (
     EARLIEST,
     LATEST,
     NO_OFFSET,
@@ -76,9 +76,8 @@ from offsetstore.client.types import (
     TopicPartition,
     Watermark,
 )
-
-from . import _validate as check
-from .schema import groups, offset_history, offsets, watermarks
+from offsetstore.storage import validate as check
+from offsetstore.storage.schema import groups, offset_history, offsets, watermarks
 
 __all__ = [
     "CommitRequest",
@@ -1019,7 +1018,7 @@ def _offsets_at(
     partition whose last change before ``instant`` was dropped has the offset its next
     change started from, or, changed since by nothing, the one it has now.
     """
-    from .retention import history_horizon
+    from offsetstore.storage.retention import history_horizon
 
     h = offset_history
     latest = (

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Literal
 from psycopg import sql
 from sqlalchemy import Connection
 
-from offsetstore.client.types import OffsetCommit, TopicPartition
-
-from . import sink_sql, storage
-from .sink_sql import TableName
+from offsetstore import storage
+from offsetstore.core.types import OffsetCommit, TopicPartition
+from offsetstore.sink import sql as sink_sql
+from offsetstore.sink.sql import TableName
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -186,7 +186,7 @@ def write_batch(
     """
     import pyarrow as pa
 
-    from . import arrow_copy
+    from offsetstore.sink import arrow_copy
 
     stored = storage.lock_offsets(conn, group_id, generation=generation)
     batches: Iterator[pa.RecordBatch]
@@ -245,7 +245,7 @@ def write_batch(
 def _upsert(cur, target: SinkTarget, columns: list[str], batches: Iterator[pa.RecordBatch]) -> None:
     import pyarrow as pa
 
-    from . import arrow_copy
+    from offsetstore.sink import arrow_copy
 
     names = [sink_sql.OFFSET, *columns]
     cur.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp.{}").format(_BATCH_TABLE))

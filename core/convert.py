@@ -1,4 +1,4 @@
-"""Conversions between the offsetstore.v1 messages and the values of offsetstore.client.types.
+"""Conversions between the offsetstore.v1 messages and the values of offsetstore.core.types.
 
 Shared by the client and the server: both speak the contract in these values.
 """
@@ -11,9 +11,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from offsetstore.v1 import offset_store_pb2 as pb
-
-from .types import (
+from offsetstore.core.types import (
     Boundary,
     ChangeKind,
     CommittedOffset,
@@ -28,6 +26,7 @@ from .types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.v1 import offset_store_pb2 as pb
 
 #: What a call accepts as a selection of topics and partitions: None (everything),
 #: {topic: partitions} (no partitions = all of that topic), or an iterable of topic

@@ -1,6 +1,6 @@
 """Names and statements of a sink's target, staging and batch tables, quoted with psycopg.sql.
 
-Shared by the exactly-once writers (:mod:`offsetstore.server.batch_write`, the Spark
+Shared by the exactly-once writers (:mod:`offsetstore.sink.batch_write`, the Spark
 sink's staging path): one place decides how a table name parses and quotes.
 """
 

@@ -1,12 +1,12 @@
 """The asyncio server's handle on the database: the Store's operations, awaited, without a thread.
 
-:class:`AsyncStore` runs the very storage core :class:`~offsetstore.server.store.Store`
+:class:`AsyncStore` runs the very storage core :class:`~offsetstore.storage.store.Store`
 runs (functions taking a SQLAlchemy ``Connection``), on SQLAlchemy's asyncio engine through
 ``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
 commit's batch and the fetch) are the storage core's steps (:func:`storage.write_batch_steps`,
 :func:`storage.fetch_offsets_steps`) driven on psycopg's ``AsyncConnection``, prepared, with
 none of SQLAlchemy's layers. Failures are classified as the Store classifies them, and the
-caller's deadline (:func:`~offsetstore.server.store.deadline`) bounds the work the same way.
+caller's deadline (:func:`~offsetstore.storage.store.deadline`) bounds the work the same way.
 
 Group commit (:class:`AsyncWriteBatcher`) is a few asyncio tasks: each takes whatever is
 queued when it is free, so the next batch gathers while one is in the database (no timer).
@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from offsetstore.client.errors import OffsetStoreError, StoreUnavailableError
-from offsetstore.client.types import (
+from offsetstore import storage
+from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
+from offsetstore.core.types import (
     CommittedOffset,
     ExpiredGroup,
     FetchResult,
@@ -39,10 +40,9 @@ from offsetstore.client.types import (
     TopicPartition,
     Watermark,
 )
-
-from . import retention, storage
-from .engine import create_async_engine, create_async_pool, session_args
-from .store import ATTEMPTS, Store, caller_bound, classify, one_requests_fault, retryable
+from offsetstore.storage import retention
+from offsetstore.storage.engine import create_async_engine, create_async_pool, session_args
+from offsetstore.storage.store import ATTEMPTS, Store, caller_bound, classify, one_requests_fault, retryable
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher"]
 
@@ -343,7 +343,7 @@ _ALONE = object()
 class AsyncWriteBatcher:
     """Group commit on asyncio: concurrent commits and joins share one transaction, statement and WAL flush.
 
-    The same rules as the sync :class:`~offsetstore.server.store.WriteBatcher`: each of
+    The same rules as the sync :class:`~offsetstore.storage.store.WriteBatcher`: each of
     ``flushers`` tasks takes everything queued whenever it is free (no timer); each request
     keeps its own outcome; the batch's statement timeout is its most pressed caller's; a
     caller that left before COMMIT (its call cancelled, or its deadline passed) is taken

@@ -32,12 +32,11 @@ import psycopg
 import sqlalchemy.exc
 from sqlalchemy import Connection, delete, exists, func, select, text, tuple_, update
 
-from offsetstore.client.errors import InvalidArgumentError
-from offsetstore.client.types import ChangeKind, ExpiredGroup, TopicPartition
-
-from . import _validate as check
-from .schema import SCHEMA, groups, offset_history, offsets, watermarks
-from .storage import _now, _record
+from offsetstore.core.errors import InvalidArgumentError
+from offsetstore.core.types import ChangeKind, ExpiredGroup, TopicPartition
+from offsetstore.storage import _now, _record
+from offsetstore.storage import validate as check
+from offsetstore.storage.schema import SCHEMA, groups, offset_history, offsets, watermarks
 
 __all__ = [
     "ACTOR",
@@ -316,7 +315,7 @@ def _lock_unavailable(error: BaseException) -> bool:
 class Maintenance:
     """Runs maintenance rounds every ``interval`` seconds in a thread; :meth:`run_once` runs one now.
 
-    ``store`` is the server's :class:`~offsetstore.server.store.Store`: expiry goes through
+    ``store`` is the server's :class:`~offsetstore.storage.store.Store`: expiry goes through
     it (one transaction per group, counted by its hook), DDL through its engine.
     """
 
@@ -327,16 +326,14 @@ class Maintenance:
         history_retention: float,
         offsets_retention: float,
         interval: float = 60.0,
-        registry=None,
+        metrics=None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        from .metrics import retention_metrics
-
         self.store = store
         self.history_retention = history_retention
         self.offsets_retention = offsets_retention
         self.interval = interval
-        self.metrics = retention_metrics(registry) if registry is not None else None
+        self.metrics = metrics
         self.clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="offsetstore-maintenance", daemon=True)

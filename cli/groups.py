@@ -1,7 +1,7 @@
 """The ``offsetstore groups`` commands: kafka-consumer-groups' experience over the gRPC client.
 
-``offsetstore.server.cli`` mounts them with `configure_parser` and `run`; ``python -m
-offsetstore.client.cli list ...`` runs them on their own (the same commands without the
+``offsetstore.cli.main`` mounts them with `configure_parser` and `run`; ``python -m
+offsetstore.cli.groups list ...`` runs them on their own (the same commands without the
 leading ``groups``). They talk to the server only through `OffsetStoreClient`.
 
 Exit codes: 0 success, 1 an error (from the server, the connection or an input file),
@@ -22,10 +22,10 @@ from typing import Any, TextIO
 import grpc
 from grpc_status import rpc_status
 
-from . import _broker
-from ._sync import OffsetStoreClient
-from .durations import format_duration, parse_duration
-from .errors import (
+from offsetstore.cli import _broker
+from offsetstore.client._sync import OffsetStoreClient
+from offsetstore.core.durations import format_duration, parse_duration
+from offsetstore.core.errors import (
     DeadlineExceededError,
     GroupNotFoundError,
     InvalidArgumentError,
@@ -36,7 +36,7 @@ from .errors import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from .types import (
+from offsetstore.core.types import (
     EARLIEST,
     LATEST,
     NO_OFFSET,
@@ -1599,8 +1599,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m offsetstore.client.cli COMMAND ...``: the groups commands on their own."""
-    parser = argparse.ArgumentParser(prog="python -m offsetstore.client.cli")
+    """``python -m offsetstore.cli.groups COMMAND ...``: the groups commands on their own."""
+    parser = argparse.ArgumentParser(prog="python -m offsetstore.cli.groups")
     configure_parser(parser)
     return run(parser.parse_args(argv))
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from offsetstore.client import cli as groups_cli
+from offsetstore.cli import groups as groups_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,15 +155,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from . import migrate
-    from .config import Settings
+    from offsetstore.server.config import Settings
+    from offsetstore.storage import migrate
 
     settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
     if settings.database_url is not None:
         migrate.upgrade(settings.database_url, args.revision)
         print(f"migrated to {migrate.current(settings.database_url)}")
         return 0
-    from .embedded import EmbeddedPostgres
+    from offsetstore.storage.embedded import EmbeddedPostgres
 
     with EmbeddedPostgres(settings.data_dir) as pg:
         migrate.upgrade(pg.url, args.revision)
@@ -174,7 +174,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def _token(args: argparse.Namespace) -> int:
     import secrets
 
-    from .auth import MIN_TOKEN_BITS, hash_token, token_bits
+    from offsetstore.server.auth import MIN_TOKEN_BITS, hash_token, token_bits
 
     if args.hash:
         token = sys.stdin.readline().strip()
@@ -206,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args)
     if args.command == "token":
         return _token(args)
-    from .config import Settings
-    from .serve import serve
+    from offsetstore.server.config import Settings
+    from offsetstore.server.serve import serve
 
     flags = {k: v for k, v in vars(args).items() if k != "command"}
     try:

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from offsetstore.client.errors import FieldViolation, InvalidArgumentError
-from offsetstore.client.types import OffsetCommit, TopicPartition, Watermark
+from offsetstore.core.errors import FieldViolation, InvalidArgumentError
+from offsetstore.core.types import OffsetCommit, TopicPartition, Watermark
 
 MAX_GROUP_ID_BYTES = 255
 MAX_TOPIC_CHARS = 249

@@ -1,0 +1,1 @@
+"""The `offsetstore` command: the server's subcommands and the kafka-consumer-groups-style `groups`."""

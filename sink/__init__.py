@@ -1,0 +1,1 @@
+"""The sinks' core: one batch write of rows and offsets in one transaction, its SQL, and Arrow into COPY."""
