@@ -34,8 +34,8 @@ from sqlalchemy import Connection, delete, exists, func, select, text, tuple_, u
 
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import ChangeKind, ExpiredGroup, TopicPartition
-from offsetstore.storage import _now, _record
 from offsetstore.storage import validate as check
+from offsetstore.storage._groups import now, record_changes
 from offsetstore.storage.schema import SCHEMA, groups, offset_history, offsets, watermarks
 
 __all__ = [
@@ -271,14 +271,14 @@ def expire_group(conn: Connection, group_id: str, idle_for: timedelta, *, actor:
         .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
     ).all()
     conn.execute(update(groups).where(groups.c.group_id == group_id).values(deleted_at=func.statement_timestamp()))
-    _record(
+    record_changes(
         conn,
         group_id,
         [(TopicPartition(r.topic, r.partition), r.offset, None) for r in sorted(rows, key=lambda r: r[:2])],
         ChangeKind.EXPIRE,
         group.generation,
         actor,
-        _now(conn),
+        now(conn),
     )
     log.info(
         "group expired",

@@ -30,7 +30,7 @@ from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, Of
 from offsetstore.core.types import Boundary, OffsetCommit, Watermark
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.storage import migrate
+from offsetstore.storage import migrate, schema
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 
@@ -307,7 +307,7 @@ def test_lag_resolves_sentinels_and_age_is_the_newest_commit(
     assert metered.value("offsetstore_group_lag", partition="0", **labels) == 25
     assert metered.value("offsetstore_group_max_lag", group=group_id) == 25
 
-    offsets = storage.offsets
+    offsets = schema.offsets
     with engine.begin() as conn:
         for partition, hours in ((0, 1), (1, 2)):  # the newest is not the last row written
             conn.execute(

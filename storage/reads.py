@@ -1,0 +1,387 @@
+"""Reads: a group's offsets, its description with lag, the groups and the offset history, page by page."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    and_,
+    case,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    tuple_,
+)
+
+from offsetstore.core.errors import (
+    GroupNotFoundError,
+)
+from offsetstore.core.types import (
+    EARLIEST,
+    LATEST,
+    NO_OFFSET,
+    ChangeKind,
+    CommittedOffset,
+    FetchResult,
+    GroupDescription,
+    GroupSummary,
+    OffsetChange,
+    Page,
+    PartitionStatus,
+    TopicPartition,
+)
+from offsetstore.storage import validate as check
+from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
+from offsetstore.storage.pages import (
+    DESCRIBE_ENTRY_BYTES,
+    ENVELOPE_BYTES,
+    FETCH_ENTRY_BYTES,
+    PageRequest,
+    check_same_generation,
+    cut_page,
+    decode_token,
+    encode_token,
+    next_token,
+    page_start,
+    token_key,
+)
+from offsetstore.storage.schema import groups, offset_history, offsets, watermarks
+from offsetstore.storage.steps import HotSteps, run_hot
+
+# The page, sized: at most page_size + 1 rows after the token's key (so that a page of a
+# huge group reads no more than that), each row's size, the running sum in key order, and
+# the rows that start within the budget (the first one to pass it included: it shows that
+# there is more).
+_GENERATION = (
+    "coalesce((SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0)"
+)
+_FETCH = f"""
+SELECT {_GENERATION}, sized.topic, sized.partition, sized."offset", sized.metadata, sized.commit_time, sized.upto
+FROM (
+    SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
+    FROM (
+        SELECT * FROM ({{rows}}) AS unsized
+        WHERE (unsized.topic, unsized.partition) > (%(after_topic)s, %(after_partition)s)
+        ORDER BY unsized.topic, unsized.partition
+        LIMIT %(rows)s
+    ) AS r
+) AS sized
+WHERE sized.upto - sized.size <= %(budget)s
+ORDER BY sized.topic, sized.partition
+"""
+#: The generation alone, for a page without rows.
+_FETCH_GENERATION = f"SELECT {_GENERATION}"
+_ROW_SIZE = f"octet_length(o.topic) + octet_length(o.metadata) + {FETCH_ENTRY_BYTES} AS size"
+_FETCH_ALL = _FETCH.format(
+    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s"""
+)
+# Named partitions without an offset come back as -1 (Kafka's convention), in their place
+# in key order, so that they are paged like the others.
+_FETCH_SELECTED = _FETCH.format(
+    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
+    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s AND o.topic = ANY(%(whole)s::text[])
+    UNION ALL
+    SELECT n.topic, n.partition, coalesce(o."offset", {NO_OFFSET}), coalesce(o.metadata, ''), o.commit_time,
+        octet_length(n.topic) + coalesce(octet_length(o.metadata), 0) + {FETCH_ENTRY_BYTES} AS size
+    FROM unnest(%(topics)s::text[], %(partitions)s::integer[]) AS n(topic, partition)
+    LEFT JOIN offsetstore.offsets AS o
+        ON o.group_id = %(group)s AND o.topic = n.topic AND o.partition = n.partition"""
+)
+
+
+def fetch_offsets(
+    conn: Connection, group_id: str, topics: SelectionArg = None, page: PageRequest = PageRequest()
+) -> FetchResult:
+    """Committed offsets, one page of them; a named partition without one comes back with offset -1.
+
+    One statement, so the page's offsets and the generation come from one snapshot.
+    """
+    return run_hot(conn, fetch_offsets_steps(group_id, topics, page))
+
+
+def fetch_offsets_steps(
+    group_id: str, topics: SelectionArg = None, page: PageRequest = PageRequest()
+) -> HotSteps[FetchResult]:
+    """:func:`fetch_offsets` as steps (see :func:`write_batch_steps`); bad input raises before the first."""
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    limit = page.checked(v)
+    v.raise_if_any()
+    request = ("fetch", group_id, sels)
+    seen, after_topic, after_partition = page_start(page, request)
+    params = {
+        "group": group_id,
+        "after_topic": after_topic,
+        "after_partition": after_partition,
+        "budget": page.max_bytes - ENVELOPE_BYTES,
+        "rows": None if limit is None else limit + 1,
+    }
+    if sels:
+        pairs = [(t, p) for t, parts in sels for p in parts]
+        params.update(
+            whole=[t for t, parts in sels if not parts],
+            topics=[t for t, _ in pairs],
+            partitions=[p for _, p in pairs],
+        )
+        rows = yield _FETCH_SELECTED, params
+    else:
+        rows = yield _FETCH_ALL, params
+    # Each row carries the generation, read in the same statement; a page without rows asks for it.
+    generation = rows[0][0] if rows else (yield _FETCH_GENERATION, {"group": group_id})[0][0]
+    check_same_generation(group_id, seen, generation)
+    rows, more = cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
+    offsets = {
+        TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
+        for _, topic, partition, offset, metadata, at, _ in rows
+    }
+    token = next_token(request, generation, rows[-1][1], rows[-1][2], page.key) if more else ""
+    return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
+
+
+def _effective_offset():
+    # A sentinel offset resolves to the watermark it stands for.
+    return case(
+        (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
+        (offsets.c.offset == LATEST, watermarks.c.log_end_offset),
+        else_=offsets.c.offset,
+    )
+
+
+def lag_columns():
+    """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
+
+    -1 where no log end is known, and where the offset is past it: that is an anomaly
+    (see `past_log_end_column`), never lag 0, and a sum over it would mean nothing.
+    """
+    effective = _effective_offset()
+    log_end = func.coalesce(watermarks.c.log_end_offset, NO_OFFSET)
+    lag = case(
+        (or_(watermarks.c.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
+        (effective > watermarks.c.log_end_offset, NO_OFFSET),
+        else_=watermarks.c.log_end_offset - effective,
+    )
+    return log_end, lag
+
+
+def past_log_end_column():
+    """Whether the offset is past the known log end (false where no log end is known)."""
+    return func.coalesce(_effective_offset() > watermarks.c.log_end_offset, false())
+
+
+def _with_watermarks():
+    return offsets.outerjoin(
+        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
+    )
+
+
+def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequest()) -> GroupDescription:
+    """One page of the group's partitions with log end and lag; :class:`GroupNotFoundError` if unknown or deleted.
+
+    One statement, so the partitions and the generation come from one snapshot. A
+    deleted group's error carries the generation and reset count its id keeps.
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    limit = page.checked(v)
+    v.raise_if_any()
+    request = ("describe", group_id)
+    seen, after_topic, after_partition = page_start(page, request)
+    group = (
+        select(
+            groups.c.generation,
+            groups.c.reset_count,
+            groups.c.deleted_at,
+            groups.c.member_id,
+            groups.c.member_host,
+            groups.c.active_at,
+        )
+        .where(groups.c.group_id == group_id)
+        .subquery("g")
+    )
+    log_end, lag = lag_columns()
+    unsized = (
+        select(
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            offsets.c.metadata,
+            offsets.c.commit_time,
+            log_end.label("log_end_offset"),
+            lag.label("lag"),
+            past_log_end_column().label("past_log_end"),
+            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
+            (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + DESCRIBE_ENTRY_BYTES).label(
+                "size"
+            ),
+        )
+        .select_from(_with_watermarks())
+        .where(
+            offsets.c.group_id == group_id,
+            tuple_(offsets.c.topic, offsets.c.partition) > (after_topic, after_partition),
+        )
+        .order_by(offsets.c.topic, offsets.c.partition)
+        .limit(None if limit is None else limit + 1)
+        .subquery("unsized")
+    )
+    sized = select(
+        unsized,
+        func.sum(unsized.c.size).over(order_by=(unsized.c.topic, unsized.c.partition), rows=(None, 0)).label("upto"),
+    ).subquery("sized")
+    part = (
+        select(sized)
+        .where(sized.c.upto - sized.c.size <= literal(page.max_bytes - ENVELOPE_BYTES, BigInteger))
+        .order_by(sized.c.topic, sized.c.partition)
+        .lateral("part")
+    )
+    rows = conn.execute(
+        select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
+    ).all()
+    if not rows or rows[0].deleted_at is not None:
+        metadata = {"group_id": group_id}
+        if rows:
+            metadata.update(generation=str(rows[0].generation), reset_count=str(rows[0].reset_count), deleted="true")
+        raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
+    first = rows[0]
+    check_same_generation(group_id, seen, first.generation)
+    listed, more = cut_page(
+        [r for r in rows if r.topic is not None], limit, page, f"the description of group {group_id!r}"
+    )
+    partitions = [
+        PartitionStatus(
+            r.topic,
+            r.partition,
+            r.offset,
+            r.metadata,
+            r.commit_time,
+            r.log_end_offset,
+            r.lag,
+            r.past_log_end,
+            r.log_start_offset,
+        )
+        for r in listed
+    ]
+    token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
+    return GroupDescription(
+        group_id,
+        first.generation,
+        partitions,
+        first.reset_count,
+        first.member_id,
+        first.member_host,
+        token,
+        first.active_at,
+    )
+
+
+def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
+    """Groups ordered by id, one page at a time."""
+    v = check.Violations()
+    check.prefix(prefix, violations=v)
+    size = check.page_size(page_size, violations=v)
+    v.raise_if_any()
+    _, lag = lag_columns()
+    per_group = (
+        select(
+            func.count().label("partition_count"),
+            func.max(offsets.c.commit_time).label("last_commit_time"),
+            # -1 unless every partition's lag is known: a partial sum would understate it.
+            # The sum saturates at int64's maximum: two partitions whose log end is near it
+            # (watermarks are any tenant's to report) must not overflow everyone's page.
+            case(
+                (func.count() == 0, NO_OFFSET),
+                (func.bool_and(lag >= 0), func.least(func.sum(lag), check.INT64_MAX)),
+                else_=NO_OFFSET,
+            ).label("total_lag"),
+        )
+        .select_from(_with_watermarks())
+        .where(offsets.c.group_id == groups.c.group_id)
+        .lateral("per_group")
+    )
+    query = (
+        select(
+            groups.c.group_id,
+            groups.c.generation,
+            per_group.c.partition_count,
+            per_group.c.last_commit_time,
+            per_group.c.total_lag,
+        )
+        .select_from(groups.join(per_group, true()))
+        .where(groups.c.deleted_at.is_(None))
+        .order_by(groups.c.group_id)
+        .limit(size + 1)
+    )
+    if prefix:
+        query = query.where(func.starts_with(groups.c.group_id, prefix))
+    if page_token:
+        query = query.where(groups.c.group_id > decode_token(page_token, str, token_key(conn)))
+    rows = conn.execute(query).all()
+    items = [
+        GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag))
+        for r in rows[:size]
+    ]
+    token = encode_token(items[-1].group_id, token_key(conn)) if len(rows) > size else ""
+    return Page(items, token)
+
+
+def list_offset_history(
+    conn: Connection,
+    group_id: str,
+    topics: SelectionArg = None,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    page_size: int = 0,
+    page_token: str = "",
+) -> Page[OffsetChange]:
+    """The group's commits, resets and deletes, newest first; ``since`` inclusive, ``until`` exclusive."""
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    size = check.page_size(page_size, violations=v)
+    v.raise_if_any()
+    h = offset_history
+    query = (
+        select(
+            h.c.id,
+            h.c.topic,
+            h.c.partition,
+            h.c.previous_offset,
+            h.c.new_offset,
+            h.c.kind,
+            h.c.generation,
+            h.c.change_time,
+            h.c.actor,
+        )
+        .where(h.c.group_id == group_id, where_selected(h, sels))
+        .order_by(h.c.id.desc())
+        .limit(size + 1)
+    )
+    if since is not None:
+        query = query.where(h.c.change_time >= since)
+    if until is not None:
+        query = query.where(h.c.change_time < until)
+    if page_token:
+        query = query.where(h.c.id < decode_token(page_token, int, token_key(conn)))
+    rows = conn.execute(query).all()
+    items = [
+        OffsetChange(
+            r.topic,
+            r.partition,
+            or_no_offset(r.previous_offset),
+            or_no_offset(r.new_offset),
+            ChangeKind(r.kind),
+            r.generation,
+            r.change_time,
+            r.actor,
+        )
+        for r in rows[:size]
+    ]
+    token = encode_token(rows[size - 1].id, token_key(conn)) if len(rows) > size else ""
+    return Page(items, token)

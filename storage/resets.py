@@ -1,0 +1,271 @@
+"""Operator actions: reset and delete a group's offsets, fencing its live writers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import (
+    Connection,
+    delete,
+    select,
+)
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from offsetstore.core.errors import (
+    FieldViolation,
+    InvalidArgumentError,
+)
+from offsetstore.core.types import (
+    EARLIEST,
+    LATEST,
+    Boundary,
+    ChangeKind,
+    OffsetChange,
+    ResetResult,
+    TopicPartition,
+)
+from offsetstore.storage import validate as check
+from offsetstore.storage._groups import (
+    SelectionArg,
+    bump_generation,
+    lock_group,
+    now,
+    or_no_offset,
+    record_changes,
+    where_selected,
+)
+from offsetstore.storage.retention import history_horizon
+from offsetstore.storage.schema import offset_history, offsets
+from offsetstore.storage.watermarks import read_watermarks
+
+# --- operator actions: reset and delete --------------------------------------------
+
+
+def _selection_required(sels: list[check.Selection], all_topics: bool, v: check.Violations) -> None:
+    if sels and all_topics:
+        v.add("all_topics", "give either topics or all_topics, not both")
+    # A selection that was given but is bad has been named already.
+    if not sels and not all_topics and not any(f.field.startswith("topics") for f in v.found):
+        v.add("topics", "name topics or set all_topics")
+
+
+def _offsets_at(
+    conn: Connection, group_id: str, sels: list[check.Selection], instant: datetime
+) -> dict[TopicPartition, int | None]:
+    """Each partition's offset as of ``instant`` from the history (None: it had none then).
+
+    Where retention dropped old history, an instant before what is kept is
+    INVALID_ARGUMENT naming the oldest one that can be restored; from that one on, a
+    partition whose last change before ``instant`` was dropped has the offset its next
+    change started from, or, changed since by nothing, the one it has now.
+    """
+    h = offset_history
+    latest = (
+        select(h.c.topic, h.c.partition, h.c.new_offset)
+        .ext(distinct_on(h.c.topic, h.c.partition))
+        .where(h.c.group_id == group_id, h.c.change_time <= instant, where_selected(h, sels))
+        .order_by(h.c.topic, h.c.partition, h.c.id.desc())
+    )
+    found = {TopicPartition(r.topic, r.partition): r.new_offset for r in conn.execute(latest)}
+    horizon = history_horizon(conn)
+    if horizon is None:
+        return found  # the whole history is kept: no change before the instant means no offset then
+    if instant < horizon:
+        oldest = horizon.isoformat().replace("+00:00", "Z")
+        raise InvalidArgumentError(
+            f"to_commit_time: is older than the kept history; the oldest instant that can be restored is {oldest}",
+            violations=[
+                FieldViolation("to_commit_time", f"is older than the oldest instant that can be restored, {oldest}")
+            ],
+            metadata={"oldest_restorable_time": oldest},
+        )
+    following = (
+        select(h.c.topic, h.c.partition, h.c.previous_offset)
+        .ext(distinct_on(h.c.topic, h.c.partition))
+        .where(h.c.group_id == group_id, h.c.change_time > instant, where_selected(h, sels))
+        .order_by(h.c.topic, h.c.partition, h.c.id)
+    )
+    for r in conn.execute(following):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.previous_offset)
+    unchanged = select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+        offsets.c.group_id == group_id, where_selected(offsets, sels)
+    )
+    for r in conn.execute(unchanged):
+        found.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+    return found
+
+
+def reset_offsets(
+    conn: Connection,
+    group_id: str,
+    topics: SelectionArg = None,
+    *,
+    all_topics: bool = False,
+    to_offset: int | None = None,
+    shift_by: int | None = None,
+    to_boundary: Boundary | None = None,
+    to_commit_time: datetime | None = None,
+    dry_run: bool = False,
+    actor: str = "",
+) -> ResetResult:
+    """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
+
+    Returns every selected partition with its previous and new offset (-1: none).
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    _selection_required(sels, all_topics, v)
+    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
+    if len(targets) != 1:
+        v.add("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time")
+    if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
+        v.add("to_offset", "must be >= 0")
+    if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
+        v.add("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+    v.raise_if_any()
+
+    group = lock_group(conn, group_id, create=False)
+    stored = {
+        TopicPartition(r.topic, r.partition): r.offset
+        for r in conn.execute(
+            select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(
+                offsets.c.group_id == group_id, where_selected(offsets, sels)
+            )
+        )
+    }
+    # Explicitly named partitions are selected even without an offset; a whole topic
+    # means the partitions the group has (and, for a point in time, had).
+    selected: set[TopicPartition] = set(stored)
+    selected.update(TopicPartition(t, p) for t, parts in sels for p in parts)
+    past: dict[TopicPartition, int | None] = {}
+    if to_commit_time is not None:
+        past = _offsets_at(conn, group_id, sels, to_commit_time)
+        selected.update(tp for tp, off in past.items() if off is not None)
+    marks = read_watermarks(conn, selected) if to_commit_time is None else {}
+
+    new: dict[TopicPartition, int] = {}
+    for tp in sorted(selected):
+        old = stored.get(tp)
+        start, end = marks.get(tp, (None, None))
+        if to_offset is not None:
+            new[tp] = to_offset
+        elif to_boundary is not None:
+            if to_boundary == Boundary.EARLIEST:
+                new[tp] = EARLIEST if start is None else start
+            else:
+                new[tp] = LATEST if end is None else end
+        elif shift_by is not None:
+            base = {EARLIEST: start, LATEST: end}.get(old, old) if old is not None else None
+            if base is None:
+                continue  # nothing to shift from: no offset, or a sentinel with no watermark
+            moved = min(max(0, base + shift_by), check.INT64_MAX)
+            new[tp] = min(moved, end) if end is not None else moved
+        else:
+            # A reset never deletes: no offset at that instant means "from the start".
+            at = past.get(tp)
+            new[tp] = EARLIEST if at is None else at
+
+    generation = group.generation if group is not None else 0
+    # A reset of a live group always fences its writers; an unknown or deleted group
+    # is (re)created only when the reset gives it an offset.
+    live = group is not None and group.deleted_at is None
+    bumps = live or bool(new)
+    after = generation + 1 if bumps else generation
+    changes = [
+        OffsetChange(tp.topic, tp.partition, or_no_offset(stored.get(tp)), off, ChangeKind.RESET, after, None, actor)
+        for tp, off in new.items()
+    ]
+    if dry_run:
+        return ResetResult(changes, generation, True)
+    if bumps:
+        generation = bump_generation(conn, group_id)
+    when = _apply_reset(conn, group_id, new, stored, generation, actor)
+    return ResetResult([replace(c, change_time=when) for c in changes], generation, False)
+
+
+def _apply_reset(
+    conn: Connection,
+    group_id: str,
+    new: dict[TopicPartition, int],
+    stored: dict[TopicPartition, int],
+    generation: int,
+    actor: str,
+) -> datetime:
+    """Writes the reset's offsets and history; returns the time it records."""
+    when = now(conn)
+    if new:
+        stmt = pg_insert(offsets)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
+            set_={"offset": stmt.excluded.offset, "metadata": "", "commit_time": stmt.excluded.commit_time},
+        )
+        conn.execute(
+            stmt,
+            [
+                {
+                    "group_id": group_id,
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": off,
+                    "metadata": "",
+                    "commit_time": when,
+                }
+                for tp, off in new.items()
+            ],
+        )
+    record_changes(
+        conn,
+        group_id,
+        [(tp, stored.get(tp), off) for tp, off in new.items()],
+        ChangeKind.RESET,
+        generation,
+        actor,
+        when,
+    )
+    return when
+
+
+def delete_offsets(
+    conn: Connection, group_id: str, topics: SelectionArg = None, *, all_topics: bool = False, actor: str = ""
+) -> list[TopicPartition]:
+    """Deletes the selected offsets; ``all_topics`` deletes the group. Recorded in the history.
+
+    Like a reset, a delete fences live writers (the generation moves on) so that they
+    cannot silently recreate what an operator removed.
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    sels = check.selections(topics, violations=v)
+    _selection_required(sels, all_topics, v)
+    v.raise_if_any()
+    group = lock_group(conn, group_id, create=False)
+    if group is None or group.deleted_at is not None:
+        return []
+    rows = conn.execute(
+        delete(offsets)
+        .where(offsets.c.group_id == group_id, where_selected(offsets, sels))
+        .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
+    ).all()
+    deleted = sorted(TopicPartition(r.topic, r.partition) for r in rows)
+    # Like a reset, the delete moves the generation on (and the reset count, so a Spark
+    # query restarts on a fresh checkpoint). Deleting the group keeps its row as a
+    # tombstone: the generation of a group id never repeats.
+    if not (all_topics or rows):
+        return []
+    generation = bump_generation(conn, group_id, deleted=all_topics)
+    record_changes(
+        conn,
+        group_id,
+        [
+            (TopicPartition(r.topic, r.partition), r.offset, None)
+            for r in sorted(rows, key=lambda r: (r.topic, r.partition))
+        ],
+        ChangeKind.DELETE,
+        generation,
+        actor,
+        now(conn),
+    )
+    return deleted

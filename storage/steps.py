@@ -1,0 +1,77 @@
+"""The hot path as steps: generators that yield statements and are sent their rows, and the sync driver of them."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from typing import TypeVar
+
+import psycopg
+import sqlalchemy.exc
+from sqlalchemy import (
+    Connection,
+)
+
+R = TypeVar("R")
+
+#: Yielded by hot steps between slices of a wide request's work: the asyncio path lets other calls run there.
+PAUSE = None
+#: How many items a hot step handles between two pauses.
+SLICE = 200
+
+
+# Array parameters travel as one array literal each, joined at C speed: psycopg would dump
+# a 10,000-entry list element by element (milliseconds a column for the widest commit).
+
+
+def int_array(values: Sequence[int | None]) -> str:
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def bool_array(values: Sequence[bool]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
+
+
+def text_array(values: Sequence[str]) -> str:
+    if not values:
+        return "{}"
+    together = "".join(values)
+    if '"' in together or "\\" in together:
+        values = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]
+    return '{"' + '","'.join(values) + '"}'
+
+
+#: A statement of the hot path: SQL with ``%(name)s`` placeholders, and its parameters.
+Statement = tuple[str, Mapping[str, object]]
+#: An operation of the hot path as steps: yields statements (or PAUSE), is sent each one's rows, returns its result.
+HotSteps = Generator[Statement | None, list[tuple] | None, R]
+
+
+def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
+    """Drives ``steps`` on ``conn`` (sync): each statement prepared, on the psycopg connection under it.
+
+    It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
+    fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
+    psycopg's error, the connection invalidated where it broke.
+    """
+    raw = conn.connection.driver_connection
+    try:
+        statement = next(steps)
+        while True:
+            if statement is PAUSE:
+                statement = steps.send(None)
+                continue
+            sql, params = statement
+            try:
+                cursor = raw.execute(sql, params, prepare=True)
+                rows = cursor.fetchall() if cursor.description is not None else []
+            except psycopg.Error as error:
+                if raw.broken:
+                    conn.invalidate()
+                raise sqlalchemy.exc.DBAPIError.instance(
+                    sql, None, error, psycopg.Error, hide_parameters=True, connection_invalidated=raw.broken
+                ) from None
+            statement = steps.send(rows)
+    except StopIteration as done:
+        return done.value

@@ -1,0 +1,79 @@
+"""Watermarks: the log start and end offsets reported per partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import (
+    Connection,
+    select,
+)
+
+from offsetstore.core.types import (
+    NO_OFFSET,
+    TopicPartition,
+    Watermark,
+)
+from offsetstore.storage import validate as check
+from offsetstore.storage._groups import among
+from offsetstore.storage.schema import watermarks
+from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, int_array, run_hot, text_array
+
+
+def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
+    """Stores the latest reported log start and end of each partition.
+
+    A log start of -1 was not observed (a Spark batch sees only log ends): the one
+    stored stays, and none is invented where none is stored.
+    """
+    run_hot(conn, report_watermarks_steps(values))
+
+
+# One statement whatever the number of watermarks, in key order, so that concurrent
+# reporters lock rows in one order and cannot deadlock. A kept log start never lies past
+# the newest log end (LEAST skips NULLs, so an unknown start must stay NULL explicitly).
+_REPORT_WATERMARKS = """
+INSERT INTO offsetstore.watermarks AS w (topic, partition, log_start_offset, log_end_offset, updated_at)
+SELECT r.topic, r.partition, r.log_start, r.log_end, statement_timestamp()
+FROM unnest(%(topic)s::text[], %(partition)s::integer[], %(start)s::bigint[], %(end)s::bigint[])
+    AS r(topic, partition, log_start, log_end)
+ORDER BY r.topic, r.partition
+ON CONFLICT (topic, partition) DO UPDATE SET
+    log_start_offset = CASE
+        WHEN coalesce(EXCLUDED.log_start_offset, w.log_start_offset) IS NULL THEN NULL
+        ELSE least(coalesce(EXCLUDED.log_start_offset, w.log_start_offset), EXCLUDED.log_end_offset)
+    END,
+    log_end_offset = EXCLUDED.log_end_offset,
+    updated_at = statement_timestamp()
+"""
+
+
+def report_watermarks_steps(values: Sequence[Watermark]) -> HotSteps[None]:
+    """:func:`report_watermarks` as steps (see :func:`write_batch_steps`); bad input raises before the first."""
+    check.watermarks(values)
+    if not values:
+        return
+    params: dict[str, str] = {}
+    for name, column in (
+        ("topic", lambda: text_array([w.topic for w in values])),
+        ("partition", lambda: int_array([w.partition for w in values])),
+        ("start", lambda: int_array([None if w.log_start_offset == NO_OFFSET else w.log_start_offset for w in values])),
+        ("end", lambda: int_array([w.log_end_offset for w in values])),
+    ):
+        if len(values) > SLICE:
+            yield PAUSE
+        params[name] = column()
+    yield _REPORT_WATERMARKS, params
+
+
+def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int]]:
+    """The reported (log start or None where not observed, log end) of each of ``keys`` that has any."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    rows = conn.execute(
+        select(
+            watermarks.c.topic, watermarks.c.partition, watermarks.c.log_start_offset, watermarks.c.log_end_offset
+        ).where(among(watermarks, keys))
+    )
+    return {TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset) for r in rows}

@@ -1,0 +1,232 @@
+"""Commits and joins: one server-side function (``offsetstore.write_batch``) writes a batch of them."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    Connection,
+    select,
+)
+
+from offsetstore.core.errors import (
+    OffsetMismatchError,
+    OffsetStoreError,
+)
+from offsetstore.core.types import (
+    CommittedOffset,
+    OffsetCommit,
+    TopicPartition,
+)
+from offsetstore.storage import validate as check
+from offsetstore.storage._groups import check_generation, lock_group, stale_error
+from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, int_array, run_hot, text_array
+
+# --- commit and join: one server-side function writes a batch of them ------------
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """One CommitOffsets call: validated by :func:`check_write` before it joins a batch."""
+
+    group_id: str
+    commits: Sequence[OffsetCommit]
+    generation: int = 0
+    actor: str = ""
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """One JoinGroup call."""
+
+    group_id: str
+    member_id: str = ""
+    member_host: str = ""
+
+
+WriteRequest = CommitRequest | JoinRequest
+#: A commit's offsets in request order, a join's generation, or the request's own error.
+WriteOutcome = list[CommittedOffset] | int | OffsetStoreError
+
+# migrations/versions/0004: each request decided under its group's lock, in group-id order.
+_WRITE_BATCH = (
+    'SELECT req, outcome, topic, partition, "offset", metadata, commit_time, stored FROM offsetstore.write_batch('
+    "%(join)s::boolean[], %(group)s::text[], %(generation)s::bigint[], %(actor)s::text[], %(member_id)s::text[], "
+    "%(member_host)s::text[], %(cas)s::boolean[], %(first)s::integer[], %(last)s::integer[], "
+    "%(topic)s::text[], %(partition)s::integer[], %(offset)s::bigint[], %(metadata)s::text[], "
+    "%(expected)s::bigint[])"
+)
+# write_batch's outcome column: 0 done, else the request's refusal.
+_DONE, _STALE, _MISMATCH = 0, 1, 2
+
+
+def check_write(request: WriteRequest) -> None:
+    """Raises :class:`InvalidArgumentError` naming every bad field of ``request``."""
+    v = check.Violations()
+    check.group_id(request.group_id, violations=v)
+    if isinstance(request, CommitRequest):
+        check.commits(request.commits, violations=v)
+        check.generation(request.generation, violations=v)
+    else:
+        check.member_id(request.member_id, violations=v)
+        check.member_id(request.member_host, "member_host", violations=v)
+    v.raise_if_any()
+
+
+def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[WriteOutcome]:
+    """Writes every request that may be written, in one statement; one outcome per request, in order.
+
+    Requests must have passed :func:`check_write`. A stale generation or a
+    compare-and-set mismatch is that request's outcome and writes nothing of it; the
+    others still write. Commits with no offsets are not written here (see
+    :func:`commit_offsets`). Row locks of the groups are held until the caller's
+    transaction ends; they are taken in group-id order.
+    """
+    return run_hot(conn, write_batch_steps(requests))
+
+
+def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOutcome]]:
+    """:func:`write_batch` as steps: it yields its one statement, is sent the rows, returns the outcomes.
+
+    The sync path (:func:`run_hot`) and the server's asyncio path drive the same steps,
+    so the batch's parameters and the decoding of its outcomes exist once. Between slices
+    of a wide batch's work it yields :data:`PAUSE`, where the asyncio path lets other calls run.
+    """
+    joins = [isinstance(r, JoinRequest) for r in requests]
+    commits = [r.commits if isinstance(r, CommitRequest) else () for r in requests]
+    ends = list(itertools.accumulate(len(c) for c in commits))
+    every = [c for cs in commits for c in cs]
+    params = {
+        "join": bool_array(joins),
+        "group": text_array([r.group_id for r in requests]),
+        "generation": int_array([r.generation if isinstance(r, CommitRequest) else 0 for r in requests]),
+        "actor": text_array([r.actor if isinstance(r, CommitRequest) else "" for r in requests]),
+        "member_id": text_array([r.member_id if isinstance(r, JoinRequest) else "" for r in requests]),
+        "member_host": text_array([r.member_host if isinstance(r, JoinRequest) else "" for r in requests]),
+        "cas": bool_array([any(c.expected_offset is not None for c in cs) for cs in commits]),
+        # A join's range of commits is empty (1..0); a commit's is its entries' 1-based positions.
+        "first": int_array(
+            [1 if join else end - len(cs) + 1 for join, cs, end in zip(joins, commits, ends, strict=True)]
+        ),
+        "last": int_array([0 if join else end for join, end in zip(joins, ends, strict=True)]),
+    }
+    for name, column in (
+        ("topic", lambda: text_array([c.topic for c in every])),
+        ("partition", lambda: int_array([c.partition for c in every])),
+        ("offset", lambda: int_array([c.offset for c in every])),
+        ("metadata", lambda: text_array([c.metadata for c in every])),
+        ("expected", lambda: int_array([c.expected_offset for c in every])),
+    ):
+        if len(every) > SLICE:
+            yield PAUSE
+        params[name] = column()
+    rows = yield _WRITE_BATCH, params
+    found: dict[int, list[tuple]] = {}
+    for row in rows:
+        found.setdefault(row[0] - 1, []).append(row)
+    outcomes: list[WriteOutcome] = []
+    for i, r in enumerate(requests):
+        mine = found.get(i, [])
+        if isinstance(r, JoinRequest) or (mine and mine[0][1] != _DONE):
+            outcomes.append(_refusal_or_generation(r, mine))
+            continue
+        by_key = {(row[2], row[3]): row for row in mine}
+        committed: list[CommittedOffset] = []
+        for start in range(0, len(r.commits), SLICE):
+            if start:
+                yield PAUSE
+            for c in r.commits[start : start + SLICE]:
+                row = by_key[(c.topic, c.partition)]
+                committed.append(CommittedOffset(c.topic, c.partition, row[4], row[5], row[6]))
+        outcomes.append(committed)
+    return outcomes
+
+
+def _refusal_or_generation(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
+    if isinstance(request, JoinRequest):
+        return rows[0][7]
+    if rows[0][1] == _STALE:
+        return stale_error(request.group_id, request.generation, rows[0][7])
+    _, _, topic, partition, expected, _, _, stored = rows[0]
+    return OffsetMismatchError(
+        f"{topic}:{partition} has offset {stored}, not the expected {expected}",
+        metadata={
+            "topic": topic,
+            "partition": str(partition),
+            "stored_offset": str(stored),
+            "expected_offset": str(expected),
+        },
+    )
+
+
+def commit_offsets(
+    conn: Connection,
+    group_id: str,
+    commits: Sequence[OffsetCommit],
+    *,
+    generation: int = 0,
+    actor: str = "",
+) -> list[CommittedOffset]:
+    """Commits all ``commits`` of one group or raises; creates the group on its first commit.
+
+    ``generation`` 0 is unfenced; any other value must be the group's current one
+    (:class:`StaleGenerationError`). A commit with ``expected_offset`` is a
+    compare-and-set (:class:`OffsetMismatchError`; -1 means "none stored yet").
+    """
+    request = CommitRequest(group_id, commits, generation, actor)
+    check_write(request)
+    if not commits:
+        check_generation(group_id, generation, group_generation(conn, group_id))
+        return []
+    outcome = write_batch(conn, [request])[0]
+    if isinstance(outcome, OffsetStoreError):
+        raise outcome
+    assert isinstance(outcome, list)
+    return outcome
+
+
+def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dict[TopicPartition, int]:
+    """Locks the group for writing (creating it), checks ``generation`` and returns its stored offsets.
+
+    For writers that decide under the lock what to write, as the Spark sink does:
+    until the caller's transaction ends, no other writer, reset or delete can
+    change the group's offsets or generation.
+    """
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    check.generation(generation, violations=v)
+    v.raise_if_any()
+    group = lock_group(conn, group_id, create=True)
+    assert group is not None
+    check_generation(group_id, generation, group.generation)
+    rows = conn.execute(
+        select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(offsets.c.group_id == group_id)
+    )
+    return {TopicPartition(r.topic, r.partition): r.offset for r in rows}
+
+
+def reset_count(conn: Connection, group_id: str) -> int:
+    """How many resets and deletes the group id has had, kept across deletes; 0 for an unknown id."""
+    value = conn.execute(select(groups.c.reset_count).where(groups.c.group_id == group_id)).scalar_one_or_none()
+    return value or 0
+
+
+def group_generation(conn: Connection, group_id: str) -> int:
+    """The group id's current generation, kept across deletes; 0 for an id never seen."""
+    value = conn.execute(select(groups.c.generation).where(groups.c.group_id == group_id)).scalar_one_or_none()
+    return value or 0
+
+
+def join_group(conn: Connection, group_id: str, member_id: str = "", member_host: str = "") -> int:
+    """Increments and returns the group's generation, creating the group at generation 1.
+
+    A deleted group comes back with a generation above every one its id had.
+    """
+    request = JoinRequest(group_id, member_id, member_host)
+    check_write(request)
+    generation = write_batch(conn, [request])[0]
+    assert isinstance(generation, int)
+    return generation
