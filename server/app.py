@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -18,10 +18,12 @@ from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import MAX_MESSAGE_BYTES
-from offsetstore.server.gate import Gate, fail
+from offsetstore.server.gate import Gate
+from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
+from offsetstore.server.status import CallEnded, fail
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -59,7 +61,7 @@ CONNECTION_OPTIONS = (
 )
 
 
-class StreamGuard(grpc.aio.ServerInterceptor):
+class StreamGuard(HandlerInterceptor):
     """Bounds server reflection's streams in number and in time, and may require a known caller.
 
     A stream costs a coroutine, but a client may keep any number open and idle: beyond
@@ -79,20 +81,10 @@ class StreamGuard(grpc.aio.ServerInterceptor):
         self.authenticate = authenticate
         self._open = 0
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        method: str = details.method  # type: ignore[attr-defined]
-        if handler is None or handler.stream_stream is None or method == _HEALTH_WATCH:
-            return handler  # the offset store's methods and health's are not streams that idle
-        return grpc.stream_stream_rpc_method_handler(
-            self._guard(handler.stream_stream),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour | None:
+        if kind != "bidi_stream" or method == _HEALTH_WATCH:
+            return None  # the offset store's methods and health's are not streams that idle
+        return self._guard(behaviour)
 
     def _guard(self, behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
         async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -106,8 +98,7 @@ class StreamGuard(grpc.aio.ServerInterceptor):
                         metadata={"limit": "streams"},
                     )
             except OffsetStoreError as error:
-                status = error.to_status()
-                fail(context, status.code, status.details, status.trailing_metadata)
+                fail(context, error)
                 return
             self._open += 1
             try:
@@ -115,7 +106,7 @@ class StreamGuard(grpc.aio.ServerInterceptor):
                     async for response in behaviour(requests, context):
                         yield response
             except TimeoutError:
-                fail(context, grpc.StatusCode.CANCELLED, f"a stream ends after {self.seconds:g} s")
+                fail(context, CallEnded(grpc.StatusCode.CANCELLED, f"a stream ends after {self.seconds:g} s"))
             finally:
                 self._open -= 1
 

@@ -14,8 +14,9 @@ what it can from the call's metadata before a byte of the request is read::
     response   -> charge its bytes to the principal
 
 A caller that never sends its request costs a coroutine, no thread and no share of anyone
-else's. Every error becomes a status here and nowhere else: a typed error its rich status,
-anything unexpected a bare INTERNAL and a log line with the traceback.
+else's. Every error of a call ends here, turned into its status by
+:func:`offsetstore.server.status.fail` (a typed error its rich status, anything unexpected
+a bare INTERNAL), with a log line (the traceback, for the unexpected).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from offsetstore.server.auth import AuthInterceptor, Principal, current_principa
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
+from offsetstore.server.status import fail
 from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 
-__all__ = ["READ_SECONDS", "Gate", "current_request", "fail", "peer_address"]
+__all__ = ["READ_SECONDS", "Gate", "current_request", "peer_address"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class Gate:
             request_class = getattr(pb, method.input_type.name)
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                 self._serve(method.name, request_class, getattr(self.servicer, method.name)),
-                # None: the call failed (see fail()); nothing is sent but its status.
+                # None: the call failed (see status.fail()); nothing is sent but its status.
                 response_serializer=lambda response: b"" if response is None else response.SerializeToString(),
             )
         return grpc.method_handlers_generic_handler(self.service.full_name, handlers)
@@ -143,14 +145,13 @@ class Gate:
                     "rpc refused" if request is None else "rpc failed",
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
-                status = error.to_status()
-                return fail(context, status.code, status.details, status.trailing_metadata)
+                return fail(context, error)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as error:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
-                return fail(context, grpc.StatusCode.INTERNAL, "internal error")
+                return fail(context, error)
             finally:
                 if name is not None:
                     self.admission.leave(name, size, limited=principal is not None)
@@ -171,17 +172,6 @@ class Gate:
             return request_class.FromString(data)
         except (DecodeError, RuntimeError, ValueError):
             raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
-
-
-def fail(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str, trailing_metadata: Any = ()) -> None:
-    """Ends the call with this status when the handler returns; nothing is sent before.
-
-    Not ``context.abort``: under grpc.aio that sends the status at once, before the
-    interceptors around the handler (the metrics) have seen the call end.
-    """
-    context.set_code(code)
-    context.set_details(details)
-    context.set_trailing_metadata(trailing_metadata)
 
 
 def _active(context: grpc.aio.ServicerContext) -> Callable[[], bool]:

@@ -33,7 +33,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore.core.errors import PartitionQuotaError
 from offsetstore.server.auth import AuthInterceptor, Permission
-from offsetstore.server.quota import KNOWN_GROUPS, _KnownGroups, _valid, creation_prefixes
+from offsetstore.server.quota import creation_prefixes
+from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.schema import groups, offsets
 
@@ -105,7 +106,7 @@ class PartitionQuota:
         self.store = store
         self.auth = auth
         self.max_partitions = max_partitions
-        self.known = _KnownGroups(known)  # (group, partition set) keys that passed
+        self.known = KnownKeys(known)  # (group, partition set) keys that passed
 
     def quota_of(self, name: str | None) -> tuple[int, tuple[str, ...]]:
         """(quota, prefixes) of the principal ``name``; a quota of 0 is none."""
@@ -123,7 +124,7 @@ class PartitionQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
-        if method not in _ADDING or not _valid(request.group_id):
+        if method not in _ADDING or not checkable_group_id(request.group_id):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:

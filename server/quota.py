@@ -25,33 +25,24 @@ What it costs and what it does not promise:
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, case, exists, false, func, or_, select
 
-from offsetstore.core.errors import GroupQuotaError, InvalidArgumentError
+from offsetstore.core.errors import GroupQuotaError
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
-from offsetstore.storage import validate as check
+from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.schema import groups
 
-__all__ = ["KNOWN_GROUPS", "GroupQuota", "count_groups", "creation_prefixes"]
+__all__ = ["GroupQuota", "count_groups", "creation_prefixes"]
 
 log = logging.getLogger(__name__)
 
 # Every call that can make a group live (a new id, or one deleted or expired). A reset that
 # is not a dry run creates the group of an unknown id (to_offset, or import's boundary reset).
 _CREATING = frozenset({"CommitOffsets", "JoinGroup", "ResetOffsets"})
-#: How long a group seen live is taken as live without asking the database: a group expired
-#: or deleted by another process or replica is checked again at most this long after.
-KNOWN_SECONDS = 30.0
-
-#: Group ids remembered as live. Ids are at most 255 bytes, so the set stays within tens of MB.
-KNOWN_GROUPS = 65_536
 
 
 def creation_prefixes(principal: Principal) -> tuple[str, ...]:
@@ -82,37 +73,6 @@ def count_groups(conn: Connection, group_id: str, prefixes: Sequence[str]) -> tu
     return bool(row.found), int(row.groups)
 
 
-class _KnownGroups:
-    """A bounded set of group ids seen live, each for ``seconds``, least recently seen dropped first."""
-
-    def __init__(self, size: int, seconds: float = KNOWN_SECONDS) -> None:
-        self.size = size
-        self.seconds = seconds
-        self._ids: OrderedDict[str, float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __contains__(self, group_id: str) -> bool:
-        with self._lock:
-            seen = self._ids.get(group_id)
-            if seen is None:
-                return False
-            if time.monotonic() - seen > self.seconds:
-                del self._ids[group_id]  # ask the database again: it may have expired meanwhile
-                return False
-            return True
-
-    def add(self, group_id: str) -> None:
-        with self._lock:
-            self._ids[group_id] = time.monotonic()
-            self._ids.move_to_end(group_id)
-            while len(self._ids) > self.size:
-                self._ids.popitem(last=False)
-
-    def discard(self, group_id: str) -> None:
-        with self._lock:
-            self._ids.pop(group_id, None)
-
-
 class GroupQuota:
     """Refuses the calls that would create a group beyond the caller's quota; see the module docstring.
 
@@ -130,7 +90,7 @@ class GroupQuota:
         self.store = store
         self.auth = auth
         self.max_groups = max_groups
-        self.known = _KnownGroups(known_groups)
+        self.known = KnownKeys(known_groups)
 
     def quota_of(self, name: str | None) -> tuple[int, tuple[str, ...]]:
         """(quota, prefixes) of the principal ``name``; a quota of 0 is none."""
@@ -147,7 +107,7 @@ class GroupQuota:
             return
         group = request.group_id
         # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
-        if group in self.known or (method == "CommitOffsets" and not request.offsets) or not _valid(group):
+        if group in self.known or (method == "CommitOffsets" and not request.offsets) or not checkable_group_id(group):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
@@ -172,11 +132,3 @@ class GroupQuota:
         elif method == "ExpireGroups" and request.execute:
             for expired in response.groups:  # gone too: reviving one is a creation
                 self.known.discard(expired.group_id)
-
-
-def _valid(group: str) -> bool:
-    try:
-        check.group_id(group)
-    except InvalidArgumentError:
-        return False
-    return True

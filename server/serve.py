@@ -9,59 +9,43 @@ sums every serving process's series, prometheus-client's multiprocess mode, plus
 per-group series it reads from the database) and the embedded database. A serving process
 that dies is logged and replaced; SIGTERM drains them all (each finishes its in-flight
 calls within ``--grace-seconds``) and exits 0; SIGHUP rereads the tokens file in each.
+
+This module is the supervisor; :mod:`offsetstore.server.workers` starts and runs the serving
+processes, :mod:`offsetstore.server.security` reads what the settings ask of security.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import ipaddress
 import logging
-import multiprocessing
-import os
 import shutil
 import signal
 import socket
 import tempfile
 import threading
-import time
-from collections.abc import Callable
-from multiprocessing.process import BaseProcess
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import grpc
 import sqlalchemy
 import sqlalchemy.exc
 
 from offsetstore.core.durations import format_duration
 from offsetstore.server._logging import configure_logging
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor
 from offsetstore.server.config import Settings, split_host_port
+from offsetstore.server.security import security, tenant_prefixes
+from offsetstore.server.workers import StartError, Workers, open_store
 from offsetstore.storage import migrate
-from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 __all__ = ["serve"]
 
 log = logging.getLogger(__name__)
-
-#: How long the supervisor waits for a serving process to listen.
-START_SECONDS = 60.0
-#: A serving process that dies is started again after this pause (no restart storm).
-RESTART_PAUSE_SECONDS = 1.0
-
-
-class StartError(Exception):
-    """The server cannot start; the message says why and what to do (one line, exit code 2)."""
 
 
 def serve(settings: Settings) -> int:
     """Runs until SIGTERM or SIGINT; returns the process exit code."""
     configure_logging(settings.log_level, settings.log_format)
     try:
-        _, auth = _security(settings)  # read and checked now: a bad file stops the start, not a child
+        _, auth = security(settings)  # read and checked now: a bad file stops the start, not a child
         reservation = _reserve(settings.listen)
     except (AuthConfigError, StartError) as error:
         log.error("cannot start: %s", error)
@@ -116,11 +100,11 @@ def _supervise(
     metrics.use_multiprocess(directory)
     host, port = reservation.getsockname()[:2]
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    store = _store(settings, database_url, pool_size=2)
+    store = open_store(settings, database_url, pool_size=2)
     # Scrapes get a connection of their own and reuse a query's rows for a few seconds: no
     # number of /metrics connections can take the connections the RPCs need (issue 14).
     # Two: the sums of groups beyond their share of series are read by a thread of their own.
-    scrape_store = _store(settings, database_url, pool_size=2, application_name="offsetstore-metrics")
+    scrape_store = open_store(settings, database_url, pool_size=2, application_name="offsetstore-metrics")
     registry = metrics.build_registry(
         store,
         group_limit=settings.group_metrics_limit,
@@ -128,10 +112,10 @@ def _supervise(
         scrape_store=scrape_store,
         cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
         sums_seconds=metrics.SUMS_SECONDS,
-        tenant_prefixes=_tenant_prefixes(auth),
+        tenant_prefixes=tenant_prefixes(auth),
         multiprocess_dir=directory,
     )
-    workers = _Workers(settings, database_url, listen, directory)
+    workers = Workers(settings, database_url, listen, directory)
     metrics_server = None
     maintenance = None
     try:
@@ -198,7 +182,7 @@ def _check_database(database_url: str, apply_migrations: bool) -> None:
         ) from None
 
 
-def _reload(settings: Settings, workers: _Workers) -> None:
+def _reload(settings: Settings, workers: Workers) -> None:
     if settings.tokens_file is None:
         log.info("SIGHUP: nothing to reload (no --tokens-file)")
         return
@@ -208,20 +192,6 @@ def _reload(settings: Settings, workers: _Workers) -> None:
         log.error("tokens file not reloaded, the previous one stays in force: %s", error)
         return
     workers.signal(signal.SIGHUP)
-
-
-def _store(settings: Settings, database_url: str, *, pool_size: int, application_name: str = "offsetstore") -> Store:
-    return Store(
-        create_engine(
-            database_url,
-            pool_size=pool_size,
-            statement_timeout_ms=settings.statement_timeout_ms,
-            application_name=application_name,
-        ),
-        statement_timeout_ms=settings.statement_timeout_ms,
-        write_flushers=min(settings.write_flushers, pool_size),
-        max_response_bytes=settings.max_response_bytes,
-    )
 
 
 def _reserve(listen: str) -> socket.socket:
@@ -252,200 +222,3 @@ def _reserve(listen: str) -> socket.socket:
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     held.bind(address)
     return held
-
-
-class _Workers:
-    """The serving processes: started, watched, replaced when they die, drained on stop."""
-
-    def __init__(self, settings: Settings, database_url: str, listen: str, directory: str) -> None:
-        self.settings = settings
-        self.database_url = database_url
-        self.listen = listen
-        self.directory = directory
-        self._context = multiprocessing.get_context("spawn")
-        self._processes: dict[int, BaseProcess] = {}
-
-    def start(self) -> None:
-        """Starts every serving process and waits until each listens."""
-        for index in range(self.settings.processes):
-            self._processes[index] = self._spawn(index)
-
-    def _spawn(self, index: int) -> BaseProcess:
-        ready = self._context.Event()
-        process = self._context.Process(
-            target=_serving_process,
-            args=(self.settings, self.database_url, self.listen, self.directory, index, os.getpid(), ready),
-            name=f"offsetstore-serve-{index}",
-        )
-        process.start()
-        stop_at = time.monotonic() + START_SECONDS
-        while not ready.wait(0.1):
-            if not process.is_alive():
-                raise StartError(f"serving process {index} exited with code {process.exitcode} (see its log above)")
-            if time.monotonic() > stop_at:
-                process.kill()
-                raise StartError(f"serving process {index} did not listen within {START_SECONDS:g} s")
-        return process
-
-    def replace_dead(self) -> None:
-        for index, process in list(self._processes.items()):
-            if process.is_alive():
-                continue
-            log.error(
-                "serving process died; starting another",
-                extra={"index": index, "pid": process.pid, "exitcode": process.exitcode},
-            )
-            _mark_dead(process.pid)
-            time.sleep(RESTART_PAUSE_SECONDS)
-            try:
-                self._processes[index] = self._spawn(index)
-            except StartError as error:
-                log.error("serving process not replaced: %s; trying again", error)
-
-    def signal(self, signum: int) -> None:
-        for process in self._processes.values():
-            if process.pid is not None and process.is_alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signum)
-
-    def stop(self, grace: float) -> bool:
-        """SIGTERM to each, which drains its calls within ``grace``; True when every one exited 0."""
-        self.signal(signal.SIGTERM)
-        clean = True
-        stop_at = time.monotonic() + grace + 15  # the drain, then closing its connections
-        for process in self._processes.values():
-            process.join(max(0.0, stop_at - time.monotonic()))
-            if process.is_alive():
-                log.error("serving process did not stop in time; killed", extra={"pid": process.pid})
-                process.kill()
-                process.join()
-            clean = clean and process.exitcode == 0
-            _mark_dead(process.pid)
-        return clean
-
-
-def _mark_dead(pid: int | None) -> None:
-    from prometheus_client import multiprocess
-
-    if pid is not None:
-        multiprocess.mark_process_dead(pid)
-
-
-def _serving_process(
-    settings: Settings, database_url: str, listen: str, directory: str, index: int, parent: int, ready: Any
-) -> None:
-    """The body of one serving process: the gRPC server until SIGTERM (or its supervisor's death)."""
-    configure_logging(settings.log_level, settings.log_format)
-    from offsetstore.server import metrics
-    from offsetstore.server.app import OffsetStoreServer
-
-    metrics.use_multiprocess(directory)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())
-    credentials, auth = _security(settings)
-    if auth is not None and settings.tokens_file is not None:
-        signal.signal(signal.SIGHUP, _reloader(auth, settings.tokens_file))
-    store = _store(settings, database_url, pool_size=settings.pool_size)
-    registry = metrics.worker_registry(store)
-    try:
-        server = OffsetStoreServer(
-            store,
-            listen,
-            max_workers=settings.max_workers,
-            interceptors=metrics.interceptors(registry),
-            auth=auth,
-            credentials=credentials,
-            max_message_bytes=settings.max_message_bytes,
-            reflection_mode=settings.reflection,
-            max_streams=settings.max_streams,
-            max_calls_per_principal=settings.max_calls_per_principal,
-            principal_bytes_per_second=settings.principal_bytes_per_second,
-            max_groups_per_principal=settings.max_groups_per_principal,
-            max_partitions_per_principal=settings.max_partitions_per_principal,
-            reuse_port=True,
-        ).start()
-    except (RuntimeError, OSError) as error:
-        log.error("serving process cannot listen on %s: %s", listen, error)
-        store.dispose()
-        raise SystemExit(2) from None
-    _quiet_garbage_collector()
-    ready.set()
-    log.info("serving process ready", extra={"index": index})
-    while not stopping.wait(1.0):
-        if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
-            log.error("supervisor gone; stopping")
-            break
-    server.stop(settings.grace_seconds)
-    store.dispose()
-
-
-def _quiet_garbage_collector() -> None:
-    """Keeps the cyclic garbage collector from stalling every call for tens of milliseconds.
-
-    A wide request allocates tens of thousands of objects; with the default thresholds
-    they set off full collections that walk every object the process holds (the modules,
-    the pools, the server), while every other call waits on the event loop. What exists
-    once the server listens is frozen out of collection for good, and the young
-    generation is collected less often.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
-def _security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInterceptor | None]:
-    """The TLS credentials and the authentication the settings ask for, files read and checked now."""
-    credentials = None
-    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
-        credentials = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
-    mtls = settings.tls_client_ca_file is not None
-    config = AuthConfig.load(settings.tokens_file) if settings.tokens_file is not None else None
-    if config is not None and credentials is None:
-        log.warning("bearer tokens over plaintext: anyone on the network can read them; use TLS outside local testing")
-    if config is None and not mtls:
-        if not _loopback(settings.listen):
-            log.warning(
-                "AUTHENTICATION IS OFF on %s: every caller that can reach it may read, commit, reset and delete "
-                "every group; set --tokens-file and/or --tls-client-ca (see docs/security.md)",
-                settings.listen,
-            )
-        return credentials, None
-    return credentials, AuthInterceptor(config, mtls=mtls)
-
-
-def _reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | None], None]:
-    """A SIGHUP handler that rereads the tokens file: rotation without a restart.
-
-    A file that does not load keeps the principals in force (and says why in the log).
-    """
-
-    def reload(signum: int, frame: FrameType | None) -> None:
-        try:
-            config = AuthConfig.load(path)
-        except AuthConfigError as error:
-            log.error("tokens file not reloaded, the previous one stays in force: %s", error)
-            return
-        auth.config = config  # one attribute: each call sees the old or the new file, never a mix
-        log.info("tokens file reloaded", extra={"principals": len(config.principals)})
-
-    return reload
-
-
-def _tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:
-    """The group prefixes the tokens file grants: the tenants group metrics are shared fairly between."""
-    config = auth.config if auth is not None else None
-    if config is None:
-        return ()
-    return tuple(sorted({g.prefix for p in config.principals.values() for g in p.grants if not g.topic}))
-
-
-def _loopback(listen: str) -> bool:
-    """Whether ``listen`` (HOST:PORT) binds to loopback only; a name other than localhost counts as not."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -23,7 +23,7 @@ from offsetstore.core.errors import GroupQuotaError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Settings
-from offsetstore.server.serve import _security
+from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb

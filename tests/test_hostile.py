@@ -53,7 +53,8 @@ from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Settings
-from offsetstore.server.serve import _security, _tenant_prefixes
+from offsetstore.server.security import security as _security
+from offsetstore.server.security import tenant_prefixes as _tenant_prefixes
 from offsetstore.storage import migrate
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store

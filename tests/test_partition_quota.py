@@ -15,7 +15,7 @@ from offsetstore.core.errors import PartitionQuotaError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Settings
-from offsetstore.server.serve import _security
+from offsetstore.server.security import security as _security
 from offsetstore.storage.store import Store
 
 

@@ -1,0 +1,110 @@
+"""Who is calling and whether the request is within their grants: what the gate asks for every call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+
+from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
+from offsetstore.server.auth.principals import RPC_PERMISSIONS, Grant, Permission, Principal
+from offsetstore.server.auth.tls import certificate_identities
+from offsetstore.server.auth.tokens_file import AuthConfig
+
+__all__ = ["AuthInterceptor"]
+
+#: Every caller of a server with client certificates but no tokens file: the CA is the gate.
+_ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
+
+_VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
+
+
+class AuthInterceptor:
+    """Authenticates and authorises each call of the offset store service before it runs.
+
+    The server's gate (:mod:`offsetstore.server.gate`) asks it, for each call, who the
+    caller is (:meth:`authenticate`: from the metadata and the TLS peer, before the request
+    is read) and whether the request is within its grants (:meth:`authorize`).
+
+    With ``config``, a call carries ``authorization: Bearer <token>`` of one of its
+    principals or, when ``mtls``, a client certificate whose URI SAN or subject CN names a
+    ``cert:`` principal (one it does not list is known but may do nothing). A token, when
+    sent, decides. Without ``config`` (client certificates alone), every verified client may
+    do everything. A certificate that names nobody (no CN, no URI) is UNAUTHENTICATED.
+    """
+
+    def __init__(self, config: AuthConfig | None, *, mtls: bool = False) -> None:
+        if config is None and not mtls:
+            raise ValueError("authentication needs a tokens file, client certificates, or both")
+        self.config = config
+        self.mtls = mtls
+
+    def authorize(self, principal: Principal, method: str, request: Any) -> None:
+        """Raises PermissionDeniedError unless ``principal`` may call ``method`` with ``request``."""
+        permission = RPC_PERMISSIONS.get(method)
+        if permission is None:
+            raise PermissionDeniedError(f"{method} is not open to any principal")
+        if method == "ReportWatermarks":
+            for topic in sorted({w.topic for w in request.watermarks}):
+                if not principal.may_report(topic):
+                    shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
+                    raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
+            return
+        scope = _scope(method, request)
+        if not principal.may(permission, scope):
+            raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}")
+
+    def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
+        """The token's principal; None when the call has no token and may yet pass by its certificate.
+
+        Raises UnauthenticatedError for a bad token, or for no token where only a token admits.
+        """
+        values = [v for k, v in metadata or () if k == "authorization"]
+        if values:
+            if self.config is None:
+                raise UnauthenticatedError("this server takes no bearer tokens; it authenticates client certificates")
+            scheme, _, token = (values[0] if isinstance(values[0], str) else "").partition(" ")
+            token = token.strip()
+            if len(values) > 1 or scheme.lower() != "bearer" or not token:
+                raise UnauthenticatedError("the authorization metadata must be one 'Bearer <token>'")
+            principal = self.config.by_token(token)
+            if principal is None:
+                raise UnauthenticatedError("the bearer token is not valid")
+            return principal
+        if not self.mtls:
+            raise UnauthenticatedError(
+                "this server needs a bearer token: send the metadata 'authorization: Bearer <token>'"
+            )
+        return None
+
+    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+        """The caller of ``context``, or UnauthenticatedError."""
+        principal = self._by_metadata(context.invocation_metadata())
+        if principal is not None:
+            return principal
+        if self.mtls:
+            identities = certificate_identities(context.auth_context())
+            if not identities:
+                raise UnauthenticatedError(
+                    "the client certificate names no one: it needs a subject common name or a URI subject "
+                    "alternative name (a SPIFFE ID)"
+                )
+            if self.config is None:
+                return Principal(identities[0], _ANY_GROUP_ADMIN)
+            return self.config.by_certificate(identities)
+        raise AssertionError("unreachable: without mTLS, _by_metadata finds a principal or raises")
+
+
+def _what(method: str, scope: str) -> str:
+    # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
+    shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
+    return f"every group starting with {shown}" if method in _PREFIX_SCOPED else f"group {shown}"
+
+
+# RPCs over every group whose id starts with the request's prefix, not over one group.
+_PREFIX_SCOPED = ("ListGroups", "ExpireGroups")
+
+
+def _scope(method: str, request: Any) -> str:
+    return request.prefix if method in _PREFIX_SCOPED else request.group_id

@@ -1,0 +1,245 @@
+"""Assembly of the metrics: the registries a server (or a supervisor and its serving processes) serves."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import values as prometheus_values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from offsetstore.server.metrics.groups import SERIES_LIMIT, GroupCollector
+from offsetstore.server.metrics.rpc import LATENCY_BUCKETS, MetricsInterceptor, ServerMetrics
+from offsetstore.storage.store import Store
+
+__all__ = [
+    "OPERATIONS",
+    "SCRAPE_CACHE_SECONDS",
+    "SUMS_SECONDS",
+    "RetentionMetrics",
+    "build_registry",
+    "interceptors",
+    "retention_metrics",
+    "server_metrics",
+    "use_multiprocess",
+    "worker_registry",
+]
+
+# Store operations get zero-valued latency series at start (the names Store.run sees).
+OPERATIONS = (
+    "commit_offsets",
+    "fetch_offsets",
+    "reset_offsets",
+    "delete_offsets",
+    "join_group",
+    "list_groups",
+    "describe_group",
+    "list_offset_history",
+    "report_watermarks",
+    "group_metrics",
+)
+
+
+def _build_version() -> str:
+    try:
+        return metadata.version("offsetstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _patch_store_hooks(store: Store, *, query_seconds: Histogram | None = None, expired: Counter | None = None) -> None:
+    """Points ``store``'s metric hooks at these series by setting its attributes: the one place that does.
+
+    ``query_seconds`` gets each operation's duration (failures included), ``expired`` the
+    groups each expiry removed. A second registry built over the same store takes the hooks
+    over. Store is to get a documented seam for this; until then, nothing else sets them.
+    """
+    if query_seconds is not None:
+        store.observe = lambda operation, seconds: query_seconds.labels(operation).observe(seconds)
+    if expired is not None:
+        store.expired = expired.inc
+
+
+_SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
+_SERVER_METRICS_LOCK = threading.Lock()
+
+
+def server_metrics(registry: CollectorRegistry) -> ServerMetrics:
+    """The :class:`ServerMetrics` of ``registry``, created on first use."""
+    with _SERVER_METRICS_LOCK:
+        found = _SERVER_METRICS.get(registry)
+        if found is None:
+            found = _SERVER_METRICS[registry] = ServerMetrics(registry)
+        return found
+
+
+#: How long ``offsetstore serve`` reuses a scrape's database rows.
+SCRAPE_CACHE_SECONDS = 5.0
+#: How old ``offsetstore serve`` lets the sums of groups beyond their share of series get.
+SUMS_SECONDS = 30.0
+
+
+class RetentionMetrics:
+    """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds.
+
+    The counter and histogram live on ``values``; the age is read at scrape time by a
+    collector on ``served`` (the same registry unless the server runs several processes).
+    """
+
+    def __init__(self, values: CollectorRegistry, served: CollectorRegistry | None = None) -> None:
+        self.groups_expired = Counter(
+            "offsetstore_groups_expired",
+            "Idle groups whose offsets expired (by the maintenance round or ExpireGroups).",
+            registry=values,
+        )
+        #: Change time of the oldest kept history entry, set by each maintenance round.
+        self.oldest_history: Any = None
+        self.maintenance_seconds = Histogram(
+            "offsetstore_maintenance_seconds",
+            "Duration of maintenance rounds (partitions, history drop, expiry) this server ran.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=values,
+        )
+        if served is not None:
+            served.register(
+                _Callback(
+                    "offsetstore_history_oldest_seconds",
+                    "Age of the oldest kept history entry (0 with no history), as of the latest maintenance round.",
+                    self._oldest_age,
+                )
+            )
+
+    def _oldest_age(self) -> float:
+        oldest = self.oldest_history
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest.timestamp())
+
+
+class _Callback(Collector):
+    """A gauge read from a function at scrape time (in every process mode, unlike ``Gauge.set_function``)."""
+
+    def __init__(self, name: str, documentation: str, value: Callable[[], float]) -> None:
+        self.name, self.documentation, self.value = name, documentation, value
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation)]
+
+    def collect(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation, value=self.value())]
+
+
+_RETENTION_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, RetentionMetrics] = weakref.WeakKeyDictionary()
+
+
+def retention_metrics(registry: CollectorRegistry) -> RetentionMetrics:
+    """The :class:`RetentionMetrics` of ``registry``, created on first use."""
+    with _SERVER_METRICS_LOCK:
+        found = _RETENTION_METRICS.get(registry)
+        if found is None:
+            found = _RETENTION_METRICS[registry] = RetentionMetrics(registry, registry)
+        return found
+
+
+def use_multiprocess(directory: str) -> None:
+    """Makes the counters and histograms this process creates from now on live in ``directory``'s files.
+
+    ``offsetstore serve`` runs its RPCs in processes of their own (``--processes``); each
+    records into files of its own there, and the supervising process's ``/metrics`` sums
+    them (prometheus-client's multiprocess mode).
+    """
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()
+
+
+def worker_registry(store: Store) -> CollectorRegistry:
+    """The metrics a serving process records (gRPC, store counters, query times), for :func:`interceptors`.
+
+    Never served itself: under :func:`use_multiprocess` the values go to files that the
+    supervising process's registry (:func:`build_registry` with ``multiprocess_dir``) sums.
+    """
+    registry = CollectorRegistry()
+    server_metrics(registry)
+    _patch_store_hooks(store, query_seconds=_query_seconds(registry), expired=RetentionMetrics(registry).groups_expired)
+    return registry
+
+
+def _query_seconds(registry: CollectorRegistry) -> Histogram:
+    query_seconds = Histogram(
+        "offsetstore_database_query_seconds",
+        "Duration of store operations, each one transaction, including retries and failures.",
+        ("operation",),
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    for operation in OPERATIONS:
+        query_seconds.labels(operation)
+    return query_seconds
+
+
+def build_registry(
+    store: Store,
+    *,
+    group_limit: int = 1000,
+    scrape_store: Store | None = None,
+    cache_seconds: float = 0.0,
+    tenant_prefixes: Sequence[str] = (),
+    multiprocess_dir: str | None = None,
+    series_limit: int = SERIES_LIMIT,
+    sums_seconds: float = 0.0,
+) -> CollectorRegistry:
+    """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
+
+    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
+    gives it a connection of its own, so scrapes never take one the RPCs need.
+    ``cache_seconds``, ``tenant_prefixes``, ``series_limit``, ``sums_seconds``: see :class:`GroupCollector` and the group query.
+    With ``multiprocess_dir`` (after :func:`use_multiprocess`), the registry sums what the
+    serving processes recorded there; the RPC series and the pool gauge are theirs.
+    """
+    registry = CollectorRegistry()
+    Info("offsetstore_build", "Version of the running offsetstore.", registry=registry).info(
+        {"version": _build_version()}
+    )
+    if multiprocess_dir is None:
+        values = registry
+        server_metrics(registry)
+        pool = store.engine.pool
+        registry.register(
+            _Callback(
+                "offsetstore_database_pool_in_use",
+                "Database connections checked out of the pool.",
+                lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0,
+            )
+        )
+    else:
+        values = CollectorRegistry()  # never served: its values are in the files the collector sums
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    query_seconds = _query_seconds(values)
+    if scrape_store is not None and scrape_store is not store:
+        _patch_store_hooks(scrape_store, query_seconds=query_seconds)
+    registry.register(
+        GroupCollector(
+            scrape_store or store,
+            group_limit,
+            cache_seconds=cache_seconds,
+            tenant_prefixes=tenant_prefixes,
+            series_limit=series_limit,
+            sums_seconds=sums_seconds,
+        )
+    )
+    with _SERVER_METRICS_LOCK:
+        retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
+    _patch_store_hooks(store, query_seconds=query_seconds, expired=retention.groups_expired)
+    return registry
+
+
+def interceptors(registry: CollectorRegistry) -> tuple[grpc.aio.ServerInterceptor, ...]:
+    """The server interceptors that record into ``registry``."""
+    return (MetricsInterceptor(server_metrics(registry)),)

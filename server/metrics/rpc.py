@@ -1,0 +1,247 @@
+"""The RPC side of the metrics: go-grpc-prometheus' ``grpc_server_*`` series and the store counters.
+
+One interceptor records them for every call, from the method, the request and the final
+status code, before the response leaves the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from offsetstore.server.gate import current_request
+from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, rpc_kind
+from offsetstore.v1 import offset_store_pb2 as pb
+
+__all__ = [
+    "GRPC_CODES",
+    "LATENCY_BUCKETS",
+    "REJECTION_REASONS",
+    "SERVICES",
+    "MethodMetrics",
+    "MetricsInterceptor",
+    "ServerMetrics",
+]
+
+_OFFSET_STORE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
+#: Every service the server registers; their methods get zero-valued series at start.
+SERVICES: tuple[ServiceDescriptor, ...] = (
+    _OFFSET_STORE,
+    health_pb2.DESCRIPTOR.services_by_name["Health"],
+    reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+)
+
+# go-grpc-prometheus labels codes with Go's codes.Code.String(), which dashboards match on.
+GRPC_CODES: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.OK: "OK",
+    grpc.StatusCode.CANCELLED: "Canceled",
+    grpc.StatusCode.UNKNOWN: "Unknown",
+    grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "DeadlineExceeded",
+    grpc.StatusCode.NOT_FOUND: "NotFound",
+    grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
+    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "ResourceExhausted",
+    grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
+    grpc.StatusCode.ABORTED: "Aborted",
+    grpc.StatusCode.OUT_OF_RANGE: "OutOfRange",
+    grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",
+    grpc.StatusCode.INTERNAL: "Internal",
+    grpc.StatusCode.UNAVAILABLE: "Unavailable",
+    grpc.StatusCode.DATA_LOSS: "DataLoss",
+    grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated",
+}
+
+# The contract's error table: each rejection of a commit has its own status code.
+REJECTION_REASONS: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.FAILED_PRECONDITION: "STALE_GENERATION",
+    grpc.StatusCode.ABORTED: "OFFSET_MISMATCH",
+    grpc.StatusCode.INVALID_ARGUMENT: "INVALID_ARGUMENT",
+}
+
+_COMMIT_METHOD = f"/{_OFFSET_STORE.full_name}/CommitOffsets"
+_RESET_METHOD = f"/{_OFFSET_STORE.full_name}/ResetOffsets"
+
+# Store round trips are milliseconds; Prometheus' defaults start at 5 ms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    """The metric objects the interceptor records into, created on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry, services: Iterable[ServiceDescriptor] = SERVICES) -> None:
+        labels = ("grpc_type", "grpc_service", "grpc_method")
+        self.started = Counter(
+            "grpc_server_started", "Total number of RPCs started on the server.", labels, registry=registry
+        )
+        self.handled = Counter(
+            "grpc_server_handled",
+            "Total number of RPCs completed on the server, regardless of success or failure.",
+            (*labels, "grpc_code"),
+            registry=registry,
+        )
+        self.handling_seconds = Histogram(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.commits = Counter("offsetstore_commits", "CommitOffsets calls that committed.", registry=registry)
+        self.offsets_committed = Counter(
+            "offsetstore_offsets_committed", "Partition offsets written by CommitOffsets calls.", registry=registry
+        )
+        self.rejections = Counter(
+            "offsetstore_commit_rejections",
+            "CommitOffsets calls rejected, by ErrorInfo reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self.resets = Counter(
+            "offsetstore_resets", "ResetOffsets calls applied (dry runs excluded).", registry=registry
+        )
+        self._methods: dict[str, MethodMetrics] = {}
+        self._lock = threading.Lock()
+        for service in services:
+            for method in service.methods:
+                kind = rpc_kind(method.client_streaming, method.server_streaming)
+                self.method(f"/{service.full_name}/{method.name}", kind)
+        for reason in REJECTION_REASONS.values():
+            self.rejections.labels(reason)
+
+    def method(self, full_method: str, kind: str) -> MethodMetrics:
+        """The series of one method, created (every code at zero) on first use."""
+        found = self._methods.get(full_method)
+        if found is not None and found.kind == kind:
+            return found
+        with self._lock:
+            service, _, name = full_method.lstrip("/").rpartition("/")
+            labels = (kind, service, name)
+            found = MethodMetrics(
+                kind,
+                self.started.labels(*labels),
+                {code: self.handled.labels(*labels, text) for code, text in GRPC_CODES.items()},
+                self.handling_seconds.labels(*labels),
+            )
+            self._methods[full_method] = found
+            return found
+
+    def kind_of(self, full_method: str) -> str | None:
+        """The ``grpc_type`` of a method the server registers, None for any other."""
+        found = self._methods.get(full_method)
+        return None if found is None else found.kind
+
+    def record_store_outcome(self, full_method: str, request: Any, code: grpc.StatusCode) -> None:
+        """Counts commits, rejections and resets from a finished unary call."""
+        if full_method == _COMMIT_METHOD:
+            if code == grpc.StatusCode.OK:
+                self.commits.inc()
+                self.offsets_committed.inc(len(request.offsets))
+            elif (reason := REJECTION_REASONS.get(code)) is not None:
+                self.rejections.labels(reason).inc()
+        elif full_method == _RESET_METHOD and code == grpc.StatusCode.OK and not request.dry_run:
+            self.resets.inc()
+
+
+@dataclass(frozen=True)
+class MethodMetrics:
+    kind: str
+    started: Any
+    handled: dict[grpc.StatusCode, Any]
+    seconds: Any
+
+    def done(self, code: grpc.StatusCode, started_at: float) -> None:
+        self.handled.get(code, self.handled[grpc.StatusCode.UNKNOWN]).inc()
+        self.seconds.observe(time.perf_counter() - started_at)
+
+
+def _final_code(context: grpc.aio.ServicerContext, raised: bool) -> grpc.StatusCode:
+    # abort()/abort_with_status() set the code and then raise; an exception without
+    # a code set becomes UNKNOWN on the wire, and a return without one is OK.
+    code = context.code()
+    if isinstance(code, int):  # some grpc versions keep the raw integer
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), None)
+    if code is None:
+        return grpc.StatusCode.UNKNOWN if raised else grpc.StatusCode.OK
+    return code
+
+
+class MetricsInterceptor(HandlerInterceptor):
+    """Records go-grpc-prometheus' server metrics and the store counters for every call.
+
+    The series are recorded before the response leaves the server, so a client that has
+    its answer reads metrics that already count its call. The offset store's methods are
+    served as client streams by the gate (:mod:`offsetstore.server.gate`), which reads the
+    request itself; they are counted as the unary methods they are, with the request the
+    gate decoded (:data:`~offsetstore.server.gate.current_request`). Unknown methods are
+    not wrapped (gRPC answers them UNIMPLEMENTED): no unbounded labels.
+    """
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour:
+        m = self.metrics.method(method, self.metrics.kind_of(method) or kind)
+        if kind in ("unary", "client_stream"):
+            return self._unary(method, m, behaviour)
+        return self._streaming(m, behaviour)
+
+    def _unary(self, full_method: str, m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
+        async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            m.started.inc()
+            started_at = time.perf_counter()
+            raised = True
+            slot = current_request.set(None)
+            try:
+                response = await behaviour(request, context)
+                raised = False
+                return response
+            except asyncio.CancelledError:
+                m.done(grpc.StatusCode.CANCELLED, started_at)
+                raised = None
+                raise
+            finally:
+                if raised is not None:
+                    code = _final_code(context, bool(raised))
+                    m.done(code, started_at)
+                    decoded = current_request.get()
+                    if decoded is not None:
+                        self.metrics.record_store_outcome(full_method, decoded, code)
+                current_request.reset(slot)
+
+        return run
+
+    @staticmethod
+    def _streaming(m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
+        async def run(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            m.started.inc()
+            started_at = time.perf_counter()
+            code: grpc.StatusCode | None = None
+            try:
+                if inspect.isasyncgenfunction(behaviour):
+                    async for response in behaviour(request, context):
+                        yield response
+                else:  # a coroutine that writes its responses (health's Watch)
+                    await behaviour(request, context)
+                code = _final_code(context, raised=False)
+            except (asyncio.CancelledError, GeneratorExit):
+                code = grpc.StatusCode.CANCELLED  # the call ended while streaming
+                raise
+            except BaseException:
+                code = _final_code(context, raised=True)
+                raise
+            finally:
+                m.done(code or grpc.StatusCode.UNKNOWN, started_at)
+
+        return run

@@ -1,0 +1,190 @@
+"""The serving processes of ``offsetstore serve``: spawned, watched, replaced, drained; and the body of each."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from offsetstore.server._logging import configure_logging
+from offsetstore.server.config import Settings
+from offsetstore.server.security import reloader, security
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
+
+__all__ = ["RESTART_PAUSE_SECONDS", "START_SECONDS", "StartError", "Workers", "open_store", "serving_process"]
+
+log = logging.getLogger(__name__)
+
+#: How long the supervisor waits for a serving process to listen.
+START_SECONDS = 60.0
+#: A serving process that dies is started again after this pause (no restart storm).
+RESTART_PAUSE_SECONDS = 1.0
+
+
+class StartError(Exception):
+    """The server cannot start; the message says why and what to do (one line, exit code 2)."""
+
+
+def open_store(
+    settings: Settings, database_url: str, *, pool_size: int, application_name: str = "offsetstore"
+) -> Store:
+    """A Store on ``database_url`` with the settings' timeouts and limits; the supervisor and each serving process open theirs."""
+    return Store(
+        create_engine(
+            database_url,
+            pool_size=pool_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            application_name=application_name,
+        ),
+        statement_timeout_ms=settings.statement_timeout_ms,
+        write_flushers=min(settings.write_flushers, pool_size),
+        max_response_bytes=settings.max_response_bytes,
+    )
+
+
+class Workers:
+    """The serving processes: started, watched, replaced when they die, drained on stop."""
+
+    def __init__(self, settings: Settings, database_url: str, listen: str, directory: str) -> None:
+        self.settings = settings
+        self.database_url = database_url
+        self.listen = listen
+        self.directory = directory
+        self._context = multiprocessing.get_context("spawn")
+        self._processes: dict[int, BaseProcess] = {}
+
+    def start(self) -> None:
+        """Starts every serving process and waits until each listens."""
+        for index in range(self.settings.processes):
+            self._processes[index] = self._spawn(index)
+
+    def _spawn(self, index: int) -> BaseProcess:
+        ready = self._context.Event()
+        process = self._context.Process(
+            target=serving_process,
+            args=(self.settings, self.database_url, self.listen, self.directory, index, os.getpid(), ready),
+            name=f"offsetstore-serve-{index}",
+        )
+        process.start()
+        stop_at = time.monotonic() + START_SECONDS
+        while not ready.wait(0.1):
+            if not process.is_alive():
+                raise StartError(f"serving process {index} exited with code {process.exitcode} (see its log above)")
+            if time.monotonic() > stop_at:
+                process.kill()
+                raise StartError(f"serving process {index} did not listen within {START_SECONDS:g} s")
+        return process
+
+    def replace_dead(self) -> None:
+        for index, process in list(self._processes.items()):
+            if process.is_alive():
+                continue
+            log.error(
+                "serving process died; starting another",
+                extra={"index": index, "pid": process.pid, "exitcode": process.exitcode},
+            )
+            mark_dead(process.pid)
+            time.sleep(RESTART_PAUSE_SECONDS)
+            try:
+                self._processes[index] = self._spawn(index)
+            except StartError as error:
+                log.error("serving process not replaced: %s; trying again", error)
+
+    def signal(self, signum: int) -> None:
+        for process in self._processes.values():
+            if process.pid is not None and process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signum)
+
+    def stop(self, grace: float) -> bool:
+        """SIGTERM to each, which drains its calls within ``grace``; True when every one exited 0."""
+        self.signal(signal.SIGTERM)
+        clean = True
+        stop_at = time.monotonic() + grace + 15  # the drain, then closing its connections
+        for process in self._processes.values():
+            process.join(max(0.0, stop_at - time.monotonic()))
+            if process.is_alive():
+                log.error("serving process did not stop in time; killed", extra={"pid": process.pid})
+                process.kill()
+                process.join()
+            clean = clean and process.exitcode == 0
+            mark_dead(process.pid)
+        return clean
+
+
+def mark_dead(pid: int | None) -> None:
+    from prometheus_client import multiprocess
+
+    if pid is not None:
+        multiprocess.mark_process_dead(pid)
+
+
+def serving_process(
+    settings: Settings, database_url: str, listen: str, directory: str, index: int, parent: int, ready: Any
+) -> None:
+    """The body of one serving process: the gRPC server until SIGTERM (or its supervisor's death)."""
+    configure_logging(settings.log_level, settings.log_format)
+    from offsetstore.server import metrics
+    from offsetstore.server.app import OffsetStoreServer
+
+    metrics.use_multiprocess(directory)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())
+    credentials, auth = security(settings)
+    if auth is not None and settings.tokens_file is not None:
+        signal.signal(signal.SIGHUP, reloader(auth, settings.tokens_file))
+    store = open_store(settings, database_url, pool_size=settings.pool_size)
+    registry = metrics.worker_registry(store)
+    try:
+        server = OffsetStoreServer(
+            store,
+            listen,
+            max_workers=settings.max_workers,
+            interceptors=metrics.interceptors(registry),
+            auth=auth,
+            credentials=credentials,
+            max_message_bytes=settings.max_message_bytes,
+            reflection_mode=settings.reflection,
+            max_streams=settings.max_streams,
+            max_calls_per_principal=settings.max_calls_per_principal,
+            principal_bytes_per_second=settings.principal_bytes_per_second,
+            max_groups_per_principal=settings.max_groups_per_principal,
+            max_partitions_per_principal=settings.max_partitions_per_principal,
+            reuse_port=True,
+        ).start()
+    except (RuntimeError, OSError) as error:
+        log.error("serving process cannot listen on %s: %s", listen, error)
+        store.dispose()
+        raise SystemExit(2) from None
+    quiet_garbage_collector()
+    ready.set()
+    log.info("serving process ready", extra={"index": index})
+    while not stopping.wait(1.0):
+        if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
+            log.error("supervisor gone; stopping")
+            break
+    server.stop(settings.grace_seconds)
+    store.dispose()
+
+
+def quiet_garbage_collector() -> None:
+    """Keeps the cyclic garbage collector from stalling every call for tens of milliseconds.
+
+    A wide request allocates tens of thousands of objects; with the default thresholds
+    they set off full collections that walk every object the process holds (the modules,
+    the pools, the server), while every other call waits on the event loop. What exists
+    once the server listens is frozen out of collection for good, and the young
+    generation is collected less often.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
