@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import MAX_MESSAGE_BYTES
 from offsetstore.server.gate import Gate, fail
+from offsetstore.server.http import HttpListener  # issue 27: HTTP/JSON and the console
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
@@ -196,8 +198,11 @@ class OffsetStoreServer:
         max_groups_per_principal: int = 0,
         max_partitions_per_principal: int = 0,
         reuse_port: bool = False,
+        http_listen: str | None = None,  # issue 27: HTTP/JSON and the console (server/http/)
+        http_ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
+        self.http: HttpListener | None = None
         if reflection_mode not in REFLECTION_MODES:
             raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
         if reflection_mode == "authenticated" and auth is None:
@@ -224,6 +229,7 @@ class OffsetStoreServer:
             max_partitions=max_partitions_per_principal,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
+            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
@@ -279,6 +285,18 @@ class OffsetStoreServer:
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
+        # --- issue 27: the HTTP listener calls the same gate, through the same interceptors ---
+        http_listen, http_ssl, http_reuse_port, max_message_bytes = o["http"]
+        if http_listen:
+            self.http = HttpListener(
+                gate.handler(),
+                http_listen,
+                interceptors=o["interceptors"],
+                ssl_context=http_ssl,
+                max_message_bytes=max_message_bytes,
+                reuse_port=http_reuse_port,
+            )
+        # --- end issue 27 ---
         self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
         if o["reflection_mode"] != "off":
@@ -300,6 +318,8 @@ class OffsetStoreServer:
         async def start() -> None:
             await self.health.start()
             await self.server.start()
+            if self.http is not None:  # issue 27
+                await self.http.start()
 
         self._call(start())
         self._started = True
@@ -310,6 +330,8 @@ class OffsetStoreServer:
 
         async def stop() -> None:
             await self.health.stop()
+            if self.http is not None:  # issue 27
+                await self.http.stop(grace)
             await self.server.stop(grace)
             await self.async_store.close()
 

@@ -14,6 +14,7 @@ calls within ``--grace-seconds``) and exits 0; SIGHUP rereads the tokens file in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import ipaddress
 import logging
@@ -63,6 +64,14 @@ def serve(settings: Settings) -> int:
     try:
         _, auth = _security(settings)  # read and checked now: a bad file stops the start, not a child
         reservation = _reserve(settings.listen)
+        # --- issue 27: the HTTP port is held for the serving processes like the gRPC one ---
+        http_reservation = _reserve(settings.http_listen) if settings.http_listen else None
+        if http_reservation is not None:
+            host, port = http_reservation.getsockname()[:2]
+            settings = dataclasses.replace(
+                settings, http_listen=f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            )
+        # --- end issue 27 ---
     except (AuthConfigError, StartError) as error:
         log.error("cannot start: %s", error)
         return 2
@@ -95,6 +104,8 @@ def serve(settings: Settings) -> int:
         return 2
     finally:
         reservation.close()
+        if http_reservation is not None:  # issue 27
+            http_reservation.close()
         if embedded is not None:
             embedded.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -159,6 +170,7 @@ def _supervise(
                 "listen": listen,
                 "processes": settings.processes,
                 "metrics": metrics_server.url if metrics_server is not None else "off",
+                "http": settings.http_listen or "off",  # issue 27
                 "embedded": embedded is not None,
                 "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
                 "tokens": settings.tokens_file is not None,
@@ -338,6 +350,7 @@ def _serving_process(
     configure_logging(settings.log_level, settings.log_format)
     from offsetstore.server import metrics
     from offsetstore.server.app import OffsetStoreServer
+    from offsetstore.server.http import http_ssl_context  # issue 27
 
     metrics.use_multiprocess(directory)
     stopping = threading.Event()
@@ -364,6 +377,13 @@ def _serving_process(
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
+            # issue 27: the HTTP listener, on the gRPC server's certificate and client CA
+            http_listen=settings.http_listen or None,
+            http_ssl_context=(
+                http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+                if settings.tls_cert_file is not None and settings.tls_key_file is not None
+                else None
+            ),
         ).start()
     except (RuntimeError, OSError) as error:
         log.error("serving process cannot listen on %s: %s", listen, error)
