@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:50051)")
     serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="Prometheus address (default 127.0.0.1:9464)")
     serve.add_argument(
+        "--http-listen", metavar="HOST:PORT", help="HTTP/JSON API and web console address (default: off)"
+    )
+    serve.add_argument(
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
     serve.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import MAX_MESSAGE_BYTES
 from offsetstore.server.gate import Gate
+from offsetstore.server.http import HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
@@ -187,8 +189,11 @@ class OffsetStoreServer:
         max_groups_per_principal: int = 0,
         max_partitions_per_principal: int = 0,
         reuse_port: bool = False,
+        http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
+        http_ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
+        self.http: HttpListener | None = None
         if reflection_mode not in REFLECTION_MODES:
             raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
         if reflection_mode == "authenticated" and auth is None:
@@ -215,6 +220,7 @@ class OffsetStoreServer:
             max_partitions=max_partitions_per_principal,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
+            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
@@ -270,6 +276,17 @@ class OffsetStoreServer:
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
+        # The HTTP listener calls the same gate, through the same interceptors.
+        http_listen, http_ssl, http_reuse_port, max_message_bytes = o["http"]
+        if http_listen:
+            self.http = HttpListener(
+                gate.handler(),
+                http_listen,
+                interceptors=o["interceptors"],
+                ssl_context=http_ssl,
+                max_message_bytes=max_message_bytes,
+                reuse_port=http_reuse_port,
+            )
         self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
         if o["reflection_mode"] != "off":
@@ -291,6 +308,8 @@ class OffsetStoreServer:
         async def start() -> None:
             await self.health.start()
             await self.server.start()
+            if self.http is not None:
+                await self.http.start()
 
         self._call(start())
         self._started = True
@@ -301,6 +320,8 @@ class OffsetStoreServer:
 
         async def stop() -> None:
             await self.health.stop()
+            if self.http is not None:
+                await self.http.stop(grace)
             await self.server.stop(grace)
             await self.async_store.close()
 

@@ -42,6 +42,9 @@ class Settings:
     metrics_listen: str = "127.0.0.1:9464"
     """HOST:PORT of the Prometheus ``/metrics`` endpoint; empty disables it."""
 
+    http_listen: str = ""
+    """HOST:PORT of the HTTP/JSON API (Connect protocol) and the web console, with gRPC's TLS and tokens; empty (the default) disables it."""
+
     migrate: bool = True
     """Apply the migrations at start."""
 

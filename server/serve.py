@@ -16,6 +16,7 @@ processes, :mod:`offsetstore.server.security` reads what the settings ask of sec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import signal
@@ -47,6 +48,13 @@ def serve(settings: Settings) -> int:
     try:
         _, auth = security(settings)  # read and checked now: a bad file stops the start, not a child
         reservation = _reserve(settings.listen)
+        # The HTTP port (--http-listen) is held for the serving processes like the gRPC one.
+        http_reservation = _reserve(settings.http_listen) if settings.http_listen else None
+        if http_reservation is not None:
+            host, port = http_reservation.getsockname()[:2]
+            settings = dataclasses.replace(
+                settings, http_listen=f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            )
     except (AuthConfigError, StartError) as error:
         log.error("cannot start: %s", error)
         return 2
@@ -79,6 +87,8 @@ def serve(settings: Settings) -> int:
         return 2
     finally:
         reservation.close()
+        if http_reservation is not None:
+            http_reservation.close()
         if embedded is not None:
             embedded.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -143,6 +153,7 @@ def _supervise(
                 "listen": listen,
                 "processes": settings.processes,
                 "metrics": metrics_server.url if metrics_server is not None else "off",
+                "http": settings.http_listen or "off",
                 "embedded": embedded is not None,
                 "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
                 "tokens": settings.tokens_file is not None,

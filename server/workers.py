@@ -134,6 +134,7 @@ def serving_process(
     configure_logging(settings.log_level, settings.log_format)
     from offsetstore.server import metrics
     from offsetstore.server.app import OffsetStoreServer
+    from offsetstore.server.http import http_ssl_context
 
     metrics.use_multiprocess(directory)
     stopping = threading.Event()
@@ -160,6 +161,13 @@ def serving_process(
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
+            # The HTTP listener, on the gRPC server's certificate and client CA.
+            http_listen=settings.http_listen or None,
+            http_ssl_context=(
+                http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+                if settings.tls_cert_file is not None and settings.tls_key_file is not None
+                else None
+            ),
         ).start()
     except (RuntimeError, OSError) as error:
         log.error("serving process cannot listen on %s: %s", listen, error)

@@ -1,0 +1,318 @@
+"""The Connect protocol's unary calls over HTTP/1.1, served by the server's gate.
+
+``POST /offsetstore.v1.OffsetStoreService/<Method>`` with ``Content-Type: application/json``
+(proto3 JSON) or ``application/proto`` (binary). The call is handed to the very handler the
+gRPC server registers (the gate, wrapped by the server's interceptors, so metrics count it
+the same way) with an adapter of the gRPC call context: the request headers are the call's
+metadata (``Authorization: Bearer ...``), ``Connect-Timeout-Ms`` or ``grpc-timeout`` its
+deadline, the TCP peer and the TLS client certificate its peer and identity. Nothing about
+who may do what is decided here.
+
+A failed call answers the Connect error JSON with the HTTP status the protocol gives its
+code; its details are the gRPC status details, each as ``{"type", "value" (base64), "debug"}``,
+so ``google.rpc.ErrorInfo``'s ``reason`` reads the same as over gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import json
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf import json_format, symbol_database
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+
+from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
+from offsetstore.v1 import offset_store_pb2 as pb
+
+__all__ = ["CONNECT_CODES", "JSON", "PROTO", "ConnectTransport", "HttpCallContext", "error_document"]
+
+SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
+
+JSON = "application/json"
+PROTO = "application/proto"
+
+#: Each gRPC status code's Connect name and HTTP status (the Connect protocol's table).
+CONNECT_CODES: Mapping[grpc.StatusCode, tuple[str, int]] = {
+    grpc.StatusCode.CANCELLED: ("canceled", 499),
+    grpc.StatusCode.UNKNOWN: ("unknown", 500),
+    grpc.StatusCode.INVALID_ARGUMENT: ("invalid_argument", 400),
+    grpc.StatusCode.DEADLINE_EXCEEDED: ("deadline_exceeded", 504),
+    grpc.StatusCode.NOT_FOUND: ("not_found", 404),
+    grpc.StatusCode.ALREADY_EXISTS: ("already_exists", 409),
+    grpc.StatusCode.PERMISSION_DENIED: ("permission_denied", 403),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ("resource_exhausted", 429),
+    grpc.StatusCode.FAILED_PRECONDITION: ("failed_precondition", 400),
+    grpc.StatusCode.ABORTED: ("aborted", 409),
+    grpc.StatusCode.OUT_OF_RANGE: ("out_of_range", 400),
+    grpc.StatusCode.UNIMPLEMENTED: ("unimplemented", 501),
+    grpc.StatusCode.INTERNAL: ("internal", 500),
+    grpc.StatusCode.UNAVAILABLE: ("unavailable", 503),
+    grpc.StatusCode.DATA_LOSS: ("data_loss", 500),
+    grpc.StatusCode.UNAUTHENTICATED: ("unauthenticated", 401),
+}
+
+#: A JSON body may be this many times the largest binary request before it is refused
+#: unread: proto3 JSON spells names and numbers out.
+JSON_EXPANSION = 4
+
+_GRPC_TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
+_GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+# Keep the gate's own DEADLINE_EXCEEDED (with its log line) the usual answer; this one only
+# ends a call that outlived its deadline anyway.
+_DEADLINE_GRACE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class _CallDetails:
+    """What a ``grpc.aio`` server interceptor is told about a call: its method and metadata."""
+
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...]
+
+
+class HttpCallContext:
+    """The part of ``grpc.aio.ServicerContext`` the gate, the servicer and the interceptors use."""
+
+    def __init__(self, request: web.Request, timeout: float | None) -> None:
+        self._request = request
+        self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+        self._trailing: Sequence[tuple[str, Any]] = ()
+        self._done = False
+
+    # --- what the call is ---
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        """``ipv4:HOST:PORT`` or ``ipv6:[HOST]:PORT``, as gRPC names a peer."""
+        transport = self._request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if not peer:
+            return "unknown"
+        host, port = peer[0], peer[1]
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        """The verified client certificate's CN and URI SANs, under gRPC's keys (empty without one)."""
+        transport = self._request.transport
+        cert = transport.get_extra_info("peercert") if transport is not None else None
+        if not cert:
+            return {}
+        names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
+        uris = [value for kind, value in cert.get("subjectAltName", ()) if kind == "URI"]
+        return {
+            "x509_common_name": [n.encode() for n in names[-1:]],  # the most specific CN, as gRPC reports
+            "peer_uri": [u.encode() for u in uris],
+        }
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def cancelled(self) -> bool:
+        transport = self._request.transport
+        return transport is None or transport.is_closing()
+
+    def done(self) -> bool:
+        return self._done
+
+    # --- how it ended ---
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def details(self) -> str:
+        return self._details
+
+    def set_trailing_metadata(self, metadata: Sequence[tuple[str, Any]]) -> None:
+        self._trailing = tuple(metadata or ())
+
+    def trailing_metadata(self) -> Sequence[tuple[str, Any]]:
+        return self._trailing
+
+    def finish(self) -> None:
+        self._done = True
+
+
+Interceptor = Any  # a grpc.aio.ServerInterceptor
+Continuation = Callable[[Any], Awaitable[grpc.RpcMethodHandler | None]]
+
+
+class ConnectTransport:
+    """Answers Connect unary calls with ``handler`` (the gate's), wrapped by ``interceptors`` as gRPC does.
+
+    ``interceptors`` are the gRPC server's (``grpc.aio.ServerInterceptor``), outermost first:
+    an HTTP call is recorded by the same metrics code as a gRPC call.
+    """
+
+    def __init__(
+        self,
+        handler: grpc.GenericRpcHandler,
+        interceptors: Iterable[Interceptor] = (),
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self.handler = handler
+        self.interceptors = tuple(interceptors)
+        self.max_message_bytes = max_message_bytes
+        self.methods = {m.name: m for m in SERVICE.methods}
+
+    @property
+    def max_body_bytes(self) -> int:
+        """What the HTTP server reads of a body at most (a JSON body may be larger than its message)."""
+        return self.max_message_bytes * JSON_EXPANSION
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """The aiohttp handler of ``POST /offsetstore.v1.OffsetStoreService/{method}``."""
+        method = self.methods.get(request.match_info.get("method", ""))
+        if method is None:
+            return _error(grpc.StatusCode.UNIMPLEMENTED, "no such method of offsetstore.v1.OffsetStoreService", 404)
+        codec = _codec(request.headers.get("Content-Type", ""))
+        if codec is None:
+            response = _error(grpc.StatusCode.UNKNOWN, f"the content type must be {JSON} or {PROTO}", 415)
+            response.headers["Accept-Post"] = f"{JSON}, {PROTO}"
+            return response
+        try:
+            timeout = _timeout(request.headers)
+        except ValueError as error:
+            return _error(grpc.StatusCode.INVALID_ARGUMENT, str(error), 400)
+        context = HttpCallContext(request, timeout)
+        full_method = f"/{SERVICE.full_name}/{method.name}"
+        handler = await self._method_handler(_CallDetails(full_method, context.invocation_metadata()))
+        if handler is None or handler.stream_unary is None:
+            return _error(grpc.StatusCode.UNIMPLEMENTED, f"{method.name} is not served", 501)
+        request_class = getattr(pb, method.input_type.name)
+        requests = _requests(request, request_class, method.name, codec, self.max_message_bytes)
+        try:
+            async with asyncio.timeout(None if timeout is None else timeout + _DEADLINE_GRACE_SECONDS):
+                answer = await handler.stream_unary(requests, context)
+        except TimeoutError:
+            return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed", 504)
+        finally:
+            context.finish()
+        code = context.code()
+        if answer is None or (code is not None and code != grpc.StatusCode.OK):
+            return _failed(context)
+        if codec == PROTO:
+            return web.Response(body=answer.SerializeToString(), content_type=PROTO)
+        return web.Response(body=_to_json(answer), content_type=JSON)
+
+    async def _method_handler(self, details: _CallDetails) -> grpc.RpcMethodHandler | None:
+        async def innermost(d: Any) -> grpc.RpcMethodHandler | None:
+            return self.handler.service(d)
+
+        continuation: Continuation = innermost
+        for interceptor in reversed(self.interceptors):
+            continuation = functools.partial(interceptor.intercept_service, continuation)
+        return await continuation(details)
+
+
+def _codec(content_type: str) -> str | None:
+    kind = content_type.partition(";")[0].strip().lower()
+    return kind if kind in (JSON, PROTO) else None
+
+
+def _timeout(headers: Mapping[str, str]) -> float | None:
+    """The call's timeout in seconds from ``Connect-Timeout-Ms`` or ``grpc-timeout``; the shorter wins."""
+    found: list[float] = []
+    connect = headers.get("Connect-Timeout-Ms")
+    if connect is not None:
+        if not connect.isdigit() or len(connect) > 10:
+            raise ValueError("Connect-Timeout-Ms must be a positive integer of at most 10 digits")
+        found.append(int(connect) / 1000)
+    grpc_timeout = headers.get("grpc-timeout")
+    if grpc_timeout is not None:
+        match = _GRPC_TIMEOUT.match(grpc_timeout)
+        if match is None:
+            raise ValueError("grpc-timeout must be up to 8 digits and a unit (H, M, S, m, u, n)")
+        found.append(int(match.group(1)) * _GRPC_UNITS[match.group(2)])
+    return min(found) if found else None
+
+
+async def _requests(
+    request: web.Request, request_class: type[Message], method: str, codec: str, limit: int
+) -> AsyncIterator[bytes]:
+    """The call's one request message, binary; read only when the gate asks (after admission)."""
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise _too_large(method, limit) from None
+    if codec == JSON:
+        message = request_class()
+        try:
+            json_format.Parse(body or b"{}", message)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError) as error:
+            text = str(error)
+            shown = text if len(text) <= 300 else text[:300] + "..."
+            raise InvalidArgumentError(f"the body is not a {method} request in proto3 JSON: {shown}") from None
+        body = message.SerializeToString()
+    if len(body) > limit:
+        raise _too_large(method, limit)
+    yield body
+
+
+def _too_large(method: str, limit: int) -> ResourceExhaustedError:
+    return ResourceExhaustedError(
+        f"the {method} request is larger than the {limit} bytes a request may be", metadata={"limit": "message_bytes"}
+    )
+
+
+def _to_json(message: Message) -> bytes:
+    document = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def error_document(code: grpc.StatusCode, message: str, details: Iterable[Any] = ()) -> dict[str, Any]:
+    """The Connect error JSON of a status: ``{"code", "message", "details": [{"type", "value", "debug"}]}``."""
+    document: dict[str, Any] = {"code": CONNECT_CODES.get(code, ("unknown", 500))[0], "message": message}
+    entries = []
+    for any_ in details:
+        type_name = any_.type_url.rpartition("/")[2]
+        entry: dict[str, Any] = {"type": type_name, "value": base64.b64encode(any_.value).decode().rstrip("=")}
+        try:
+            detail = symbol_database.Default().GetSymbol(type_name)()
+            detail.ParseFromString(any_.value)
+            entry["debug"] = json_format.MessageToDict(detail)
+        except (KeyError, ValueError, RuntimeError):
+            pass  # a type this server does not know: the bytes alone
+        entries.append(entry)
+    if entries:
+        document["details"] = entries
+    return document
+
+
+def _failed(context: HttpCallContext) -> web.Response:
+    code = context.code() or grpc.StatusCode.UNKNOWN
+    status = status_pb2.Status()
+    for key, value in context.trailing_metadata():
+        if key == "grpc-status-details-bin":
+            status.ParseFromString(value)
+    response = _error(code, context.details(), CONNECT_CODES.get(code, ("unknown", 500))[1], status.details)
+    for any_ in status.details:
+        if any_.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            any_.Unpack(info)
+            response.headers["Retry-After"] = str(max(1, math.ceil(info.retry_delay.ToMilliseconds() / 1000)))
+    return response
+
+
+def _error(code: grpc.StatusCode, message: str, http_status: int, details: Iterable[Any] = ()) -> web.Response:
+    return web.json_response(error_document(code, message, details), status=http_status)

@@ -1,0 +1,127 @@
+"""The ``--http-listen`` server: Connect calls, ``/openapi.json`` and the console, on the gRPC server's event loop.
+
+aiohttp serves HTTP/1.1 on the loop the ``grpc.aio`` server runs on, so an HTTP call is a
+coroutine beside the gRPC calls, admitted by the same gate with the same shares. TLS, when
+given, is the gRPC server's certificate and, under mutual TLS, the same client CA.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable, Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from offsetstore.server.http.connect import SERVICE, ConnectTransport
+from offsetstore.server.http.describe import openapi_json
+
+__all__ = ["CONSOLE_FILES", "HttpListener", "http_ssl_context"]
+
+#: The console's files (package data of ``offsetstore.server.http``), by the name they are served at.
+CONSOLE_FILES = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+
+# The console runs only its own script and talks only to this server: an injected <script>
+# would not run even if a name slipped through unescaped, and no other site may frame it.
+_CONSOLE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+def http_ssl_context(cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> ssl.SSLContext:
+    """The HTTP listener's TLS: the gRPC server's certificate; with ``client_ca_file``, client certificates required."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cafile=client_ca_file)
+    return context
+
+
+class HttpListener:
+    """Serves the gate's ``handler`` over HTTP on ``listen`` (HOST:PORT; port 0 picks one, see :attr:`port`).
+
+    Made on the gRPC server's loop, started and stopped there with it.
+    """
+
+    def __init__(
+        self,
+        handler: grpc.GenericRpcHandler,
+        listen: str,
+        *,
+        interceptors: Iterable[Any] = (),
+        ssl_context: ssl.SSLContext | None = None,
+        max_message_bytes: int,
+        reuse_port: bool = False,
+    ) -> None:
+        self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
+        host, _, port = listen.rpartition(":")
+        self.host = host.strip("[]") or "0.0.0.0"
+        self.port = int(port)
+        self.ssl_context = ssl_context
+        self.reuse_port = reuse_port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
+
+    def app(self) -> web.Application:
+        """The aiohttp application: every route the listener serves."""
+        app = web.Application(client_max_size=self.transport.max_body_bytes, middlewares=[_headers])
+        app.router.add_post(f"/{SERVICE.full_name}/{{method}}", self.transport.handle)
+        description = openapi_json().encode()
+        app.router.add_get("/openapi.json", _fixed(description, "application/json"))
+        console = resources.files("offsetstore.server.http").joinpath("console")
+        files = {name: (console.joinpath(name).read_bytes(), kind) for name, kind in CONSOLE_FILES.items()}
+        app.router.add_get("/", _fixed(*files["index.html"]))
+        for name, (body, kind) in files.items():
+            app.router.add_get(f"/console/{name}", _fixed(body, kind))
+        return app
+
+    async def start(self) -> None:
+        # No access log: the gate logs each call with its principal and outcome.
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=self.ssl_context, reuse_port=self.reuse_port or None
+        )
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self, grace: float | None = 0) -> None:
+        """Stops accepting, lets running calls finish within ``grace`` seconds."""
+        if self._runner is not None:
+            self._runner._shutdown_timeout = grace or 0.0  # aiohttp reads it in cleanup()
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _fixed(body: bytes, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type=content_type)
+
+    return serve
+
+
+@web.middleware
+async def _headers(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+    response = await handler(request)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    response.headers.setdefault("Cache-Control", "no-store")
+    if response.content_type == "text/html":
+        response.headers["Content-Security-Policy"] = _CONSOLE_POLICY
+        response.headers["X-Frame-Options"] = "DENY"
+    return response
