@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
     "Boundary",
@@ -14,6 +14,7 @@ __all__ = [
     "FetchResult",
     "GroupDescription",
     "GroupSummary",
+    "Mode",
     "OffsetChange",
     "OffsetCommit",
     "Page",
@@ -32,6 +33,9 @@ NO_OFFSET = -1
 EARLIEST = -2
 #: Sentinel stored by a reset to the latest offset when no watermark is known.
 LATEST = -1
+
+#: How a sink writes its rows: appends them, or upserts them on the table's key.
+Mode = Literal["append", "upsert"]
 
 
 class Boundary(enum.IntEnum):
