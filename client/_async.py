@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health_pb2_grpc
 
 from offsetstore.client import _base
-from offsetstore.client._channel import channel_options
 from offsetstore.client._methods import ClientMethods
 from offsetstore.core.errors import OffsetStoreError, from_rpc_error
 from offsetstore.core.types import GroupSummary
-from offsetstore.v1 import offset_store_pb2_grpc
 
 __all__ = ["AsyncOffsetStoreClient"]
 
@@ -41,24 +38,7 @@ def _awaited(method: Callable[Params, R]) -> Callable[Params, Coroutine[Any, Any
 class AsyncOffsetStoreClient(ClientMethods):
     """The asyncio twin of `OffsetStoreClient`; use it with ``async with``, or await `close()`."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float = 10.0,
-        credentials: grpc.ChannelCredentials | None = None,
-        options: Sequence[tuple[str, Any]] = (),
-        metadata: Sequence[tuple[str, str]] = (),
-        token: str | None = None,
-    ) -> None:
-        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-        self._stub = offset_store_pb2_grpc.OffsetStoreServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+    _grpc = grpc.aio
 
     async def close(self) -> None:
         await self._channel.close()

@@ -7,12 +7,16 @@ method here a coroutine function.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
 from offsetstore.client import _base
 from offsetstore.client._base import Offsets
+from offsetstore.client._channel import channel_options
 from offsetstore.core.types import (
     Boundary,
     CommittedOffset,
@@ -27,15 +31,35 @@ from offsetstore.core.types import (
     Topics,
     Watermark,
 )
+from offsetstore.v1 import offset_store_pb2_grpc
 
 __all__ = ["ClientMethods"]
 
 
 class ClientMethods(_base.ClientBase):
-    """The public calls; a subclass gives the stubs (``_stub``, ``_health``) and the I/O."""
+    """The channel and the public calls; a subclass says whose channels (``_grpc``) and does the I/O."""
 
-    _stub: Any
-    _health: Any
+    #: The module that makes the client's channels: ``grpc``, or ``grpc.aio`` for awaitable calls.
+    _grpc: Any
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
+    ) -> None:
+        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
+        opts = channel_options(options)
+        if credentials is None:
+            self._channel = self._grpc.insecure_channel(target, options=opts)
+        else:
+            self._channel = self._grpc.secure_channel(target, credentials, options=opts)
+        self._stub = offset_store_pb2_grpc.OffsetStoreServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
 
     def _call(self, method: Any, request: Any, result: Callable[[Any], Any], timeout: float | None) -> Any:
         """``result`` of the response of ``method(request)``, or the call's error as an OffsetStoreError."""

@@ -8,19 +8,16 @@ not, because a repeat of one whose reply was lost would act twice (see ``_channe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
 
 from offsetstore.client import _base
-from offsetstore.client._channel import channel_options
 from offsetstore.client._methods import ClientMethods
 from offsetstore.core.errors import OffsetStoreError, from_rpc_error
 from offsetstore.core.types import GroupSummary
-from offsetstore.v1 import offset_store_pb2_grpc
 
 __all__ = ["OffsetStoreClient"]
 
@@ -37,24 +34,7 @@ class OffsetStoreClient(ClientMethods):
     `OffsetStoreError` subclass of the server's error.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float = 10.0,
-        credentials: grpc.ChannelCredentials | None = None,
-        options: Sequence[tuple[str, Any]] = (),
-        metadata: Sequence[tuple[str, str]] = (),
-        token: str | None = None,
-    ) -> None:
-        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
-        self._stub = offset_store_pb2_grpc.OffsetStoreServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+    _grpc = grpc
 
     def close(self) -> None:
         self._channel.close()
