@@ -6,62 +6,39 @@ Deadlines and retries are those of the blocking client (see ``_sync`` and ``_cha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health_pb2_grpc
 
 from offsetstore.client import _base
-from offsetstore.client._base import Offsets
-from offsetstore.client._channel import channel_options
-from offsetstore.core.convert import Topics
-from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError, from_rpc_error
-from offsetstore.core.types import (
-    Boundary,
-    CommittedOffset,
-    ExpiredGroup,
-    FetchResult,
-    GroupDescription,
-    GroupSummary,
-    OffsetChange,
-    Page,
-    ResetResult,
-    TopicPartition,
-    Watermark,
-)
-from offsetstore.v1 import offset_store_pb2_grpc
+from offsetstore.client._methods import ClientMethods
+from offsetstore.core.errors import OffsetStoreError, from_rpc_error
+from offsetstore.core.types import GroupSummary
 
 __all__ = ["AsyncOffsetStoreClient"]
 
 R = TypeVar("R")
-P = TypeVar("P")
+Params = ParamSpec("Params")
 
 
-class AsyncOffsetStoreClient(_base.ClientBase):
+def _awaited(method: Callable[Params, R]) -> Callable[Params, Coroutine[Any, Any, R]]:
+    """A shared method as a coroutine function, with its signature and docstring: here ``_call`` awaits."""
+
+    @functools.wraps(method)
+    async def awaited(*args: Params.args, **kwargs: Params.kwargs) -> R:
+        return await method(*args, **kwargs)  # type: ignore[misc]
+
+    return awaited
+
+
+class AsyncOffsetStoreClient(ClientMethods):
     """The asyncio twin of `OffsetStoreClient`; use it with ``async with``, or await `close()`."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float = 10.0,
-        credentials: grpc.ChannelCredentials | None = None,
-        options: Sequence[tuple[str, Any]] = (),
-        metadata: Sequence[tuple[str, str]] = (),
-        token: str | None = None,
-    ) -> None:
-        super().__init__(target, timeout=timeout, metadata=metadata, token=token)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-        self._stub = offset_store_pb2_grpc.OffsetStoreServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+    _grpc = grpc.aio
 
     async def close(self) -> None:
         await self._channel.close()
@@ -84,102 +61,34 @@ class AsyncOffsetStoreClient(_base.ClientBase):
             raise from_rpc_error(e, unknown_outcome=_base.unknown_outcome(request)) from e
         return result(response)
 
-    async def commit_offsets(
-        self, group_id: str, offsets: Offsets, *, generation: int = 0, timeout: float | None = None
-    ) -> dict[TopicPartition, CommittedOffset]:
-        """Commits offsets in one transaction; a Mapping means {(topic, partition): offset}."""
-        request = _base.commit_offsets_request(group_id, offsets, generation)
-        return await self._call(
-            self._stub.CommitOffsets, request, lambda response: _base.commit_offsets_result(response, request), timeout
-        )
-
     async def _read_pages(
-        self, read: Callable[[str], Awaitable[P]], merge: Callable[[list[P]], R], timeout: float | None
+        self, read: Callable[[str], Awaitable[Any]], merge: Callable[[list[Any]], R], timeout: float | None
     ) -> R:
-        """All pages of a read, from the first again if a join or a reset came between two of them.
-
-        A later page refused for the caller's per-principal limits is asked for again when the
-        server's retry hint says (see OffsetStoreClient._read_pages).
-        """
-
-        waited = 0.0
-
-        async def later(token: str) -> P:
-            nonlocal waited
+        steps = _base.paged_read(merge, self._timeout(timeout))
+        try:
+            step = next(steps)
             while True:
                 try:
-                    return await read(token)
-                except ResourceExhaustedError as error:
-                    if not _base.wait_for_budget(error, waited, self._default_timeout if timeout is None else timeout):
-                        raise
-                    await asyncio.sleep(error.retry_after)  # type: ignore[arg-type]
-                    waited += error.retry_after  # type: ignore[operator]
+                    # A page token is read; a number is seconds to wait.
+                    answer = await (read(step) if isinstance(step, str) else asyncio.sleep(step))
+                except OffsetStoreError as error:
+                    step = steps.throw(error)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
 
-        for attempt in range(1, _base.PAGED_READ_ATTEMPTS + 1):
-            pages = [await read("")]
-            try:
-                while pages[-1].next_page_token:  # type: ignore[attr-defined]
-                    pages.append(await later(pages[-1].next_page_token))  # type: ignore[attr-defined]
-            except GroupChangedError:
-                if attempt == _base.PAGED_READ_ATTEMPTS:
-                    raise
-                continue
-            return merge(pages)
-        raise AssertionError("unreachable")
-
-    async def fetch_offsets(self, group_id: str, topics: Topics = None, *, timeout: float | None = None) -> FetchResult:
-        """The group's committed offsets, of every partition or of the selected `topics` (in pages if large)."""
-
-        async def page(token: str) -> FetchResult:
-            request = _base.fetch_offsets_request(group_id, topics, token)
-            return await self._call(self._stub.FetchOffsets, request, _base.fetch_offsets_result, timeout)
-
-        return await self._read_pages(page, _base.merge_fetch_pages, timeout)
-
-    async def reset_offsets(
-        self,
-        group_id: str,
-        *,
-        topics: Topics = None,
-        all_topics: bool = False,
-        to_offset: int | None = None,
-        shift_by: int | None = None,
-        to_boundary: Boundary | None = None,
-        to_commit_time: datetime | None = None,
-        dry_run: bool = False,
-        timeout: float | None = None,
-    ) -> ResetResult:
-        """Resets the selected partitions to one target and bumps the generation (unless `dry_run`)."""
-        request = _base.reset_offsets_request(
-            group_id,
-            topics=topics,
-            all_topics=all_topics,
-            to_offset=to_offset,
-            shift_by=shift_by,
-            to_boundary=to_boundary,
-            to_commit_time=to_commit_time,
-            dry_run=dry_run,
-        )
-        return await self._call(self._stub.ResetOffsets, request, _base.reset_offsets_result, timeout)
-
-    async def delete_offsets(
-        self, group_id: str, *, topics: Topics = None, all_topics: bool = False, timeout: float | None = None
-    ) -> list[TopicPartition]:
-        """Deletes the selected offsets (`all_topics` deletes the group); returns what was deleted."""
-        request = _base.delete_offsets_request(group_id, topics=topics, all_topics=all_topics)
-        return await self._call(self._stub.DeleteOffsets, request, _base.delete_offsets_result, timeout)
-
-    async def join_group(self, group_id: str, member_id: str = "", *, timeout: float | None = None) -> int:
-        """Increments and returns the group's generation, fencing writers of older ones."""
-        request = _base.join_group_request(group_id, member_id)
-        return await self._call(self._stub.JoinGroup, request, _base.join_group_result, timeout)
-
-    async def list_groups(
-        self, prefix: str = "", *, page_size: int = 0, page_token: str = "", timeout: float | None = None
-    ) -> Page[GroupSummary]:
-        """One page of the groups whose id starts with `prefix`, ordered by id."""
-        request = _base.list_groups_request(prefix, page_size, page_token)
-        return await self._call(self._stub.ListGroups, request, _base.list_groups_result, timeout)
+    commit_offsets = _awaited(ClientMethods.commit_offsets)
+    fetch_offsets = _awaited(ClientMethods.fetch_offsets)
+    reset_offsets = _awaited(ClientMethods.reset_offsets)
+    delete_offsets = _awaited(ClientMethods.delete_offsets)
+    join_group = _awaited(ClientMethods.join_group)
+    list_groups = _awaited(ClientMethods.list_groups)
+    expire_groups = _awaited(ClientMethods.expire_groups)
+    describe_group = _awaited(ClientMethods.describe_group)
+    list_offset_history = _awaited(ClientMethods.list_offset_history)
+    report_watermarks = _awaited(ClientMethods.report_watermarks)
+    health = _awaited(ClientMethods.health)
 
     async def iter_groups(
         self, prefix: str = "", *, page_size: int = 0, timeout: float | None = None
@@ -193,55 +102,3 @@ class AsyncOffsetStoreClient(_base.ClientBase):
             token = page.next_page_token
             if not token:
                 return
-
-    async def expire_groups(
-        self,
-        idle_for: timedelta | float,
-        *,
-        prefix: str = "",
-        execute: bool = False,
-        limit: int = 0,
-        timeout: float | None = None,
-    ) -> list[ExpiredGroup]:
-        """Groups idle (no commit, join or reset) for `idle_for` (seconds or a timedelta), longest idle first.
-
-        A preview unless `execute`: then their offsets expire, as the server's retention
-        expires them, and the groups that did are returned. Needs admin on `prefix`.
-        """
-        request = _base.expire_groups_request(idle_for, prefix, execute, limit)
-        return await self._call(self._stub.ExpireGroups, request, _base.expire_groups_result, timeout)
-
-    async def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
-        """The group's partitions with offsets, log ends and lag; GroupNotFoundError if unknown."""
-
-        async def page(token: str) -> GroupDescription:
-            request = _base.describe_group_request(group_id, token)
-            return await self._call(self._stub.DescribeGroup, request, _base.describe_group_result, timeout)
-
-        return await self._read_pages(page, _base.merge_description_pages, timeout)
-
-    async def list_offset_history(
-        self,
-        group_id: str,
-        *,
-        topics: Topics = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> Page[OffsetChange]:
-        """One page of the group's changes, newest first, with `since` <= change_time < `until`."""
-        request = _base.list_offset_history_request(
-            group_id, topics=topics, since=since, until=until, page_size=page_size, page_token=page_token
-        )
-        return await self._call(self._stub.ListOffsetHistory, request, _base.list_offset_history_result, timeout)
-
-    async def report_watermarks(self, watermarks: Iterable[Watermark], *, timeout: float | None = None) -> None:
-        """Reports log watermarks, which feed lag and resets to a boundary."""
-        request = _base.report_watermarks_request(watermarks)
-        await self._call(self._stub.ReportWatermarks, request, _base.report_watermarks_result, timeout)
-
-    async def health(self, timeout: float | None = None) -> str:
-        """The server's health status name ("SERVING", "NOT_SERVING")."""
-        return await self._call(self._health.Check, _base.health_request(), _base.health_result, timeout)

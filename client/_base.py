@@ -1,26 +1,24 @@
-"""What the sync and asyncio clients share: settings, and the requests and results of every call.
+"""What the sync and asyncio clients share: settings, the requests and results of every call, paging.
 
-Each client method builds its request with a ``*_request`` function and turns the response
-into plain values with a ``*_result`` function of this module; only the call itself differs
-between the two clients.
+Each call builds its request with a ``*_request`` function and turns the response into plain
+values with a ``*_result`` function of this module; ``_methods`` writes every call once with
+them, and each client only makes the call, blocking or awaited.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from grpc_health.v1 import health_pb2
 
 from offsetstore.core import convert
-from offsetstore.core.convert import Topics
-from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
+from offsetstore.core.errors import GroupChangedError, InvalidArgumentError, ResourceExhaustedError
 from offsetstore.core.types import (
-    Boundary,
     CommittedOffset,
     ExpiredGroup,
     FetchResult,
@@ -29,10 +27,16 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     Page,
+    ResetRequest,
     TopicPartition,
+    Topics,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2 as pb
+
+R = TypeVar("R")
+#: A page of a paged read.
+P = TypeVar("P", FetchResult, GroupDescription)
 
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 
@@ -82,11 +86,12 @@ class ClientBase:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._target!r})"
 
+    def _timeout(self, timeout: float | None) -> float:
+        """The deadline of a call in seconds: its own, else the client's."""
+        return self._default_timeout if timeout is None else timeout
+
     def _call_kwargs(self, timeout: float | None) -> dict[str, Any]:
-        return {
-            "timeout": self._default_timeout if timeout is None else timeout,
-            "metadata": self._metadata or None,
-        }
+        return {"timeout": self._timeout(timeout), "metadata": self._metadata or None}
 
 
 def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> pb.CommitOffsetsRequest:
@@ -129,6 +134,36 @@ def wait_for_budget(error: ResourceExhaustedError, waited: float, limit: float) 
     return error.retry_after is not None and waited + error.retry_after <= limit
 
 
+def paged_read(merge: Callable[[list[P]], R], limit: float) -> Generator[str | float, Any, R]:
+    """A paged read as steps, which each client drives with its own I/O.
+
+    Yields a page token and is sent that page (or thrown the error reading it raised), or
+    yields seconds to wait and is sent None; returns ``merge`` of the pages. All pages are
+    read again from the first if a join or a reset came between two of them. A later page
+    refused for the caller's per-principal limits is asked for again when the server's retry
+    hint says, for up to ``limit`` seconds in all: a large group is read at the budget's pace
+    instead of from its first page again.
+    """
+    waited = 0.0
+    for attempt in range(1, PAGED_READ_ATTEMPTS + 1):
+        pages = [(yield "")]
+        try:
+            while pages[-1].next_page_token:
+                try:
+                    pages.append((yield pages[-1].next_page_token))
+                except ResourceExhaustedError as error:
+                    if not wait_for_budget(error, waited, limit):
+                        raise
+                    yield error.retry_after  # type: ignore[misc]
+                    waited += error.retry_after  # type: ignore[operator]
+        except GroupChangedError:
+            if attempt == PAGED_READ_ATTEMPTS:
+                raise
+            continue
+        return merge(pages)
+    raise AssertionError("unreachable")
+
+
 def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:
     """One result of a paged fetch's pages (the server keeps their generation the same)."""
     offsets = {}
@@ -137,35 +172,29 @@ def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:
     return FetchResult(offsets=offsets, generation=pages[0].generation)
 
 
-def reset_offsets_request(
-    group_id: str,
-    *,
-    topics: Topics,
-    all_topics: bool,
-    to_offset: int | None,
-    shift_by: int | None,
-    to_boundary: Boundary | None,
-    to_commit_time: datetime | None,
-    dry_run: bool,
-) -> pb.ResetOffsetsRequest:
-    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
-    if len(targets) > 1:
+def reset_offsets_request(group_id: str, **keywords: Any) -> pb.ResetOffsetsRequest:
+    """The request of ``reset_offsets``' keywords: the one place they become a `ResetRequest`."""
+    return reset_request_to_proto(ResetRequest(group_id, **keywords))
+
+
+def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
+    if len(value.targets) > 1:
         raise InvalidArgumentError.field("target", "give exactly one target")
     request = pb.ResetOffsetsRequest(
-        group_id=group_id,
-        topics=convert.selections_to_proto(topics),
-        all_topics=all_topics,
-        dry_run=dry_run,
+        group_id=value.group_id,
+        topics=convert.selections_to_proto(value.topics),
+        all_topics=value.all_topics,
+        dry_run=value.dry_run,
     )
     # No target is sent as none: the server owns that rule and says so with a proper error.
-    if to_offset is not None:
-        request.to_offset = to_offset
-    elif shift_by is not None:
-        request.shift_by = shift_by
-    elif to_boundary is not None:
-        request.to_boundary = convert.boundary_to_proto(to_boundary)
-    elif to_commit_time is not None:
-        request.to_commit_time.CopyFrom(convert.datetime_to_timestamp(to_commit_time))
+    if value.to_offset is not None:
+        request.to_offset = value.to_offset
+    elif value.shift_by is not None:
+        request.shift_by = value.shift_by
+    elif value.to_boundary is not None:
+        request.to_boundary = convert.boundary_to_proto(value.to_boundary)
+    elif value.to_commit_time is not None:
+        request.to_commit_time.CopyFrom(convert.datetime_to_timestamp(value.to_commit_time))
     return request
 
 

@@ -24,15 +24,10 @@ from offsetstore.core.types import (
     PartitionStatus,
     ResetResult,
     TopicPartition,
+    Topics,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2 as pb
-
-#: What a call accepts as a selection of topics and partitions: None (everything),
-#: {topic: partitions} (no partitions = all of that topic), or an iterable of topic
-#: names and/or (topic, partition) pairs.
-Topics = Mapping[str, Iterable[int]] | Iterable[str | tuple[str, int]] | None
-
 
 # Timestamps
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
     "Boundary",
@@ -14,12 +15,15 @@ __all__ = [
     "FetchResult",
     "GroupDescription",
     "GroupSummary",
+    "Mode",
     "OffsetChange",
     "OffsetCommit",
     "Page",
     "PartitionStatus",
+    "ResetRequest",
     "ResetResult",
     "TopicPartition",
+    "Topics",
     "Watermark",
     "NO_OFFSET",
     "EARLIEST",
@@ -32,6 +36,14 @@ NO_OFFSET = -1
 EARLIEST = -2
 #: Sentinel stored by a reset to the latest offset when no watermark is known.
 LATEST = -1
+
+#: How a sink writes its rows: appends them, or upserts them on the table's key.
+Mode = Literal["append", "upsert"]
+
+#: What a call accepts as a selection of topics and partitions: None (everything),
+#: {topic: partitions} (no partitions = all of that topic), or an iterable of topic
+#: names and/or (topic, partition) pairs.
+Topics = Mapping[str, Iterable[int]] | Iterable[str | tuple[str, int]] | None
 
 
 class Boundary(enum.IntEnum):
@@ -159,6 +171,44 @@ class FetchResult:
     generation: int
     #: Set when the offsets continue on another page (ask with page_token); empty on the last.
     next_page_token: str = ""
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    """One reset of a group's offsets: which partitions, to which target, and whether for real.
+
+    The target is one of `to_offset`, `shift_by`, `to_boundary` and `to_commit_time`, the
+    contract's oneof; `targets` says which were given, so that whoever decides can refuse
+    none or two with its own words.
+    """
+
+    group_id: str
+    #: The named partitions, and in a whole topic those the group has offsets for.
+    topics: Topics = None
+    #: Every topic the group has offsets for, instead of `topics`.
+    all_topics: bool = False
+    #: Exactly this offset, on every selected partition.
+    to_offset: int | None = None
+    #: Each offset moved by this (negative allowed), floored at 0, capped at the known log end.
+    shift_by: int | None = None
+    #: The log start or end where a watermark is known, else its placeholder (-2 or -1).
+    to_boundary: Boundary | None = None
+    #: Each partition's offset as the group had committed it at this instant.
+    to_commit_time: datetime | None = None
+    #: Say what would change, and change nothing.
+    dry_run: bool = False
+
+    @property
+    def targets(self) -> dict[str, Any]:
+        """The targets given, by field name."""
+        return {name: value for name in _RESET_TARGETS if (value := getattr(self, name)) is not None}
+
+    def keywords(self) -> dict[str, Any]:
+        """The request as the keywords of the clients' ``reset_offsets`` (all fields but ``group_id``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "group_id"}
+
+
+_RESET_TARGETS = ("to_offset", "shift_by", "to_boundary", "to_commit_time")
 
 
 @dataclass(frozen=True)

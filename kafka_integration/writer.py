@@ -6,12 +6,12 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
 from offsetstore.core.errors import StaleGenerationError
-from offsetstore.core.types import Watermark
+from offsetstore.core.types import Mode, Watermark
 from offsetstore.sink.sql import COORDINATES
 
 if TYPE_CHECKING:
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["ExactlyOnceWriter", "Mode"]
 
 log = logging.getLogger("offsetstore.kafka_integration")
-
-Mode = Literal["append", "upsert"]
 
 
 class ExactlyOnceWriter:

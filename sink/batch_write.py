@@ -16,13 +16,13 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from psycopg import sql
 from sqlalchemy import Connection
 
 from offsetstore import storage
-from offsetstore.core.types import OffsetCommit, TopicPartition
+from offsetstore.core.types import Mode, OffsetCommit, TopicPartition
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.sql import TableName
 
@@ -40,8 +40,6 @@ __all__ = [
     "sink_metrics",
     "write_batch",
 ]
-
-Mode = Literal["append", "upsert"]
 
 # An upsert's rows go through this per-transaction table (ON COMMIT DROP, dropped after use).
 _BATCH_TABLE = sql.Identifier("_offsetstore_batch")

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine
 
 from offsetstore import storage
 from offsetstore.core.errors import OffsetStoreError, StaleGenerationError
-from offsetstore.core.types import TopicPartition, Watermark
+from offsetstore.core.types import Mode, TopicPartition, Watermark
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.batch_write import (
     BatchOutcome,
@@ -38,7 +38,6 @@ __all__ = ["ExactlyOnceSink", "Mode", "WritePath"]
 
 log = logging.getLogger("offsetstore.spark_integration")
 
-Mode = Literal["append", "upsert"]
 WritePath = Literal["auto", "driver", "executors"]
 
 # What a watermark says when its reporter did not see the log start (a Spark batch never does).

@@ -1,0 +1,192 @@
+"""``groups describe``: a group's offsets and lag, its latest member (--members) or its state (--state)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from offsetstore.cli._errors import EXIT_OK
+from offsetstore.cli._render import Output, json_time, offset_cell, offset_json, table_time, text_cell, unknown_cell
+from offsetstore.client import OffsetStoreClient
+from offsetstore.core.errors import GroupNotFoundError
+from offsetstore.core.types import GroupDescription
+
+
+def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    if args.all_groups:
+        groups: list[GroupDescription] = []
+        for summary in client.iter_groups():
+            try:
+                groups.append(client.describe_group(summary.group_id))
+            except GroupNotFoundError:
+                continue  # deleted since it was listed
+    else:
+        groups = [client.describe_group(args.group)]
+    if args.members:
+        return _describe_members(groups, args, out)
+    if args.state:
+        return _describe_state(groups, args, out)
+    if out.json:
+        documents = [_describe_json(g) for g in groups]
+        out.document(documents if args.all_groups else documents[0])
+        return EXIT_OK
+    out.table(
+        (
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "METADATA",
+            "COMMIT-TIME",
+        ),
+        (
+            (
+                group.group_id,
+                p.topic,
+                p.partition,
+                offset_cell(p.offset, stored=True),
+                unknown_cell(p.log_end_offset),
+                "-" if p.offset_past_log_end else unknown_cell(p.lag),
+                text_cell(group.member_id),
+                text_cell(group.member_host),
+                text_cell(p.metadata),
+                table_time(p.commit_time),
+            )
+            for group in groups
+            for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        ),
+    )
+    empty = [g for g in groups if not g.partitions]
+    if empty or not groups:
+        out.line()
+    for group in empty:
+        out.line(f"Group {group.group_id} has no offsets (generation {group.generation}).")
+    if not groups:
+        out.line("There are no groups.")
+    for group in groups:
+        for warning in _past_end_warnings(group):
+            out.error(warning)
+    return EXIT_OK
+
+
+def _describe_json(group: GroupDescription) -> dict[str, Any]:
+    return {
+        "group_id": group.group_id,
+        "generation": group.generation,
+        # kafka-consumer-groups' CONSUMER-ID and HOST: the member and peer of the latest JoinGroup.
+        "member_id": group.member_id,
+        "member_host": group.member_host,
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                **offset_json("offset", p.offset, stored=True),
+                "metadata": p.metadata,
+                "commit_time": json_time(p.commit_time),
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "lag": p.lag,
+                "offset_past_log_end": p.offset_past_log_end,
+            }
+            for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        ],
+    }
+
+
+def _last_active(group: GroupDescription) -> datetime | None:
+    """The latest creation, join, reset or commit of the group."""
+    times = [t for t in (group.active_time, *(p.commit_time for p in group.partitions)) if t is not None]
+    return max(times, default=None)
+
+
+def _state(group: GroupDescription) -> str:
+    """Kafka's STATE column as far as the store can tell: it knows offsets, not live members."""
+    if not group.partitions:
+        return "Empty"
+    if any(p.offset_past_log_end for p in group.partitions):
+        return "PastLogEnd"
+    return "Stable"
+
+
+def _past_end_warnings(group: GroupDescription) -> list[str]:
+    return [
+        f"Warning: {group.group_id} {p.topic}:{p.partition}: offset {p.offset} is past the log end "
+        f"{p.log_end_offset}; its lag is not 0 but unknown, and nothing is read until the log reaches it. "
+        "An offset from another topic or cluster, or a log recreated since? "
+        f"Fix it with: offsetstore groups reset {group.group_id} --topic {p.topic}:{p.partition} "
+        "--to-latest (or --to-offset N) --execute"
+        for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        if p.offset_past_log_end
+    ]
+
+
+def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> int:
+    # The store knows the latest JoinGroup of a group, not every live member as a Kafka coordinator does.
+    rows = [
+        {
+            "group_id": g.group_id,
+            "member_id": g.member_id,
+            "member_host": g.member_host,
+            "generation": g.generation,
+            "last_active_time": json_time(_last_active(g)),
+            "partition_count": len(g.partitions),
+        }
+        for g in groups
+    ]
+    if out.json:
+        out.document(rows if args.all_groups else rows[0])
+        return EXIT_OK
+    out.table(
+        ("GROUP", "CONSUMER-ID", "HOST", "GENERATION", "LAST-ACTIVE", "#PARTITIONS"),
+        (
+            (
+                g.group_id,
+                text_cell(g.member_id),
+                text_cell(g.member_host),
+                g.generation,
+                table_time(_last_active(g)),
+                len(g.partitions),
+            )
+            for g in groups
+        ),
+    )
+    out.line()
+    out.line(
+        "CONSUMER-ID and HOST are the latest member to join (JoinGroup); offsetstore keeps no list of live members."
+    )
+    return EXIT_OK
+
+
+def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> int:
+    rows = [
+        {
+            "group_id": g.group_id,
+            "state": _state(g),
+            "generation": g.generation,
+            "reset_count": g.reset_count,
+            "partition_count": len(g.partitions),
+            "last_active_time": json_time(_last_active(g)),
+        }
+        for g in groups
+    ]
+    if out.json:
+        out.document(rows if args.all_groups else rows[0])
+        return EXIT_OK
+    out.table(
+        ("GROUP", "STATE", "GENERATION", "RESETS", "#PARTITIONS", "LAST-ACTIVE"),
+        (
+            (g.group_id, _state(g), g.generation, g.reset_count, len(g.partitions), table_time(_last_active(g)))
+            for g in groups
+        ),
+    )
+    out.line()
+    out.line(
+        "STATE: Empty (no offsets), Stable (offsets, none past its log end) or PastLogEnd (see describe's "
+        "warnings). LAST-ACTIVE: the latest join, reset or commit."
+    )
+    return EXIT_OK

@@ -1,0 +1,194 @@
+"""``groups export`` and ``groups import``: a group's offsets as kafka-consumer-groups' topic,partition,offset file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+
+from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, UsageError
+from offsetstore.cli._group_state import known_ranges, out_of_range, selection_of, stored_offsets, warn_out_of_range
+from offsetstore.cli._render import Output, offset_cell, offset_json, offsets_set_json
+from offsetstore.cli._values import INT32_MAX, INT64_MAX, TOPIC
+from offsetstore.client import OffsetStoreClient
+from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, Boundary, TopicPartition
+
+IMPORT_MEMBER_ID = "offsetstore-cli-import"
+_CSV_HEADER = ("topic", "partition", "offset")
+_OFFSET_RULE = "must be an integer >= 0, or -2 (earliest) or -1 (latest)"
+
+
+class OffsetsFileError(ValueError):
+    """An offsets file that cannot be imported; ``problems`` are (line number, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[int, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: line {n}: {message}" if n else f"{source}: {message}" for n, message in problems]
+        super().__init__("\n".join(lines))
+
+
+def parse_offsets_csv(lines: Iterable[str], source: str = "<input>") -> dict[TopicPartition, int]:
+    """The ``topic,partition,offset`` lines of kafka-consumer-groups' export, in file order.
+
+    Blank lines are skipped and a ``topic,partition,offset`` header is tolerated as the first
+    line. Every problem of the file is reported with its line number, and any problem rejects
+    the whole file, so that nothing is imported from a file that is partly wrong.
+    """
+    offsets: dict[TopicPartition, int] = {}
+    seen_on: dict[TopicPartition, int] = {}
+    problems: list[tuple[int, str]] = []
+    first = True
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if first and tuple(f.lower() for f in fields) == _CSV_HEADER:
+            first = False
+            continue
+        first = False
+        if len(fields) != 3:
+            problems.append((number, f"expected topic,partition,offset, got {line!r}"))
+            continue
+        topic, partition_text, offset_text = fields
+        if not TOPIC.fullmatch(topic):
+            problems.append((number, f"invalid topic {topic!r}"))
+            continue
+        if not partition_text.isascii() or not partition_text.isdigit() or int(partition_text) > INT32_MAX:
+            problems.append((number, f"invalid partition {partition_text!r}: must be an integer >= 0"))
+            continue
+        try:
+            offset = int(offset_text)
+        except ValueError:
+            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))
+            continue
+        if offset not in (EARLIEST, LATEST) and not 0 <= offset <= INT64_MAX:
+            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))
+            continue
+        tp = TopicPartition(topic, int(partition_text))
+        if tp in seen_on:
+            problems.append((number, f"{tp.topic}:{tp.partition} already given on line {seen_on[tp]}"))
+            continue
+        seen_on[tp] = number
+        offsets[tp] = offset
+    if not problems and not offsets:
+        problems.append((0, "no offsets to import"))
+    if problems:
+        raise OffsetsFileError(source, problems)
+    return offsets
+
+
+def cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    fetched = client.fetch_offsets(args.group)
+    if not fetched.offsets and fetched.generation == 0:
+        out.error(f"Error: group {args.group} does not exist.")
+        return EXIT_ERROR
+    rows = sorted((tp.topic, tp.partition, o.offset) for tp, o in fetched.offsets.items())
+    if out.json:
+        document = [{"topic": t, "partition": p, **offset_json("offset", o, stored=True)} for t, p, o in rows]
+        text = json.dumps(document, indent=2) + "\n"
+    else:
+        text = "".join(f"{t},{p},{o}\n" for t, p, o in rows)
+    if args.file in (None, "-"):
+        out.out.write(text)
+        return EXIT_OK
+    try:
+        with open(args.file, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        out.error(f"Error: cannot write {args.file}: {e.strerror or e}")
+        return EXIT_ERROR
+    out.error(f"Exported {len(rows)} offset(s) of group {args.group} to {args.file}.")
+    return EXIT_OK
+
+
+def _read_offsets_file(path: str) -> dict[TopicPartition, int]:
+    if path == "-":
+        return parse_offsets_csv(sys.stdin, "<stdin>")
+    # utf-8-sig: a file saved by a spreadsheet may start with a byte order mark.
+    with open(path, encoding="utf-8-sig") as f:
+        return parse_offsets_csv(f, path)
+
+
+def cmd_import(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    try:
+        new = _read_offsets_file(args.file)
+    except OffsetsFileError as e:
+        out.error(f"Error: {e}\nNothing was imported.")
+        return EXIT_ERROR
+    except OSError as e:
+        out.error(f"Error: cannot read {args.file}: {e.strerror or e}")
+        return EXIT_ERROR
+    except UnicodeDecodeError as e:
+        out.error(f"Error: {args.file} is not UTF-8 text: {e.reason}")
+        return EXIT_ERROR
+    outside = out_of_range(new, known_ranges(client, args.group, list(new), None))
+    warn_out_of_range(out, args.group, outside, new, args.clamp)
+    if args.clamp:
+        new.update(outside)
+    before = client.fetch_offsets(args.group, selection_of(new))
+    stored = stored_offsets(before)
+    previous = {tp: stored.get(tp, NO_OFFSET) for tp in new}
+    generation = _apply_import(client, args.group, new) if args.execute else before.generation
+    rows = sorted((tp, previous[tp], offset) for tp, offset in new.items())
+    if out.json:
+        out.document(
+            {
+                "group_id": args.group,
+                "generation": generation,
+                "dry_run": not args.execute,
+                "changes": offsets_set_json(rows, previous_stored=stored),
+            }
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
+        (
+            (args.group, tp.topic, tp.partition, offset_cell(old, stored=tp in stored), offset_cell(off, stored=True))
+            for tp, old, off in rows
+        ),
+    )
+    out.line()
+    if args.execute:
+        out.line(
+            f"Applied: imported {len(rows)} offset(s); group {args.group} is now at generation {generation}; "
+            "writers of older generations are fenced."
+        )
+    else:
+        out.line("Dry run: nothing changed. Run again with --execute to apply.")
+    return EXIT_OK
+
+
+def import_operands(args: argparse.Namespace) -> tuple[str, str]:
+    """(group, file) of ``import GROUP FILE``, or of the older ``import FILE --group GROUP``."""
+    operands = args.operands
+    if len(operands) == 2 and args.group is None:
+        return operands[0], operands[1]
+    if len(operands) == 1 and args.group is not None:
+        return args.group, operands[0]
+    raise UsageError("write: offsetstore groups import GROUP FILE (FILE - reads standard input)")
+
+
+def _apply_import(client: OffsetStoreClient, group_id: str, new: dict[TopicPartition, int]) -> int:
+    """Sets the offsets of `new`; returns the group's generation after.
+
+    A commit takes only real offsets, so placeholders are set by resets to that end, each of
+    which bumps the generation; the real offsets are then committed with the generation the
+    last step returned. Without placeholders the group is joined first, which bumps the
+    generation like a reset does. Either way a live fenced writer cannot overwrite the
+    imported offsets with its older generation afterwards, and a writer that joins in between
+    makes the commit fail with STALE_GENERATION instead of being overwritten.
+    """
+    generation = 0
+    for placeholder, boundary in ((EARLIEST, Boundary.EARLIEST), (LATEST, Boundary.LATEST)):
+        selection = selection_of(tp for tp, offset in new.items() if offset == placeholder)
+        if selection:
+            generation = client.reset_offsets(group_id, topics=selection, to_boundary=boundary).generation
+    real = {tp: offset for tp, offset in new.items() if offset >= 0}
+    if real:
+        if not generation:
+            generation = client.join_group(group_id, IMPORT_MEMBER_ID)
+        client.commit_offsets(group_id, real, generation=generation)
+    return generation
