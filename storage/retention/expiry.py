@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete, exists, func, select, update
+from sqlalchemy import ColumnElement, Connection, Select, delete, exists, func, select, update
 
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import ChangeKind, ExpiredGroup, TopicPartition
@@ -23,12 +23,12 @@ EXPIRE_LIMIT = 1000
 MAX_IDLE_FOR = timedelta(days=36525)
 
 
-def _last_active():
+def _last_active() -> ColumnElement[datetime]:
     newest_commit = select(func.max(offsets.c.commit_time)).where(offsets.c.group_id == groups.c.group_id)
     return func.greatest(groups.c.active_at, newest_commit.scalar_subquery())
 
 
-def _idle_query(idle_for: timedelta):
+def _idle_query(idle_for: timedelta) -> Select[tuple[str, int, int, datetime]]:
     cutoff = func.statement_timestamp() - idle_for
     partition_count = select(func.count()).where(offsets.c.group_id == groups.c.group_id).scalar_subquery()
     return select(

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import psycopg
 import sqlalchemy.exc
@@ -21,7 +22,12 @@ from offsetstore.storage.retention.partitions import (
     oldest_history_time,
 )
 
+if TYPE_CHECKING:
+    from offsetstore.storage.store import Store
+
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Groups expired in one round at most; the rest wait for the next round.
 EXPIRE_PER_ROUND = 1000
@@ -47,6 +53,22 @@ def _lock_unavailable(error: BaseException) -> bool:
     return isinstance(getattr(error, "orig", None), psycopg.errors.LockNotAvailable)
 
 
+class _Histogram(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class MaintenanceMetrics(Protocol):
+    """What the rounds report to: the server's retention metrics."""
+
+    #: The change time of the oldest kept history entry, set by each round.
+    oldest_history: datetime | None
+
+    @property
+    def maintenance_seconds(self) -> _Histogram:
+        """Observes each round's duration."""
+        ...
+
+
 class Maintenance:
     """Runs maintenance rounds every ``interval`` seconds in a thread; :meth:`run_once` runs one now.
 
@@ -56,12 +78,12 @@ class Maintenance:
 
     def __init__(
         self,
-        store,
+        store: Store,
         *,
         history_retention: float,
         offsets_retention: float,
         interval: float = 60.0,
-        metrics=None,
+        metrics: MaintenanceMetrics | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
@@ -92,7 +114,7 @@ class Maintenance:
             if self._stop.wait(self.interval):
                 return
 
-    def _ddl(self, step: str, result: RoundResult, operation: Callable[[Connection], list]) -> list:
+    def _ddl(self, step: str, result: RoundResult, operation: Callable[[Connection], list[T]]) -> list[T]:
         try:
             with self.store.engine.begin() as conn:
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")

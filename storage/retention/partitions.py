@@ -101,7 +101,7 @@ def make_history_partitions(conn: Connection, today: date, days_ahead: int = DAY
 
 def drop_history_before(conn: Connection, cutoff: datetime, limit: int = 1) -> list[HistoryPartition]:
     """Drops up to ``limit`` of the oldest partitions that hold nothing at or after ``cutoff``."""
-    dropped = []
+    dropped: list[HistoryPartition] = []
     for part in history_partitions(conn):
         if part.upper > cutoff or len(dropped) >= limit:
             break
