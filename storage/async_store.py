@@ -88,14 +88,7 @@ class AsyncStore:
     hooks (``observe``, ``expired``: the metrics), read at each call.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        hot_pool_size: int = 8,
-        pool_size: int = 4,
-        write_flushers: int = 2,
-    ) -> None:
+    def __init__(self, store: Store, *, hot_pool_size: int = 8, pool_size: int = 4, write_flushers: int = 2) -> None:
         self.store = store
         url = store.engine.url.render_as_string(hide_password=False)
         args = session_args(store.engine)  # the very session settings of the store's engine
@@ -341,10 +334,6 @@ class AsyncWriteBatcher:
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
-
-    def queued(self) -> int:
-        """Requests waiting for a flusher."""
-        return len(self._queue)
 
     async def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""

@@ -81,16 +81,15 @@ def _compiled(rows: Select[Any] | CompoundSelect[Any]) -> str:
     return str(sized_page(rows.subquery("unsized"), _GENERATION).compile(dialect=_DIALECT))
 
 
-_FETCH_ALL = _compiled(
-    select(
-        offsets.c.topic,
-        offsets.c.partition,
-        offsets.c.offset,
-        offsets.c.metadata,
-        offsets.c.commit_time,
-        _fetch_size(offsets.c.topic, func.octet_length(offsets.c.metadata)).label("size"),
-    ).where(offsets.c.group_id == _GROUP)
-)
+_STORED = select(
+    offsets.c.topic,
+    offsets.c.partition,
+    offsets.c.offset,
+    offsets.c.metadata,
+    offsets.c.commit_time,
+    _fetch_size(offsets.c.topic, func.octet_length(offsets.c.metadata)).label("size"),
+).where(offsets.c.group_id == _GROUP)
+_FETCH_ALL = _compiled(_STORED)
 # Named partitions without an offset come back as -1 (Kafka's convention), in their place
 # in key order, so that they are paged like the others.
 _named = (
@@ -100,14 +99,7 @@ _named = (
 )
 _FETCH_SELECTED = _compiled(
     union_all(
-        select(
-            offsets.c.topic,
-            offsets.c.partition,
-            offsets.c.offset,
-            offsets.c.metadata,
-            offsets.c.commit_time,
-            _fetch_size(offsets.c.topic, func.octet_length(offsets.c.metadata)).label("size"),
-        ).where(offsets.c.group_id == _GROUP, offsets.c.topic == any_(bindparam("whole", type_=ARRAY(Text)))),
+        _STORED.where(offsets.c.topic == any_(bindparam("whole", type_=ARRAY(Text)))),
         select(
             _named.c.topic,
             _named.c.partition,
