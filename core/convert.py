@@ -71,17 +71,17 @@ def _get_time(message: Any, name: str) -> datetime | None:
 # Enums. Mapped by name so a renumbering on either side cannot go unnoticed.
 
 _BOUNDARY_TO_PROTO = {Boundary.EARLIEST: pb.BOUNDARY_EARLIEST, Boundary.LATEST: pb.BOUNDARY_LATEST}
-_BOUNDARY_FROM_PROTO = {v: k for k, v in _BOUNDARY_TO_PROTO.items()}
+_BOUNDARY_FROM_PROTO: dict[int, Boundary] = {v: k for k, v in _BOUNDARY_TO_PROTO.items()}
 _KIND_TO_PROTO = {
     ChangeKind.COMMIT: pb.CHANGE_KIND_COMMIT,
     ChangeKind.RESET: pb.CHANGE_KIND_RESET,
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
 }
-_KIND_FROM_PROTO = {v: k for k, v in _KIND_TO_PROTO.items()}
+_KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 
 
-def boundary_to_proto(value: Boundary | int) -> int:
+def boundary_to_proto(value: Boundary | int) -> pb.Boundary:
     return _BOUNDARY_TO_PROTO[Boundary(value)]
 
 
@@ -93,7 +93,7 @@ def boundary_from_proto(value: int) -> Boundary:
         raise ValueError(f"not a boundary: {value}") from None
 
 
-def change_kind_to_proto(value: ChangeKind | int) -> int:
+def change_kind_to_proto(value: ChangeKind | int) -> pb.ChangeKind:
     return _KIND_TO_PROTO[ChangeKind(value)]
 
 

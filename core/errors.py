@@ -317,8 +317,8 @@ def from_rpc_error(error: grpc.RpcError, *, unknown_outcome: str | None = None) 
     `unknown_outcome` is said after the message of a `DeadlineExceededError` or a
     `StoreUnavailableError` (the call was a write, which may or may not have been applied).
     """
-    code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
-    message: str = error.details() or code.name  # type: ignore[attr-defined]
+    code: grpc.StatusCode = error.code()
+    message: str = error.details() or code.name
     details: list[Any] = []
     try:
         status = rpc_status.from_call(error)  # type: ignore[arg-type]

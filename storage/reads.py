@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
+    ARRAY,
+    ColumnElement,
+    CompoundSelect,
     Connection,
+    Integer,
+    Join,
+    Select,
+    Text,
     and_,
+    any_,
+    bindparam,
     case,
     false,
     func,
-    literal,
+    literal_column,
     or_,
     select,
     true,
-    tuple_,
+    union_all,
 )
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from offsetstore.core.errors import (
     GroupNotFoundError,
@@ -39,60 +49,78 @@ from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
 from offsetstore.storage.pages import (
     DESCRIBE_ENTRY_BYTES,
-    ENVELOPE_BYTES,
     FETCH_ENTRY_BYTES,
     PageRequest,
     check_same_generation,
     cut_page,
-    decode_token,
-    encode_token,
+    keyset_page,
     next_token,
     page_start,
-    token_key,
+    sized_page,
+    sized_page_params,
 )
 from offsetstore.storage.schema import groups, offset_history, offsets, watermarks
 from offsetstore.storage.steps import HotSteps, run_hot
 
-# The page, sized: at most page_size + 1 rows after the token's key (so that a page of a
-# huge group reads no more than that), each row's size, the running sum in key order, and
-# the rows that start within the budget (the first one to pass it included: it shows that
-# there is more).
-_GENERATION = (
-    "coalesce((SELECT generation FROM offsetstore.groups WHERE group_id = %(group)s AND deleted_at IS NULL), 0)"
+# A page of offsets is one statement of the hot path, driven on psycopg alone with no
+# SQLAlchemy compile at each call: the query is built once, by the page builder that
+# describe_group uses too, and compiled here to psycopg's own SQL.
+_DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
+_GROUP = bindparam("group", type_=Text)
+_GENERATION = func.coalesce(
+    select(groups.c.generation).where(groups.c.group_id == _GROUP, groups.c.deleted_at.is_(None)).scalar_subquery(),
+    literal_column("0"),
 )
-_FETCH = f"""
-SELECT {_GENERATION}, sized.topic, sized.partition, sized."offset", sized.metadata, sized.commit_time, sized.upto
-FROM (
-    SELECT r.*, sum(r.size) OVER (ORDER BY r.topic, r.partition ROWS UNBOUNDED PRECEDING) AS upto
-    FROM (
-        SELECT * FROM ({{rows}}) AS unsized
-        WHERE (unsized.topic, unsized.partition) > (%(after_topic)s, %(after_partition)s)
-        ORDER BY unsized.topic, unsized.partition
-        LIMIT %(rows)s
-    ) AS r
-) AS sized
-WHERE sized.upto - sized.size <= %(budget)s
-ORDER BY sized.topic, sized.partition
-"""
-#: The generation alone, for a page without rows.
-_FETCH_GENERATION = f"SELECT {_GENERATION}"
-_ROW_SIZE = f"octet_length(o.topic) + octet_length(o.metadata) + {FETCH_ENTRY_BYTES} AS size"
-_FETCH_ALL = _FETCH.format(
-    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
-    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s"""
-)
+
+
+def _fetch_size(topic: ColumnElement[str], metadata_bytes: ColumnElement[Any]) -> ColumnElement[int]:
+    return func.octet_length(topic) + metadata_bytes + literal_column(str(FETCH_ENTRY_BYTES))
+
+
+def _compiled(rows: Select[Any] | CompoundSelect[Any]) -> str:
+    return str(sized_page(rows.subquery("unsized"), _GENERATION).compile(dialect=_DIALECT))
+
+
+_STORED = select(
+    offsets.c.topic,
+    offsets.c.partition,
+    offsets.c.offset,
+    offsets.c.metadata,
+    offsets.c.commit_time,
+    _fetch_size(offsets.c.topic, func.octet_length(offsets.c.metadata)).label("size"),
+).where(offsets.c.group_id == _GROUP)
+_FETCH_ALL = _compiled(_STORED)
 # Named partitions without an offset come back as -1 (Kafka's convention), in their place
 # in key order, so that they are paged like the others.
-_FETCH_SELECTED = _FETCH.format(
-    rows=f"""SELECT o.topic, o.partition, o."offset", o.metadata, o.commit_time, {_ROW_SIZE}
-    FROM offsetstore.offsets AS o WHERE o.group_id = %(group)s AND o.topic = ANY(%(whole)s::text[])
-    UNION ALL
-    SELECT n.topic, n.partition, coalesce(o."offset", {NO_OFFSET}), coalesce(o.metadata, ''), o.commit_time,
-        octet_length(n.topic) + coalesce(octet_length(o.metadata), 0) + {FETCH_ENTRY_BYTES} AS size
-    FROM unnest(%(topics)s::text[], %(partitions)s::integer[]) AS n(topic, partition)
-    LEFT JOIN offsetstore.offsets AS o
-        ON o.group_id = %(group)s AND o.topic = n.topic AND o.partition = n.partition"""
+_named = (
+    func.unnest(bindparam("topics", type_=ARRAY(Text)), bindparam("partitions", type_=ARRAY(Integer)))
+    .table_valued("topic", "partition")
+    .render_derived(name="n")
 )
+_FETCH_SELECTED = _compiled(
+    union_all(
+        _STORED.where(offsets.c.topic == any_(bindparam("whole", type_=ARRAY(Text)))),
+        select(
+            _named.c.topic,
+            _named.c.partition,
+            func.coalesce(offsets.c.offset, literal_column(str(NO_OFFSET))),
+            func.coalesce(offsets.c.metadata, literal_column("''")),
+            offsets.c.commit_time,
+            _fetch_size(_named.c.topic, func.coalesce(func.octet_length(offsets.c.metadata), literal_column("0"))),
+        ).select_from(
+            _named.outerjoin(
+                offsets,
+                and_(
+                    offsets.c.group_id == _GROUP,
+                    offsets.c.topic == _named.c.topic,
+                    offsets.c.partition == _named.c.partition,
+                ),
+            )
+        ),
+    )
+)
+#: The generation alone, for a page without rows.
+_FETCH_GENERATION = str(select(_GENERATION).compile(dialect=_DIALECT))
 
 
 def fetch_offsets(
@@ -116,13 +144,7 @@ def fetch_offsets_steps(
     v.raise_if_any()
     request = ("fetch", group_id, sels)
     seen, after_topic, after_partition = page_start(page, request)
-    params = {
-        "group": group_id,
-        "after_topic": after_topic,
-        "after_partition": after_partition,
-        "budget": page.max_bytes - ENVELOPE_BYTES,
-        "rows": None if limit is None else limit + 1,
-    }
+    params = {"group": group_id, **sized_page_params(page, limit, after_topic, after_partition)}
     if sels:
         pairs = [(t, p) for t, parts in sels for p in parts]
         params.update(
@@ -130,22 +152,22 @@ def fetch_offsets_steps(
             topics=[t for t, _ in pairs],
             partitions=[p for _, p in pairs],
         )
-        rows = yield _FETCH_SELECTED, params
+        rows = (yield _FETCH_SELECTED, params) or []
     else:
-        rows = yield _FETCH_ALL, params
+        rows = (yield _FETCH_ALL, params) or []
     # Each row carries the generation, read in the same statement; a page without rows asks for it.
-    generation = rows[0][0] if rows else (yield _FETCH_GENERATION, {"group": group_id})[0][0]
+    generation: int = rows[0][0] if rows else ((yield _FETCH_GENERATION, {"group": group_id}) or [(0,)])[0][0]
     check_same_generation(group_id, seen, generation)
-    rows, more = cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
+    listed, more = cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
     offsets = {
         TopicPartition(topic, partition): CommittedOffset(topic, partition, offset, metadata, at)
-        for _, topic, partition, offset, metadata, at, _ in rows
+        for _, topic, partition, offset, metadata, at, _, _ in listed
     }
-    token = next_token(request, generation, rows[-1][1], rows[-1][2], page.key) if more else ""
+    token = next_token(request, generation, listed[-1][1], listed[-1][2], page.key) if more else ""
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
-def _effective_offset():
+def _effective_offset() -> ColumnElement[int]:
     # A sentinel offset resolves to the watermark it stands for.
     return case(
         (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
@@ -154,7 +176,7 @@ def _effective_offset():
     )
 
 
-def lag_columns():
+def lag_columns() -> tuple[ColumnElement[int], ColumnElement[int]]:
     """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
 
     -1 where no log end is known, and where the offset is past it: that is an anomaly
@@ -170,12 +192,12 @@ def lag_columns():
     return log_end, lag
 
 
-def past_log_end_column():
+def past_log_end_column() -> ColumnElement[bool]:
     """Whether the offset is past the known log end (false where no log end is known)."""
     return func.coalesce(_effective_offset() > watermarks.c.log_end_offset, false())
 
 
-def _with_watermarks():
+def _with_watermarks() -> Join:
     return offsets.outerjoin(
         watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
     )
@@ -206,7 +228,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
         .subquery("g")
     )
     log_end, lag = lag_columns()
-    unsized = (
+    rows = (
         select(
             offsets.c.topic,
             offsets.c.partition,
@@ -222,36 +244,23 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             ),
         )
         .select_from(_with_watermarks())
-        .where(
-            offsets.c.group_id == group_id,
-            tuple_(offsets.c.topic, offsets.c.partition) > (after_topic, after_partition),
-        )
-        .order_by(offsets.c.topic, offsets.c.partition)
-        .limit(None if limit is None else limit + 1)
+        .where(offsets.c.group_id == group_id)
         .subquery("unsized")
     )
-    sized = select(
-        unsized,
-        func.sum(unsized.c.size).over(order_by=(unsized.c.topic, unsized.c.partition), rows=(None, 0)).label("upto"),
-    ).subquery("sized")
-    part = (
-        select(sized)
-        .where(sized.c.upto - sized.c.size <= literal(page.max_bytes - ENVELOPE_BYTES, BigInteger))
-        .order_by(sized.c.topic, sized.c.partition)
-        .lateral("part")
-    )
-    rows = conn.execute(
-        select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
+    part = sized_page(rows).lateral("part")
+    found = conn.execute(
+        select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition),
+        sized_page_params(page, limit, after_topic, after_partition),
     ).all()
-    if not rows or rows[0].deleted_at is not None:
+    if not found or found[0].deleted_at is not None:
         metadata = {"group_id": group_id}
-        if rows:
-            metadata.update(generation=str(rows[0].generation), reset_count=str(rows[0].reset_count), deleted="true")
+        if found:
+            metadata.update(generation=str(found[0].generation), reset_count=str(found[0].reset_count), deleted="true")
         raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
-    first = rows[0]
+    first = found[0]
     check_same_generation(group_id, seen, first.generation)
     listed, more = cut_page(
-        [r for r in rows if r.topic is not None], limit, page, f"the description of group {group_id!r}"
+        [r for r in found if r.topic is not None], limit, page, f"the description of group {group_id!r}"
     )
     partitions = [
         PartitionStatus(
@@ -314,19 +323,13 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
         )
         .select_from(groups.join(per_group, true()))
         .where(groups.c.deleted_at.is_(None))
-        .order_by(groups.c.group_id)
-        .limit(size + 1)
     )
     if prefix:
         query = query.where(func.starts_with(groups.c.group_id, prefix))
-    if page_token:
-        query = query.where(groups.c.group_id > decode_token(page_token, str, token_key(conn)))
-    rows = conn.execute(query).all()
+    rows, token = keyset_page(conn, query, groups.c.group_id, size, page_token)
     items = [
-        GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag))
-        for r in rows[:size]
+        GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows
     ]
-    token = encode_token(items[-1].group_id, token_key(conn)) if len(rows) > size else ""
     return Page(items, token)
 
 
@@ -347,29 +350,22 @@ def list_offset_history(
     size = check.page_size(page_size, violations=v)
     v.raise_if_any()
     h = offset_history
-    query = (
-        select(
-            h.c.id,
-            h.c.topic,
-            h.c.partition,
-            h.c.previous_offset,
-            h.c.new_offset,
-            h.c.kind,
-            h.c.generation,
-            h.c.change_time,
-            h.c.actor,
-        )
-        .where(h.c.group_id == group_id, where_selected(h, sels))
-        .order_by(h.c.id.desc())
-        .limit(size + 1)
-    )
+    query = select(
+        h.c.id,
+        h.c.topic,
+        h.c.partition,
+        h.c.previous_offset,
+        h.c.new_offset,
+        h.c.kind,
+        h.c.generation,
+        h.c.change_time,
+        h.c.actor,
+    ).where(h.c.group_id == group_id, where_selected(h, sels))
     if since is not None:
         query = query.where(h.c.change_time >= since)
     if until is not None:
         query = query.where(h.c.change_time < until)
-    if page_token:
-        query = query.where(h.c.id < decode_token(page_token, int, token_key(conn)))
-    rows = conn.execute(query).all()
+    rows, token = keyset_page(conn, query, h.c.id, size, page_token, newest_first=True)
     items = [
         OffsetChange(
             r.topic,
@@ -381,7 +377,6 @@ def list_offset_history(
             r.change_time,
             r.actor,
         )
-        for r in rows[:size]
+        for r in rows
     ]
-    token = encode_token(rows[size - 1].id, token_key(conn)) if len(rows) > size else ""
     return Page(items, token)

@@ -8,23 +8,22 @@ the next one gathers, and each request keeps its own outcome.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
-import psycopg_pool
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine
 
 from offsetstore import storage
-from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
+from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import (
     Boundary,
     CommittedOffset,
@@ -39,100 +38,40 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.storage import _group_commit as gc
+from offsetstore.storage._calls import (
+    ATTEMPTS,
+    Bound,
+    caller_bound,
+    caller_gone,
+    classify,
+    deadline,
+    retryable,
+    timeout_ms,
+)
+from offsetstore.storage.retention import expiry
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
+
+# ``deadline`` too: the server and the tests bound their calls with it from here.
+__all__ = ["Store", "StoreObserver", "WriteBatcher", "deadline"]
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-# Conflicts PostgreSQL resolves by aborting one side; the whole transaction is safe to rerun.
-_RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
-ATTEMPTS = 3
-# The database is gone, restarting, timed out or overloaded: the caller may try again later.
-# Not every OperationalError qualifies (a statement too complex fails the same way each time).
-_UNAVAILABLE = (
-    psycopg.InterfaceError,  # the connection died between statements
-    psycopg.errors.ConnectionException,  # SQLSTATE class 08
-    psycopg.errors.OperatorIntervention,  # 57: admin/crash shutdown, starting up
-    psycopg.errors.InsufficientResources,  # 53: too many connections, out of memory, disk full
-    psycopg.errors.QueryCanceled,  # statement timeout (not an OperatorIntervention in psycopg)
-    psycopg.errors.LockNotAvailable,
-    # 25006: a standby, or a primary demoted by a failover, takes no writes until one is promoted.
-    psycopg.errors.ReadOnlySqlTransaction,
-    # 25P03: the server ended the session (idle_in_transaction_session_timeout).
-    psycopg.errors.IdleInTransactionSessionTimeout,
-    *_RETRYABLE,
-)
 
+@dataclass(frozen=True)
+class StoreObserver:
+    """What a store reports as it runs (the metrics' seam); each hook may be None.
 
-def _cause(error: BaseException) -> tuple[BaseException | None, bool]:
-    """(psycopg's error under ``error``, whether the connection was lost) for SQLAlchemy's or psycopg's own."""
-    if isinstance(error, sqlalchemy.exc.DBAPIError):
-        return error.orig, error.connection_invalidated
-    if isinstance(error, psycopg.Error):
-        # psycopg alone (the asyncio hot path): the connection it failed on says whether it broke.
-        pgconn = error.pgconn
-        return error, pgconn is not None and pgconn.status == psycopg.pq.ConnStatus.BAD
-    return None, False
-
-
-def retryable(error: BaseException) -> bool:
-    """Whether PostgreSQL aborted the transaction for a conflict: the whole of it is safe to rerun."""
-    return isinstance(_cause(error)[0], _RETRYABLE)
-
-
-def classify(name: str, error: BaseException) -> OffsetStoreError | None:
-    """What a failure of the operation ``name`` means to its caller; None where it is not the database's.
-
-    Database errors are told apart by psycopg's classes, whichever layer (SQLAlchemy's
-    sync or asyncio engine, or psycopg alone on the hot path) raised them.
+    Give it to the constructor (``Store(engine, observer=StoreObserver(...))``), or, for a
+    registry built over a store that exists already, to :meth:`Store.observe_with`.
     """
-    if isinstance(error, (sqlalchemy.exc.TimeoutError, psycopg_pool.PoolTimeout)):
-        log.warning("database pool exhausted", extra={"operation": name})
-        return StoreUnavailableError("the offset store's database is busy")
-    cause, invalidated = _cause(error)
-    if cause is None:
-        return None
-    sqlstate = getattr(cause, "sqlstate", None) or ""
-    if (
-        invalidated
-        or isinstance(cause, _UNAVAILABLE)
-        # Class 57, operator intervention (psycopg gives 57P01-57P03 classes of their own).
-        or sqlstate.startswith("57")
-        # No SQLSTATE at all: the failure happened in reaching the server, not in a statement.
-        or (isinstance(cause, psycopg.OperationalError) and not sqlstate)
-    ):
-        # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
-        log.warning("database unavailable", extra={"operation": name, "error": type(cause).__name__})
-        return StoreUnavailableError("the offset store's database is unavailable")
-    return None
 
-
-# When the current caller gives up (time.monotonic()), and whether it is still there.
-_deadline: contextvars.ContextVar[tuple[float, Callable[[], bool]] | None] = contextvars.ContextVar(
-    "offsetstore_deadline", default=None
-)
-
-
-def caller_bound() -> tuple[float, Callable[[], bool]] | None:
-    """(when the current caller gives up, whether it is still there), as :func:`deadline` set it; None: no bound."""
-    return _deadline.get()
-
-
-@contextlib.contextmanager
-def deadline(seconds: float | None, is_active: Callable[[], bool] = lambda: True) -> Iterator[None]:
-    """Bounds the database work of the operations run inside by the caller's ``seconds``.
-
-    Each transaction's statement timeout becomes the smaller of the engine's and a
-    little less than the time left, so the database gives up before the caller does
-    and the caller hears UNAVAILABLE rather than a bare deadline; a transaction whose
-    caller is gone is rolled back instead of committed.
-    """
-    token = _deadline.set(None if seconds is None else (time.monotonic() + seconds, is_active))
-    try:
-        yield
-    finally:
-        _deadline.reset(token)
+    #: Called with each operation's name and duration in seconds, failures included.
+    operation: Callable[[str, float], None] | None = None
+    #: Called with the number of groups each expiry removed.
+    expired: Callable[[int], None] | None = None
 
 
 class Store:
@@ -147,6 +86,7 @@ class Store:
         engine: Engine,
         *,
         statement_timeout_ms: int = 5000,
+        observer: StoreObserver = StoreObserver(),
         observe: Callable[[str, float], None] | None = None,
         write_flushers: int = 2,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
@@ -155,10 +95,10 @@ class Store:
         self.statement_timeout_ms = statement_timeout_ms
         #: The most one FetchOffsets or DescribeGroup answer may hold; larger ones come in pages.
         self.max_response_bytes = max_response_bytes
-        #: Called with each operation's name and duration in seconds, failures included (metrics).
-        self.observe = observe
-        #: Called with the number of groups each expiry removed (metrics).
-        self.expired: Callable[[int], None] | None = None
+        # The hooks (:class:`StoreObserver`), attributes of old: set them through the constructor
+        # or :meth:`observe_with`; ``observe=`` alone is the operation hook, as before the observer.
+        self.observe = observe or observer.operation
+        self.expired = observer.expired
         # One-statement reads need no BEGIN and COMMIT: a statement is its own snapshot.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         # The health probe's own pool: the engine's settings, none of its request connections.
@@ -170,45 +110,47 @@ class Store:
         self.writes = WriteBatcher(self, flushers=write_flushers)
 
     @property
+    def observer(self) -> StoreObserver:
+        """The hooks this store (and the :class:`AsyncStore` over it) reports to, read at each call."""
+        return StoreObserver(self.observe, self.expired)
+
+    def observe_with(
+        self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
+    ) -> None:
+        """Replaces the hooks given, the others stay: how a metrics registry built over this store attaches.
+
+        A second registry built over the same store takes the hooks it gives over.
+        """
+        self.observe = operation or self.observe
+        self.expired = expired or self.expired
+
+    @property
     def pool_size(self) -> int:
         """Connections the engine's pool holds at most (the asyncio server's store holds as many)."""
         size = getattr(self.engine.pool, "size", None)
         return size() if callable(size) else 8
 
-    def _timeout_ms(self, bound: tuple[float, Callable[[], bool]] | None) -> int | None:
+    def _timeout_ms(self, bound: Bound | None) -> int | None:
         """The statement timeout ``bound``'s deadline asks for; None where the engine's own is shorter."""
-        if bound is None:
-            return None
-        # Keep a margin for the reply to reach the caller.
-        ms = int((bound[0] - time.monotonic()) * 900)
-        if ms <= 0:
-            raise StoreUnavailableError("the caller's deadline passed before the database answered")
-        return ms if ms < self.statement_timeout_ms else None
+        return timeout_ms(bound, self.statement_timeout_ms)
 
     @staticmethod
     def _set_timeout(conn: Connection, ms: int | None) -> None:
         if ms is not None:
             conn.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
 
-    @staticmethod
-    def _caller_gone() -> bool:
-        bound = _deadline.get()
-        return bound is not None and not bound[1]()
-
     def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` in a transaction of its own."""
-        return self._timed(
-            operation.__name__, lambda: self._attempts(operation.__name__, self._transaction, operation, args, kwargs)
-        )
+        name = operation.__name__
+        return self._timed(name, lambda: self._attempts(name, lambda: self._transaction(operation, args, kwargs)))
 
     def read(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs a read of ONE statement on an autocommit connection: one round trip, one snapshot.
 
         Where the caller's deadline needs a shorter statement timeout, it runs as :meth:`run` does.
         """
-        return self._timed(
-            operation.__name__, lambda: self._attempts(operation.__name__, self._read, operation, args, kwargs)
-        )
+        name = operation.__name__
+        return self._timed(name, lambda: self._attempts(name, lambda: self._read(operation, args, kwargs)))
 
     def _timed(self, name: str, call: Callable[[], R]) -> R:
         started = time.perf_counter()
@@ -218,27 +160,27 @@ class Store:
             if self.observe is not None:
                 self.observe(name, time.perf_counter() - started)
 
-    def _transaction(self, operation: Callable[..., R], args: tuple, kwargs: dict) -> R:
-        ms = self._timeout_ms(_deadline.get())
+    def _transaction(self, operation: Callable[..., R], args: tuple[object, ...], kwargs: dict[str, object]) -> R:
+        ms = self._timeout_ms(caller_bound())
         with self.engine.begin() as conn:
             self._set_timeout(conn, ms)
             result = operation(conn, *args, **kwargs)
-            if self._caller_gone():
+            if caller_gone():
                 # Rolled back: nobody would hear that it landed.
                 raise StoreUnavailableError("the caller went away before the transaction committed")
             return result
 
-    def _read(self, operation: Callable[..., R], args: tuple, kwargs: dict) -> R:
-        if self._timeout_ms(_deadline.get()) is not None:
+    def _read(self, operation: Callable[..., R], args: tuple[object, ...], kwargs: dict[str, object]) -> R:
+        if self._timeout_ms(caller_bound()) is not None:
             return self._transaction(operation, args, kwargs)
         with self._autocommit.connect() as conn:
             return operation(conn, *args, **kwargs)
 
-    def _attempts(self, name: str, body: Callable[..., R], *args: Any) -> R:
-        """``body(*args)``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
+    def _attempts(self, name: str, body: Callable[[], R]) -> R:
+        """``body()``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                return body(*args)
+                return body()
             except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError) as error:
                 if attempt < ATTEMPTS and retryable(error):
                     continue
@@ -303,17 +245,9 @@ class Store:
         dry_run: bool = False,
         actor: str = "",
     ) -> ResetResult:
+        target = dict(to_offset=to_offset, shift_by=shift_by, to_boundary=to_boundary, to_commit_time=to_commit_time)
         return self.run(
-            storage.reset_offsets,
-            group_id,
-            topics,
-            all_topics=all_topics,
-            to_offset=to_offset,
-            shift_by=shift_by,
-            to_boundary=to_boundary,
-            to_commit_time=to_commit_time,
-            dry_run=dry_run,
-            actor=actor,
+            storage.reset_offsets, group_id, topics, all_topics=all_topics, dry_run=dry_run, actor=actor, **target
         )
 
     def delete_offsets(
@@ -349,15 +283,8 @@ class Store:
         page_size: int = 0,
         page_token: str = "",
     ) -> Page[OffsetChange]:
-        return self.run(
-            storage.list_offset_history,
-            group_id,
-            topics,
-            since=since,
-            until=until,
-            page_size=page_size,
-            page_token=page_token,
-        )
+        page = dict(page_size=page_size, page_token=page_token)
+        return self.run(storage.list_offset_history, group_id, topics, since=since, until=until, **page)
 
     def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
         return self.run(storage.report_watermarks, watermarks)
@@ -369,14 +296,12 @@ class Store:
 
         Returns the groups that expired (or would): one that became active meanwhile is left out.
         """
-        from offsetstore.storage import retention
-
-        candidates = self.run(retention.idle_groups, idle_for, prefix=prefix, limit=limit)
+        candidates = self.run(expiry.idle_groups, idle_for, prefix=prefix, limit=limit)
         if not execute:
             return candidates
         expired = []
         for candidate in candidates:
-            found = self.run(retention.expire_group, candidate.group_id, idle_for, actor=actor)
+            found = self.run(expiry.expire_group, candidate.group_id, idle_for, actor=actor)
             if found is not None:
                 expired.append(found)
         if expired and self.expired is not None:
@@ -393,48 +318,24 @@ class Store:
         self.engine.dispose()
 
 
-class _Write:
-    """A caller's request waiting for its batch: ``outcome`` is set, then ``done``."""
+class _Write(gc.Waiting):
+    """A caller's request waiting for its batch in the caller's thread: ``outcome`` is set, then ``done``."""
 
-    __slots__ = ("request", "bound", "done", "outcome")
+    __slots__ = ("done", "outcome")
 
-    def __init__(self, request: storage.WriteRequest, bound: tuple[float, Callable[[], bool]] | None) -> None:
-        self.request = request
-        self.bound = bound
+    def __init__(self, request: storage.WriteRequest, bound: Bound | None) -> None:
+        super().__init__(request, bound)
         self.done = threading.Event()
-        self.outcome: storage.WriteOutcome | BaseException | object = None
+        self.outcome: gc.Handed | None = None
 
-    def finish(self, outcome: storage.WriteOutcome | BaseException | object) -> None:
-        self.outcome = outcome
-        self.done.set()
-
-
-class _CallersLeft(Exception):
-    """Some callers left before the batch committed: roll back, redo without them."""
-
-    def __init__(self, gone: list[_Write]) -> None:
-        self.gone = gone
-
-
-# The batch failed for a reason that may be one request's (a lock wait that ran out, a
-# statement that failed): each request is then run again alone, in its caller's thread.
-_ALONE = object()
-# Up to this much goes into one batch; a larger request is a batch of its own.
-_MAX_BATCH_REQUESTS = 512
-_MAX_BATCH_OFFSETS = 10_000
+    def finish(self, outcome: gc.Handed) -> None:
+        if not self.done.is_set():
+            self.outcome = outcome
+            self.done.set()
 
 
 class WriteBatcher:
-    """Group commit: concurrent commits and joins share one transaction, one statement and one WAL flush.
-
-    Callers queue a validated request and wait. Each of ``flushers`` threads takes
-    everything queued whenever it is free, so while one batch is in the database the
-    next one gathers (PostgreSQL's own group-commit idea; no timer, no fixed wait).
-    Each request keeps its own outcome (:func:`storage.write_batch`). The batch's
-    statement timeout is that of its most pressed caller; a caller that left before
-    COMMIT has its request taken out and the rest redone, so a caller that went away
-    never has its request committed. A reply is sent only after COMMIT returned.
-    """
+    """Group commit on threads: ``flushers`` threads take batches off one queue (rules: :mod:`._group_commit`)."""
 
     def __init__(self, store: Store, *, flushers: int = 2) -> None:
         if flushers < 1:
@@ -452,7 +353,7 @@ class WriteBatcher:
 
     def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
-        bound = _deadline.get()
+        bound = caller_bound()
         self.store._timeout_ms(bound)  # a deadline already past never reaches the database
         write = _Write(request, bound)
         with self._lock:
@@ -465,14 +366,13 @@ class WriteBatcher:
             self._queue.append(write)
             self._wake.notify()
         write.done.wait()
-        outcome = write.outcome
-        if outcome is _ALONE:
-            outcome = self.store._attempts(
-                "write_batch", self.store._transaction, storage.write_batch, ([request],), {}
-            )[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome  # type: ignore[return-value]
+        assert write.outcome is not None
+        if write.outcome is gc.ALONE:
+            alone = self.store._attempts(
+                "write_batch", lambda: self.store._transaction(storage.write_batch, ([request],), {})
+            )
+            return gc.outcome(alone[0])
+        return gc.outcome(write.outcome)
 
     def stop(self) -> None:
         """Writes what is queued, then ends the flushers."""
@@ -490,75 +390,22 @@ class WriteBatcher:
                     self._wake.wait()
                 if not self._queue:
                     return
-                batch = [self._queue.popleft()]
-                size = len(getattr(batch[0].request, "commits", ()))
-                while self._queue and len(batch) < _MAX_BATCH_REQUESTS:
-                    size += len(getattr(self._queue[0].request, "commits", ()))
-                    if size > _MAX_BATCH_OFFSETS:
-                        break
-                    batch.append(self._queue.popleft())
+                batch = gc.take_batch(self._queue)
             try:
-                self._flush(batch)
+                flush = gc.Flush(gc.waiting(batch), self.store._timeout_ms)
+                while flush.live:
+                    try:
+                        outcomes = self.store._attempts("write_batch", partial(self._transaction, flush))
+                    except Exception as error:
+                        flush.failed(error)
+                    else:
+                        flush.succeeded(outcomes)
             except BaseException as error:  # noqa: BLE001 - no caller may wait forever
-                log.exception("write batch crashed")
-                for write in batch:
-                    if not write.done.is_set():
-                        write.finish(error)
+                gc.crashed(batch, error)
 
-    def _flush(self, batch: list[_Write]) -> None:
-        live = []
-        for write in batch:
-            if write.bound is None:
-                live.append(write)
-            elif not write.bound[1]():
-                write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
-            elif write.bound[0] <= time.monotonic():
-                write.finish(StoreUnavailableError("the caller's deadline passed before the database answered"))
-            else:
-                live.append(write)
-        while live:
-            try:
-                outcomes = self.store._attempts("write_batch", self._transaction, live)
-            except _CallersLeft as left:
-                for write in left.gone:
-                    write.finish(StoreUnavailableError("the caller went away before the transaction committed"))
-                live = [write for write in live if write not in left.gone]
-                continue
-            except OffsetStoreError as error:
-                alone = len(live) > 1 and one_requests_fault(error)
-                for write in live:
-                    write.finish(_ALONE if alone else error)
-                return
-            except Exception as error:
-                if len(live) == 1:
-                    raise
-                log.warning("write batch failed; its requests run alone", extra={"error": type(error).__name__})
-                for write in live:
-                    write.finish(_ALONE)
-                return
-            for write, outcome in zip(live, outcomes, strict=True):
-                write.finish(outcome)
-            return
-
-    def _transaction(self, live: list[_Write]) -> list[storage.WriteOutcome]:
-        timeouts = []
-        for write in live:
-            try:
-                timeouts.append(self.store._timeout_ms(write.bound))
-            except StoreUnavailableError:
-                timeouts.append(1)  # its deadline is past: it ends the batch at once, then runs alone
-        ms = min((t for t in timeouts if t is not None), default=None)
+    def _transaction(self, flush: gc.Flush[_Write]) -> list[storage.WriteOutcome]:
         with self.store.engine.begin() as conn:
-            self.store._set_timeout(conn, ms)
-            outcomes = storage.write_batch(conn, [write.request for write in live])
-            gone = [write for write in live if write.bound is not None and not write.bound[1]()]
-            if gone:
-                raise _CallersLeft(gone)  # rolled back
+            self.store._set_timeout(conn, flush.timeout_ms())
+            outcomes = storage.write_batch(conn, flush.requests())
+            flush.check_callers()  # raises: rolled back
             return outcomes
-
-
-def one_requests_fault(error: OffsetStoreError) -> bool:
-    """A batch that timed out or waited too long for a lock may have waited for one request's group."""
-    cause = error.__cause__
-    orig = getattr(cause, "orig", None)
-    return isinstance(orig, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable))

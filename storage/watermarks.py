@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sqlalchemy import (
     Connection,
@@ -54,12 +54,13 @@ def report_watermarks_steps(values: Sequence[Watermark]) -> HotSteps[None]:
     if not values:
         return
     params: dict[str, str] = {}
-    for name, column in (
+    columns: tuple[tuple[str, Callable[[], str]], ...] = (
         ("topic", lambda: text_array([w.topic for w in values])),
         ("partition", lambda: int_array([w.partition for w in values])),
         ("start", lambda: int_array([None if w.log_start_offset == NO_OFFSET else w.log_start_offset for w in values])),
         ("end", lambda: int_array([w.log_end_offset for w in values])),
-    ):
+    )
+    for name, column in columns:
         if len(values) > SLICE:
             yield PAUSE
         params[name] = column()

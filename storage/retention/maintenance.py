@@ -1,0 +1,198 @@
+"""The maintenance loop: a round every interval makes and drops history partitions and expires idle groups."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import psycopg
+import sqlalchemy.exc
+from sqlalchemy import Connection, func, select
+
+from offsetstore.storage.retention.expiry import ACTOR
+from offsetstore.storage.retention.partitions import (
+    drop_history_before,
+    drop_stale_watermarks,
+    make_history_partitions,
+    oldest_history_time,
+)
+
+if TYPE_CHECKING:
+    from offsetstore.storage.store import Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Groups expired in one round at most; the rest wait for the next round.
+EXPIRE_PER_ROUND = 1000
+#: How long a DDL statement of a round waits for its lock before giving up until the next round.
+LOCK_TIMEOUT_MS = 200
+#: Key of the advisory lock that lets one server of a database run a round at a time.
+MAINTENANCE_LOCK_ID = 0x6F66_6673_6574_0002
+
+
+@dataclass
+class RoundResult:
+    """What one maintenance round did."""
+
+    made: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    watermarks: int = 0
+    #: Steps that found their lock taken and were left for the next round.
+    deferred: list[str] = field(default_factory=list)
+
+
+def _lock_unavailable(error: BaseException) -> bool:
+    return isinstance(getattr(error, "orig", None), psycopg.errors.LockNotAvailable)
+
+
+class _Histogram(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class MaintenanceMetrics(Protocol):
+    """What the rounds report to: the server's retention metrics."""
+
+    #: The change time of the oldest kept history entry, set by each round.
+    oldest_history: datetime | None
+
+    @property
+    def maintenance_seconds(self) -> _Histogram:
+        """Observes each round's duration."""
+        ...
+
+
+class Maintenance:
+    """Runs maintenance rounds every ``interval`` seconds in a thread; :meth:`run_once` runs one now.
+
+    ``store`` is the server's :class:`~offsetstore.storage.store.Store`: expiry goes through
+    it (one transaction per group, counted by its hook), DDL through its engine.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        history_retention: float,
+        offsets_retention: float,
+        interval: float = 60.0,
+        metrics: MaintenanceMetrics | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.history_retention = history_retention
+        self.offsets_retention = offsets_retention
+        self.interval = interval
+        self.metrics = metrics
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="offsetstore-maintenance", daemon=True)
+
+    def start(self) -> Maintenance:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.run_once()
+            except Exception:
+                # The database may be away; the next round tries again.
+                log.exception("maintenance round failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def _ddl(self, step: str, result: RoundResult, operation: Callable[[Connection], list[T]]) -> list[T]:
+        try:
+            with self.store.engine.begin() as conn:
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                return operation(conn)
+        except sqlalchemy.exc.DBAPIError as error:
+            if not _lock_unavailable(error):
+                raise
+            result.deferred.append(step)
+            log.info("maintenance step deferred: its lock is busy", extra={"step": step})
+            return []
+
+    def run_once(self) -> RoundResult | None:
+        """One round; None when another server of the database is running one."""
+        self._observe_oldest()
+        with self.store.engine.connect() as lock_conn:
+            got = lock_conn.execute(select(func.pg_try_advisory_lock(MAINTENANCE_LOCK_ID))).scalar_one()
+            lock_conn.commit()
+            if not got:
+                log.debug("maintenance round skipped: another server runs it")
+                return None
+            try:
+                started = time.perf_counter()
+                result = self._round()
+                seconds = time.perf_counter() - started
+                if self.metrics is not None:
+                    self.metrics.maintenance_seconds.observe(seconds)
+            finally:
+                lock_conn.execute(select(func.pg_advisory_unlock(MAINTENANCE_LOCK_ID)))
+                lock_conn.commit()
+        self._observe_oldest()
+        log.info(
+            "maintenance round",
+            extra={
+                "partitions_made": len(result.made),
+                "partitions_dropped": len(result.dropped),
+                "groups_expired": len(result.expired),
+                "watermarks_dropped": result.watermarks,
+                "deferred": result.deferred,
+                "ms": round(seconds * 1000, 1),
+            },
+        )
+        return result
+
+    def _round(self) -> RoundResult:
+        result = RoundResult()
+        now = self.clock()
+        result.made = self._ddl("make partitions", result, lambda c: make_history_partitions(c, now.date()))
+        for name in result.made:
+            log.info("history partition made", extra={"partition": name})
+        if self.history_retention > 0:
+            cutoff = now - timedelta(seconds=self.history_retention)
+            # One partition a transaction: each DROP holds the table's lock only for itself.
+            while True:
+                dropped = self._ddl("drop partitions", result, lambda c: drop_history_before(c, cutoff))
+                if not dropped:
+                    break
+                for part in dropped:
+                    log.info(
+                        "history partition dropped",
+                        extra={"partition": part.name, "before": part.upper.isoformat()},
+                    )
+                    result.dropped.append(part.name)
+            retention = timedelta(seconds=self.history_retention)
+            result.watermarks = self.store.run(drop_stale_watermarks, retention)
+            if result.watermarks:
+                log.info("stale watermarks dropped", extra={"watermarks": result.watermarks})
+        if self.offsets_retention > 0:
+            idle_for = timedelta(seconds=self.offsets_retention)
+            expired = self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)
+            result.expired = [g.group_id for g in expired]
+        return result
+
+    def _observe_oldest(self) -> None:
+        if self.metrics is None:
+            return
+        try:
+            oldest = self.store.run(oldest_history_time)
+        except Exception:
+            log.warning("cannot read the oldest history time", exc_info=True)
+            return
+        self.metrics.oldest_history = oldest
