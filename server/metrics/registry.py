@@ -56,17 +56,17 @@ def _build_version() -> str:
         return "unknown"
 
 
-def _patch_store_hooks(store: Store, *, query_seconds: Histogram | None = None, expired: Counter | None = None) -> None:
-    """Points ``store``'s metric hooks at these series by setting its attributes: the one place that does.
+def _observe_store(store: Store, *, query_seconds: Histogram | None = None, expired: Counter | None = None) -> None:
+    """Points ``store``'s observer at these series: each operation's duration, the groups each expiry removed.
 
-    ``query_seconds`` gets each operation's duration (failures included), ``expired`` the
-    groups each expiry removed. A second registry built over the same store takes the hooks
-    over. Store is to get a documented seam for this; until then, nothing else sets them.
+    A second registry built over the same store takes the hooks it gives over.
     """
-    if query_seconds is not None:
-        store.observe = lambda operation, seconds: query_seconds.labels(operation).observe(seconds)
-    if expired is not None:
-        store.expired = expired.inc
+    store.observe_with(
+        operation=(lambda operation, seconds: query_seconds.labels(operation).observe(seconds))
+        if query_seconds is not None
+        else None,
+        expired=expired.inc if expired is not None else None,
+    )
 
 
 _SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
@@ -167,7 +167,7 @@ def worker_registry(store: Store) -> CollectorRegistry:
     """
     registry = CollectorRegistry()
     server_metrics(registry)
-    _patch_store_hooks(store, query_seconds=_query_seconds(registry), expired=RetentionMetrics(registry).groups_expired)
+    _observe_store(store, query_seconds=_query_seconds(registry), expired=RetentionMetrics(registry).groups_expired)
     return registry
 
 
@@ -223,7 +223,7 @@ def build_registry(
         MultiProcessCollector(registry, path=multiprocess_dir)
     query_seconds = _query_seconds(values)
     if scrape_store is not None and scrape_store is not store:
-        _patch_store_hooks(scrape_store, query_seconds=query_seconds)
+        _observe_store(scrape_store, query_seconds=query_seconds)
     registry.register(
         GroupCollector(
             scrape_store or store,
@@ -236,7 +236,7 @@ def build_registry(
     )
     with _SERVER_METRICS_LOCK:
         retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
-    _patch_store_hooks(store, query_seconds=query_seconds, expired=retention.groups_expired)
+    _observe_store(store, query_seconds=query_seconds, expired=retention.groups_expired)
     return registry
 
 
