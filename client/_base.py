@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from grpc_health.v1 import health_pb2
 
 from offsetstore.core import convert
-from offsetstore.core.errors import GroupChangedError, InvalidArgumentError, ResourceExhaustedError
+from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError
 from offsetstore.core.types import (
     CommittedOffset,
     ExpiredGroup,
@@ -174,28 +174,7 @@ def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:
 
 def reset_offsets_request(group_id: str, **keywords: Any) -> pb.ResetOffsetsRequest:
     """The request of ``reset_offsets``' keywords: the one place they become a `ResetRequest`."""
-    return reset_request_to_proto(ResetRequest(group_id, **keywords))
-
-
-def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
-    if len(value.targets) > 1:
-        raise InvalidArgumentError.field("target", "give exactly one target")
-    request = pb.ResetOffsetsRequest(
-        group_id=value.group_id,
-        topics=convert.selections_to_proto(value.topics),
-        all_topics=value.all_topics,
-        dry_run=value.dry_run,
-    )
-    # No target is sent as none: the server owns that rule and says so with a proper error.
-    if value.to_offset is not None:
-        request.to_offset = value.to_offset
-    elif value.shift_by is not None:
-        request.shift_by = value.shift_by
-    elif value.to_boundary is not None:
-        request.to_boundary = convert.boundary_to_proto(value.to_boundary)
-    elif value.to_commit_time is not None:
-        request.to_commit_time.CopyFrom(convert.datetime_to_timestamp(value.to_commit_time))
-    return request
+    return convert.reset_request_to_proto(ResetRequest(group_id, **keywords))
 
 
 reset_offsets_result = convert.reset_result_from_proto

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import (
     Boundary,
     ChangeKind,
@@ -22,6 +23,7 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     PartitionStatus,
+    ResetRequest,
     ResetResult,
     TopicPartition,
     Topics,
@@ -369,3 +371,55 @@ def selections_from_proto(messages: Iterable[pb.TopicSelection]) -> list[tuple[s
     it naming ``topics[i]`` exactly.
     """
     return [(m.topic, tuple(m.partitions)) for m in messages]
+
+
+def timestamp_field(message: Any, field: str) -> datetime | None:
+    """``message.field`` as a datetime, None when unset; a timestamp out of range names the field."""
+    if not message.HasField(field):
+        return None
+    try:
+        return timestamp_to_datetime(getattr(message, field))
+    except (ValueError, OverflowError, OSError):
+        raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
+
+
+def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
+    """The request a client sends; two targets are refused here, none is left for the server to refuse."""
+    if len(value.targets) > 1:
+        raise InvalidArgumentError.field("target", "give exactly one target")
+    request = pb.ResetOffsetsRequest(
+        group_id=value.group_id,
+        topics=selections_to_proto(cast(Topics, value.topics)),  # a client's request: built from Topics
+        all_topics=value.all_topics,
+        dry_run=value.dry_run,
+    )
+    if value.to_offset is not None:
+        request.to_offset = value.to_offset
+    elif value.shift_by is not None:
+        request.shift_by = value.shift_by
+    elif value.to_boundary is not None:
+        request.to_boundary = boundary_to_proto(value.to_boundary)
+    elif value.to_commit_time is not None:
+        request.to_commit_time.CopyFrom(datetime_to_timestamp(value.to_commit_time))
+    return request
+
+
+def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
+    """The request the server received, its target checked for what only the wire can get wrong."""
+    target = request.WhichOneof("target")
+    to_boundary = None
+    if target == "to_boundary":
+        try:
+            to_boundary = boundary_from_proto(request.to_boundary)
+        except ValueError:
+            raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST") from None
+    return ResetRequest(
+        request.group_id,
+        selections_from_proto(request.topics),
+        all_topics=request.all_topics,
+        to_offset=request.to_offset if target == "to_offset" else None,
+        shift_by=request.shift_by if target == "shift_by" else None,
+        to_boundary=to_boundary,
+        to_commit_time=timestamp_field(request, "to_commit_time") if target == "to_commit_time" else None,
+        dry_run=request.dry_run,
+    )

@@ -184,7 +184,7 @@ class ResetRequest:
 
     group_id: str
     #: The named partitions, and in a whole topic those the group has offsets for.
-    topics: Topics = None
+    topics: Topics | Iterable[tuple[str, Iterable[int]]] = None
     #: Every topic the group has offsets for, instead of `topics`.
     all_topics: bool = False
     #: Exactly this offset, on every selected partition.

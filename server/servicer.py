@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
@@ -29,15 +28,6 @@ Result = TypeVar("Result")
 def _actor(context: grpc.ServicerContext) -> str:
     """Who a change is recorded as: the authenticated principal, or the peer while authentication is off."""
     return current_principal.get() or context.peer()
-
-
-def _time(request: Any, field: str) -> datetime | None:
-    if not request.HasField(field):
-        return None
-    try:
-        return convert.timestamp_to_datetime(getattr(request, field))
-    except (ValueError, OverflowError, OSError):
-        raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
 
 
 #: Entries converted between two turns of the event loop: well under a millisecond of work.
@@ -99,29 +89,7 @@ class OffsetStoreServicer:
     async def ResetOffsets(
         self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.ResetOffsetsResponse:
-        target = request.WhichOneof("target")
-        kwargs: dict[str, Any] = {}
-        if target == "to_offset":
-            kwargs["to_offset"] = request.to_offset
-        elif target == "shift_by":
-            kwargs["shift_by"] = request.shift_by
-        elif target == "to_boundary":
-            try:
-                kwargs["to_boundary"] = convert.boundary_from_proto(request.to_boundary)
-            except ValueError:
-                raise InvalidArgumentError.field(
-                    "to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST"
-                ) from None
-        elif target == "to_commit_time":
-            kwargs["to_commit_time"] = _time(request, "to_commit_time")
-        result = await self.store.reset_offsets(
-            request.group_id,
-            convert.selections_from_proto(request.topics),
-            all_topics=request.all_topics,
-            dry_run=request.dry_run,
-            actor=_actor(context),
-            **kwargs,
-        )
+        result = await self.store.reset_offsets(convert.reset_request_from_proto(request), actor=_actor(context))
         return convert.reset_result_to_proto(result)
 
     async def DeleteOffsets(
@@ -159,8 +127,8 @@ class OffsetStoreServicer:
         page = await self.store.list_offset_history(
             request.group_id,
             convert.selections_from_proto(request.topics),
-            since=_time(request, "since"),
-            until=_time(request, "until"),
+            since=convert.timestamp_field(request, "since"),
+            until=convert.timestamp_field(request, "until"),
             page_size=request.page_size,
             page_token=request.page_token,
         )

@@ -32,7 +32,7 @@ from offsetstore.storage.reads import (
     list_offset_history,
     past_log_end_column,
 )
-from offsetstore.storage.resets import delete_offsets, reset_offsets
+from offsetstore.storage.resets import delete_offsets, reset, reset_offsets
 from offsetstore.storage.steps import PAUSE, HotSteps, Statement, run_hot
 from offsetstore.storage.watermarks import read_watermarks, report_watermarks, report_watermarks_steps
 from offsetstore.storage.writes import (
@@ -78,6 +78,7 @@ __all__ = [
     "read_watermarks",
     "report_watermarks",
     "report_watermarks_steps",
+    "reset",
     "reset_count",
     "reset_offsets",
     "run_hot",

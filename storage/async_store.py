@@ -35,6 +35,7 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     Page,
+    ResetRequest,
     ResetResult,
     TopicPartition,
     Watermark,
@@ -248,9 +249,8 @@ class AsyncStore:
         page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
         return await self.read(storage.describe_group, group_id, page)
 
-    async def reset_offsets(self, group_id: str, topics: storage.SelectionArg = None, **target: Any) -> ResetResult:
-        """See :meth:`Store.reset_offsets` for the keywords (``all_topics``, a target, ``dry_run``, ``actor``)."""
-        return await self.run(storage.reset_offsets, group_id, topics, **target)
+    async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
+        return await self.run(storage.reset, request, actor=actor)
 
     async def delete_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, all_topics: bool = False, actor: str = ""

@@ -25,7 +25,6 @@ from sqlalchemy import Connection, Engine
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import (
-    Boundary,
     CommittedOffset,
     ExpiredGroup,
     FetchResult,
@@ -34,6 +33,7 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     Page,
+    ResetRequest,
     ResetResult,
     TopicPartition,
     Watermark,
@@ -232,23 +232,8 @@ class Store:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, self.token_key())
         return self.read(storage.fetch_offsets, group_id, topics, page)
 
-    def reset_offsets(
-        self,
-        group_id: str,
-        topics: storage.SelectionArg = None,
-        *,
-        all_topics: bool = False,
-        to_offset: int | None = None,
-        shift_by: int | None = None,
-        to_boundary: Boundary | None = None,
-        to_commit_time: datetime | None = None,
-        dry_run: bool = False,
-        actor: str = "",
-    ) -> ResetResult:
-        target = dict(to_offset=to_offset, shift_by=shift_by, to_boundary=to_boundary, to_commit_time=to_commit_time)
-        return self.run(
-            storage.reset_offsets, group_id, topics, all_topics=all_topics, dry_run=dry_run, actor=actor, **target
-        )
+    def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
+        return self.run(storage.reset, request, actor=actor)
 
     def delete_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, all_topics: bool = False, actor: str = ""
