@@ -37,6 +37,7 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
+from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status
 from offsetstore.storage.pages import (
     DESCRIBE_ENTRY_BYTES,
     ENVELOPE_BYTES,
@@ -170,6 +171,11 @@ def lag_columns():
     return log_end, lag
 
 
+def lag_seconds_column():
+    """Lag in seconds over ``offsets`` outer-joined with ``watermarks`` (see :mod:`.lag`)."""
+    return lag_seconds_of(_effective_offset())
+
+
 def past_log_end_column():
     """Whether the offset is past the known log end (false where no log end is known)."""
     return func.coalesce(_effective_offset() > watermarks.c.log_end_offset, false())
@@ -216,6 +222,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             log_end.label("log_end_offset"),
             lag.label("lag"),
             past_log_end_column().label("past_log_end"),
+            lag_seconds_column().label("lag_seconds"),
             func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
             (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + DESCRIBE_ENTRY_BYTES).label(
                 "size"
@@ -264,6 +271,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             r.lag,
             r.past_log_end,
             r.log_start_offset,
+            *lag_seconds_status(r.lag_seconds),
         )
         for r in listed
     ]

@@ -123,6 +123,19 @@ watermarks = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# The log ends seen over time, per (topic, partition): what lag in seconds interpolates
+# (storage/lag.py). Written with each watermark report, at most one row per partition every
+# few seconds and at most a fixed number per partition (the oldest go); retention drops the
+# rest with the watermarks (migration 0007).
+watermark_samples = Table(
+    "watermark_samples",
+    metadata,
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("sampled_at", DateTime(timezone=True), primary_key=True),
+    Column("log_end_offset", BigInteger, nullable=False),
+)
+
 # Secrets of the store, shared by every server on the database (migration 0006): the key
 # that signs page tokens ("page_token_key").
 secrets = Table(
