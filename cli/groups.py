@@ -459,6 +459,8 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
                 "log_end_offset": p.log_end_offset,
                 "lag": p.lag,
                 "offset_past_log_end": p.offset_past_log_end,
+                "lag_seconds": p.lag_seconds,
+                "lag_seconds_status": p.lag_seconds_status.name,
             }
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ],
@@ -522,6 +524,8 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
             "HOST",
             "METADATA",
             "COMMIT-TIME",
+            # Last: scripts read the columns before it by position.
+            "LAG-SECONDS",
         ),
         (
             (
@@ -535,6 +539,7 @@ def _cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: _Out
                 _text_cell(group.member_host),
                 _text_cell(p.metadata),
                 _table_time(p.commit_time),
+                "-" if p.lag_seconds < 0 else f"{p.lag_seconds:.1f}",
             )
             for group in groups
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))

@@ -36,6 +36,7 @@ from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import ChangeKind, ExpiredGroup, TopicPartition
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import now, record_changes
+from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.schema import SCHEMA, groups, offset_history, offsets, watermarks
 
 __all__ = [
@@ -424,6 +425,10 @@ class Maintenance:
             result.watermarks = self.store.run(drop_stale_watermarks, retention)
             if result.watermarks:
                 log.info("stale watermarks dropped", extra={"watermarks": result.watermarks})
+            # After the watermarks: their samples go with them (and any older than the retention).
+            samples = self.store.run(expire_samples, retention)
+            if samples:
+                log.info("watermark samples dropped", extra={"samples": samples})
         if self.offsets_retention > 0:
             idle_for = timedelta(seconds=self.offsets_retention)
             expired = self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)

@@ -10,7 +10,10 @@ import sqlalchemy as sa
 
 from offsetstore import storage
 from offsetstore.core.types import Boundary, LagSecondsStatus, OffsetCommit, PartitionStatus, Watermark
+from offsetstore.server import metrics
 from offsetstore.storage import lag
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
 
 # The test's clock and the database's are the same machine's; the statement runs a little after `now`.
 SLACK = 3.0
@@ -137,3 +140,25 @@ def test_describe_over_grpc_carries_lag_seconds(client, engine, group_id, topic)
     (p,) = client.describe_group(group_id).partitions
     assert p.lag_seconds_status == LagSecondsStatus.KNOWN
     assert 75 <= p.lag_seconds <= 75 + SLACK
+
+
+def test_metrics_show_each_groups_largest_lag_in_seconds(module_database_url, topic):
+    engine = create_engine(module_database_url, pool_size=2)
+    store = Store(engine)
+    try:
+        report(engine, topic, 0, seconds_ago=100)
+        report(engine, topic, 100, seconds_ago=50)
+        commit(engine, "behind", topic, 50)
+        commit(engine, "caught-up", topic, 100)
+        commit(engine, "unknown", f"{topic}-never-reported", 5)
+        registry = metrics.build_registry(store)
+        seconds = registry.get_sample_value("offsetstore_group_lag_seconds", {"group": "behind"})
+        assert 75 <= seconds <= 75 + SLACK
+        assert registry.get_sample_value("offsetstore_group_lag_seconds", {"group": "caught-up"}) == 0
+        assert registry.get_sample_value("offsetstore_group_lag_seconds", {"group": "unknown"}) is None
+        # A group shown by its sums only (beyond its share of the series) has it too.
+        with engine.connect() as conn:
+            summed = metrics.group_sums(conn, ["behind"])
+        assert 75 <= summed[0].lag_seconds <= 75 + SLACK
+    finally:
+        store.dispose()
