@@ -348,6 +348,7 @@ def _serving_process(
         signal.signal(signal.SIGHUP, _reloader(auth, settings.tokens_file))
     store = _store(settings, database_url, pool_size=settings.pool_size)
     registry = metrics.worker_registry(store)
+    mirror = _kafka_mirror(settings, registry)
     try:
         server = OffsetStoreServer(
             store,
@@ -364,6 +365,7 @@ def _serving_process(
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
+            kafka_mirror=mirror,
         ).start()
     except (RuntimeError, OSError) as error:
         log.error("serving process cannot listen on %s: %s", listen, error)
@@ -377,7 +379,23 @@ def _serving_process(
             log.error("supervisor gone; stopping")
             break
     server.stop(settings.grace_seconds)
+    if mirror is not None:
+        mirror.stop()
     store.dispose()
+
+
+def _kafka_mirror(settings: Settings, registry: Any) -> Any:
+    """The serving process's Kafka mirror, started; None unless ``--mirror-kafka-bootstrap``."""
+    if not settings.mirror_kafka_bootstrap:
+        return None
+    from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
+
+    return KafkaMirror(
+        settings.mirror_kafka_bootstrap,
+        parse_prefixes(settings.mirror_kafka_groups),
+        settings.mirror_interval,
+        registry=registry,
+    ).start()
 
 
 def _quiet_garbage_collector() -> None:
