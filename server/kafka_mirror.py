@@ -77,7 +77,13 @@ class KafkaMirror:
         self.prefixes = tuple(prefixes)
         self.interval = interval
         self.request_seconds = request_seconds
-        self._settings = {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(request_seconds * 1000)}
+        self._settings = {
+            "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": int(request_seconds * 1000),
+            # librdkafka would print every failed connection to stderr, once a second while a
+            # broker is down; the mirror logs its failures itself, at most once a minute a group.
+            "log_level": 2,
+        }
         self._settings.update(config or {})
         self._admin = admin
         self._queue: queue.Queue[tuple[str, Sequence[CommittedOffset]]] = queue.Queue(queue_commits)
