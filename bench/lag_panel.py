@@ -135,7 +135,7 @@ def main() -> None:
     for spine in ax.spines.values():
         spine.set_color("#2c3235")
     ax.legend(facecolor="#181b1f", edgecolor="#2c3235", labelcolor="#d8d9da", loc="upper left")
-    fig.text(0.01, 0.01, expr, color="#6e6e6e", fontsize=7, family="monospace")
+    fig.text(0.01, 0.01, expr.replace("$", r"\$"), color="#6e6e6e", fontsize=7, family="monospace")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, facecolor=fig.get_facecolor())

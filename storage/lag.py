@@ -2,9 +2,8 @@
 
 How old is the oldest message a group has not consumed? The store knows, per partition, the
 log ends reported over time. Each report records a sample (log end, time) for its partitions,
-at most one per partition every :data:`SAMPLE_EVERY` seconds, keeping the newest
-:data:`SAMPLES_KEPT` (so a partition costs at most that many rows, whoever reports it and
-however often). A group's lag in seconds is now minus the time at which the log end passed
+in a ring of :data:`SAMPLES_KEPT` slots of :data:`SAMPLE_EVERY` seconds each (so a partition
+costs at most that many rows, whoever reports it and however often). A group's lag in seconds is now minus the time at which the log end passed
 its committed offset:
 
 - between two samples, linear between the newest sample at or below the offset and the
@@ -53,43 +52,31 @@ __all__ = [
     "with_samples",
 ]
 
-#: Seconds between two samples of one partition at least: a reporter calling every 100 ms
-#: costs no more rows than one calling every 5 s.
-SAMPLE_EVERY = 5
-#: Samples kept per partition: 5 minutes at the fastest rate, longer the slower the reports.
-#: Lag beyond the window is extrapolated (see the module's docstring).
-SAMPLES_KEPT = 60
+#: Seconds a sample stands for: a partition gets at most one sample in each such slot of time,
+#: so a reporter calling every 100 ms costs no more rows than one calling every 10 s.
+SAMPLE_EVERY = 10
+#: Slots per partition, a ring: the samples cover the last 15 minutes (older ones where a
+#: slot was not reported again). Lag beyond them is extrapolated (see the module's docstring).
+SAMPLES_KEPT = 90
 
 #: The time of a report: the statement's, or ``%(at)s`` where given (tests report at known times).
 NOW = "coalesce(%(at)s::timestamptz, statement_timestamp())"
 
-# Runs as CTEs of the watermark upsert: the same statement, the same round trip, the same
-# time. A partition gets a sample unless it has one younger than SAMPLE_EVERY; the oldest
-# beyond SAMPLES_KEPT go (the CTE's snapshot holds the old rows only, so SAMPLES_KEPT - 1 of
-# them stay beside the new one). Two reporters that both see no young sample both insert one:
-# harmless, the bound holds at the next report.
+# Runs as a CTE of the watermark upsert: the same statement, the same round trip, the same
+# time. Each partition has SAMPLES_KEPT slots, the slot of a time being its SAMPLE_EVERY-second
+# period modulo the ring: a slot keeps the first sample of its period, and a sample from an
+# earlier lap of the ring is overwritten in place (an update that leaves the key alone: HOT,
+# no index entry, nothing to delete). Bounded with no DELETE and no read of the other samples.
 _SAMPLES = f"""
 WITH sampled AS (
-    INSERT INTO offsetstore.watermark_samples AS s (topic, partition, sampled_at, log_end_offset)
-    SELECT r.topic, r.partition, {NOW}, r.log_end
+    INSERT INTO offsetstore.watermark_samples AS s (topic, partition, slot, sampled_at, log_end_offset)
+    SELECT r.topic, r.partition,
+        (floor(extract(epoch FROM {NOW}) / {SAMPLE_EVERY})::bigint %% {SAMPLES_KEPT})::smallint,
+        {NOW}, r.log_end
     FROM unnest(%(topic)s::text[], %(partition)s::integer[], %(end)s::bigint[]) AS r(topic, partition, log_end)
-    WHERE NOT EXISTS (
-        SELECT FROM offsetstore.watermark_samples AS y
-        WHERE y.topic = r.topic AND y.partition = r.partition
-            AND y.sampled_at > {NOW} - make_interval(secs => {SAMPLE_EVERY})
-    )
-    ON CONFLICT DO NOTHING
-    RETURNING s.topic, s.partition
-), pruned AS (
-    DELETE FROM offsetstore.watermark_samples AS old
-    USING sampled AS n
-    WHERE old.topic = n.topic AND old.partition = n.partition
-        AND old.sampled_at <= (
-            SELECT x.sampled_at FROM offsetstore.watermark_samples AS x
-            WHERE x.topic = n.topic AND x.partition = n.partition
-            ORDER BY x.sampled_at DESC
-            OFFSET {SAMPLES_KEPT - 1} LIMIT 1
-        )
+    ON CONFLICT (topic, partition, slot) DO UPDATE SET
+        sampled_at = EXCLUDED.sampled_at, log_end_offset = EXCLUDED.log_end_offset
+    WHERE s.sampled_at <= EXCLUDED.sampled_at - make_interval(secs => {SAMPLE_EVERY})
 )
 """
 
@@ -167,10 +154,6 @@ def expire_samples(conn: Connection, older_than: timedelta, *, now: datetime | N
     orphaned = ~exists().where(
         watermarks.c.topic == watermark_samples.c.topic, watermarks.c.partition == watermark_samples.c.partition
     )
-    doomed = (
-        select(watermark_samples.c.topic, watermark_samples.c.partition, watermark_samples.c.sampled_at)
-        .where(or_(watermark_samples.c.sampled_at < cutoff, orphaned))
-        .limit(limit)
-    )
-    key = (watermark_samples.c.topic, watermark_samples.c.partition, watermark_samples.c.sampled_at)
+    key = (watermark_samples.c.topic, watermark_samples.c.partition, watermark_samples.c.slot)
+    doomed = select(*key).where(or_(watermark_samples.c.sampled_at < cutoff, orphaned)).limit(limit)
     return conn.execute(delete(watermark_samples).where(tuple_(*key).in_(doomed))).rowcount

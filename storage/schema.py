@@ -124,15 +124,17 @@ watermarks = Table(
 )
 
 # The log ends seen over time, per (topic, partition): what lag in seconds interpolates
-# (storage/lag.py). Written with each watermark report, at most one row per partition every
-# few seconds and at most a fixed number per partition (the oldest go); retention drops the
-# rest with the watermarks (migration 0007).
+# (storage/lag.py). Written with each watermark report into a ring of slots per partition
+# (a slot is a period of a few seconds), so a partition has a fixed number of rows at most;
+# retention drops those of dropped watermarks (migration 0007). Only the key is indexed:
+# overwriting a slot is a HOT update.
 watermark_samples = Table(
     "watermark_samples",
     metadata,
     Column("topic", Text, primary_key=True),
     Column("partition", Integer, primary_key=True),
-    Column("sampled_at", DateTime(timezone=True), primary_key=True),
+    Column("slot", SmallInteger, primary_key=True),
+    Column("sampled_at", DateTime(timezone=True), nullable=False),
     Column("log_end_offset", BigInteger, nullable=False),
 )
 

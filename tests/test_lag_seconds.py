@@ -90,9 +90,8 @@ def test_a_sentinel_whose_boundary_is_unknown_is_unknown(engine, group_id, topic
 def test_past_the_newest_sample_is_never_negative(engine, group_id, topic):
     report(engine, topic, 0, seconds_ago=60)
     report(engine, topic, 100, seconds_ago=10)
-    report(engine, topic, 120, seconds_ago=8)  # within SAMPLE_EVERY: the watermark moves, no sample
-    assert [o for o, _ in samples(engine, topic)] == [0, 100]
-    commit(engine, group_id, topic, 110)  # between the newest sample and the watermark: 9 s ago
+    report(engine, topic, 120, seconds_ago=8)
+    commit(engine, group_id, topic, 110)  # between the last two reports: 9 s ago
     p = described(engine, group_id)
     assert 9 <= p.lag_seconds <= 9 + SLACK
     commit(engine, group_id, topic, 130)  # past the log end
@@ -118,15 +117,22 @@ def test_a_flat_log_below_its_oldest_sample_is_at_least_that_sample_old(engine, 
 
 
 def test_samples_are_bounded_per_partition(engine, topic):
-    for i in range(lag.SAMPLES_KEPT + 10):
-        report(engine, topic, i * 10, seconds_ago=1000 - i * lag.SAMPLE_EVERY)
+    reports = lag.SAMPLES_KEPT + 10  # the ring and a bit, one report a slot
+    for i in range(reports):
+        report(engine, topic, i * 10, seconds_ago=(reports - i) * lag.SAMPLE_EVERY)
     kept = samples(engine, topic)
     assert len(kept) == lag.SAMPLES_KEPT
-    assert kept[-1][0] == (lag.SAMPLES_KEPT + 9) * 10  # the newest stay
+    assert [o for o, _ in kept] == [i * 10 for i in range(10, reports)]  # the newest stay
+
+
+def test_a_partition_reported_often_gets_one_sample_a_slot(engine, topic):
+    for i in range(20):
+        report(engine, topic, i, seconds_ago=1000 - i * 0.1)  # 2 s of reports, 10 a second
+    assert 1 <= len(samples(engine, topic)) <= 2  # one slot, or two where a slot boundary fell in between
 
 
 def test_retention_drops_old_samples(engine, topic):
-    report(engine, topic, 0, seconds_ago=3600)
+    report(engine, topic, 0, seconds_ago=3605)
     report(engine, topic, 10, seconds_ago=10)
     with engine.begin() as conn:
         lag.expire_samples(conn, timedelta(minutes=30))

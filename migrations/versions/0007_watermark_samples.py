@@ -1,8 +1,8 @@
 """Log end samples per partition over time, from which DescribeGroup and /metrics derive lag in seconds.
 
-Each watermark report also records (log end, time) for its partitions, at most one sample per
-partition every few seconds and at most a fixed number per partition (storage/lag.py); the
-time at which the log end passed a group's committed offset is interpolated between them.
+Each watermark report also records (log end, time) for its partitions in a ring of slots per
+partition, one slot per period of a few seconds (storage/lag.py); the time at which the log
+end passed a group's committed offset is interpolated between them.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ def upgrade() -> None:
         "watermark_samples",
         sa.Column("topic", sa.Text(), nullable=False),
         sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("slot", sa.SmallInteger(), nullable=False),
         sa.Column("sampled_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("log_end_offset", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("topic", "partition", "sampled_at", name=op.f("pk_watermark_samples")),
+        sa.PrimaryKeyConstraint("topic", "partition", "slot", name=op.f("pk_watermark_samples")),
         schema=SCHEMA,
     )
 
