@@ -43,6 +43,8 @@ def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Outpu
             "HOST",
             "METADATA",
             "COMMIT-TIME",
+            # Last: scripts read the columns before it by position.
+            "LAG-SECONDS",
         ),
         (
             (
@@ -56,6 +58,7 @@ def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Outpu
                 text_cell(group.member_host),
                 text_cell(p.metadata),
                 table_time(p.commit_time),
+                "-" if p.lag_seconds < 0 else f"{p.lag_seconds:.1f}",
             )
             for group in groups
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
@@ -92,6 +95,8 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
                 "log_end_offset": p.log_end_offset,
                 "lag": p.lag,
                 "offset_past_log_end": p.offset_past_log_end,
+                "lag_seconds": p.lag_seconds,
+                "lag_seconds_status": p.lag_seconds_status.name,
             }
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ],

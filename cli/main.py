@@ -86,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     retention.add_argument(
         "--maintenance-interval", metavar="DURATION", help="time between maintenance rounds (default 60s)"
     )
+    mirror = serve.add_argument_group("Kafka mirror (off by default; see docs/operations.md)")
+    mirror.add_argument(
+        "--mirror-kafka-bootstrap", metavar="HOST:PORT,...", help="copy committed offsets to this Kafka cluster"
+    )
+    mirror.add_argument(
+        "--mirror-kafka-groups", metavar="PREFIX[,PREFIX]", help="mirror the groups whose id starts with a prefix"
+    )
+    mirror.add_argument("--mirror-interval", metavar="DURATION", help="time between two mirror rounds (default 5s)")
     security = serve.add_argument_group("security (off by default; see docs/security.md)")
     security.add_argument(
         "--tls-cert", dest="tls_cert_file", type=Path, metavar="PEM", help="server certificate chain: serve TLS"

@@ -20,6 +20,7 @@ from offsetstore.core.types import (
     FetchResult,
     GroupDescription,
     GroupSummary,
+    LagSecondsStatus,
     OffsetChange,
     OffsetCommit,
     PartitionStatus,
@@ -250,6 +251,8 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
         lag=value.lag,
         offset_past_log_end=value.offset_past_log_end,
         log_start_offset=value.log_start_offset,
+        lag_seconds=value.lag_seconds,
+        lag_seconds_status=cast(pb.LagSecondsStatus, int(value.lag_seconds_status)),  # the same numbers
     )
     _set_time(message, "commit_time", value.commit_time)
     return message
@@ -266,7 +269,17 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         lag=message.lag,
         offset_past_log_end=message.offset_past_log_end,
         log_start_offset=message.log_start_offset,
+        lag_seconds=message.lag_seconds,
+        lag_seconds_status=_lag_seconds_status(message.lag_seconds_status),
     )
+
+
+def _lag_seconds_status(value: int) -> LagSecondsStatus:
+    # A status this client does not know yet (a newer server's) reads as unspecified.
+    try:
+        return LagSecondsStatus(value)
+    except ValueError:
+        return LagSecondsStatus.UNSPECIFIED
 
 
 # Responses that map onto one value of types.py

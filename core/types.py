@@ -15,6 +15,7 @@ __all__ = [
     "FetchResult",
     "GroupDescription",
     "GroupSummary",
+    "LagSecondsStatus",
     "Mode",
     "OffsetChange",
     "OffsetCommit",
@@ -61,6 +62,18 @@ class ChangeKind(enum.IntEnum):
     DELETE = 3
     #: Retention removed an idle group's offsets.
     EXPIRE = 4
+
+
+class LagSecondsStatus(enum.IntEnum):
+    """Whether a partition's ``lag_seconds`` is known, and why not (values match the proto enum)."""
+
+    #: An older server that does not compute it.
+    UNSPECIFIED = 0
+    KNOWN = 1
+    #: No log end of the partition was sampled (no watermark reported since samples began).
+    NO_SAMPLES = 2
+    #: The offset is a sentinel (-2/-1) whose log start or end is not known.
+    OFFSET_UNKNOWN = 3
 
 
 class TopicPartition(NamedTuple):
@@ -145,6 +158,10 @@ class PartitionStatus:
     offset_past_log_end: bool = False
     #: The reported log start; -1 when unknown.
     log_start_offset: int = -1
+    #: Seconds since the log end passed the offset (storage/lag.py); 0 when caught up, -1 when unknown.
+    lag_seconds: float = -1.0
+    #: Whether ``lag_seconds`` is known, and why not.
+    lag_seconds_status: LagSecondsStatus = LagSecondsStatus.UNSPECIFIED
 
 
 @dataclass(frozen=True)

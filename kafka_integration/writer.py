@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine
 
 from offsetstore.core.errors import StaleGenerationError
 from offsetstore.core.types import Mode, Watermark
+from offsetstore.kafka_integration.mirror import ConsumerMirror
 from offsetstore.sink.sql import COORDINATES
 
 if TYPE_CHECKING:
@@ -50,6 +51,12 @@ class ExactlyOnceWriter:
     member_id : str, optional
         Recorded when the writer joins the group and as the actor of its commits.
         Default: ``"kafka:<host>:<pid>"``.
+    mirror_to_kafka : confluent_kafka.Consumer, optional
+        After each transaction it commits, the writer commits the same offsets through this
+        consumer, asynchronously, into its Kafka group: a best-effort copy for the tools that
+        read ``__consumer_offsets`` (:class:`~offsetstore.kafka_integration.mirror.ConsumerMirror`).
+        A write that joins the caller's transaction (``conn=``) is not mirrored by itself:
+        call :meth:`mirror` with its outcome after committing.
 
     Notes
     -----
@@ -90,6 +97,7 @@ class ExactlyOnceWriter:
         key_columns: Sequence[str] = (),
         columns: Sequence[str] | None = None,
         member_id: str | None = None,
+        mirror_to_kafka: confluent_kafka.Consumer | None = None,
     ) -> None:
         from offsetstore.sink.batch_write import SinkTarget
         from offsetstore.storage.engine import create_engine
@@ -104,6 +112,7 @@ class ExactlyOnceWriter:
         # One connection is all a consumer loop uses; a second serves reads beside an open write.
         self.engine = create_engine(database_url, pool_size=2) if self._owns_engine else database_url
         self._generation: int | None = None
+        self.kafka_mirror = ConsumerMirror(mirror_to_kafka) if mirror_to_kafka is not None else None
 
     def __repr__(self) -> str:
         return f"ExactlyOnceWriter(group_id={self.group_id!r}, generation={self._generation})"
@@ -187,7 +196,14 @@ class ExactlyOnceWriter:
         if conn is not None:
             return write_batch(conn, self.target, table, metadata=metadata, **kwargs)
         with self.engine.begin() as own:
-            return write_batch(own, self.target, table, metadata=metadata, **kwargs)
+            outcome = write_batch(own, self.target, table, metadata=metadata, **kwargs)
+        self.mirror(outcome)  # committed: only now may Kafka see the offsets
+        return outcome
+
+    def mirror(self, outcome: BatchOutcome | None) -> None:
+        """Copies the offsets ``outcome`` committed into Kafka, if the writer mirrors (``mirror_to_kafka``)."""
+        if self.kafka_mirror is not None and outcome is not None and outcome.committed:
+            self.kafka_mirror.commit(outcome.committed)
 
     def arrow_rows(
         self, messages: Sequence[confluent_kafka.Message], rows: Sequence[Mapping[str, Any]] | pa.Table

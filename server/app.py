@@ -22,6 +22,7 @@ from offsetstore.server.config import MAX_MESSAGE_BYTES
 from offsetstore.server.gate import Gate
 from offsetstore.server.http import HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
+from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
@@ -167,7 +168,8 @@ class OffsetStoreServer:
     :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises them;
     ``credentials`` serve TLS. ``max_workers`` no longer counts threads: it sets the default
     stream and per-principal call limits, as it did. ``reuse_port`` lets several processes
-    listen on one port (``serve --processes``).
+    listen on one port (``serve --processes``). ``kafka_mirror`` (started and stopped by its
+    owner) is offered every commit once it is in the store.
     """
 
     def __init__(
@@ -191,9 +193,11 @@ class OffsetStoreServer:
         reuse_port: bool = False,
         http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
         http_ssl_context: ssl.SSLContext | None = None,
+        kafka_mirror: KafkaMirror | None = None,
     ) -> None:
         self.store = store
         self.http: HttpListener | None = None
+        self.kafka_mirror = kafka_mirror
         if reflection_mode not in REFLECTION_MODES:
             raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
         if reflection_mode == "authenticated" and auth is None:
@@ -263,7 +267,7 @@ class OffsetStoreServer:
             quota = GroupQuota(self.async_store, auth, o["max_groups"])
             partition_quota = PartitionQuota(self.async_store, auth, o["max_partitions"])
         gate = Gate(
-            OffsetStoreServicer(self.async_store),
+            OffsetStoreServicer(self.async_store, self.kafka_mirror.offer if self.kafka_mirror else None),
             admission=o["admission"],
             auth=auth,
             quota=quota,

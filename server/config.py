@@ -108,6 +108,17 @@ class Settings:
     maintenance_interval: float = field(default=60.0, metadata={"duration": True})
     """Seconds between maintenance rounds (history partitions, expiry)."""
 
+    # --- the Kafka mirror (docs/operations.md, "Mirroring offsets to Kafka") ---
+
+    mirror_kafka_bootstrap: str = ""
+    """Kafka ``bootstrap.servers`` to copy committed offsets to (best effort, never read back); empty: no mirror."""
+
+    mirror_kafka_groups: str = ""
+    """Comma-separated group id prefixes whose commits are mirrored; required with ``mirror_kafka_bootstrap``."""
+
+    mirror_interval: float = field(default=5.0, metadata={"duration": True})
+    """Seconds between two mirror rounds: a partition's offset reaches Kafka at most this late."""
+
     # --- hostile callers (docs/security.md, "Threat model") ---
 
     reflection: str = "on"
@@ -163,6 +174,12 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
         if not 1 <= self.processes <= 256:
             raise ValueError("OFFSETSTORE_PROCESSES must be between 1 and 256, or auto")
+        if self.mirror_kafka_bootstrap and not self.mirror_kafka_groups.strip(","):
+            raise ValueError(
+                "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
+            )
+        if self.mirror_interval <= 0:
+            raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 

@@ -145,6 +145,7 @@ def serving_process(
         signal.signal(signal.SIGHUP, reloader(auth, settings.tokens_file))
     store = open_store(settings, database_url, pool_size=settings.pool_size)
     registry = metrics.worker_registry(store)
+    mirror = _kafka_mirror(settings, registry)
     try:
         server = OffsetStoreServer(
             store,
@@ -161,6 +162,7 @@ def serving_process(
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
+            kafka_mirror=mirror,
             # The HTTP listener, on the gRPC server's certificate and client CA.
             http_listen=settings.http_listen or None,
             http_ssl_context=(
@@ -181,7 +183,23 @@ def serving_process(
             log.error("supervisor gone; stopping")
             break
     server.stop(settings.grace_seconds)
+    if mirror is not None:
+        mirror.stop()
     store.dispose()
+
+
+def _kafka_mirror(settings: Settings, registry: Any) -> Any:
+    """The serving process's Kafka mirror, started; None unless ``--mirror-kafka-bootstrap``."""
+    if not settings.mirror_kafka_bootstrap:
+        return None
+    from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
+
+    return KafkaMirror(
+        settings.mirror_kafka_bootstrap,
+        parse_prefixes(settings.mirror_kafka_groups),
+        settings.mirror_interval,
+        registry=registry,
+    ).start()
 
 
 def quiet_garbage_collector() -> None:

@@ -28,11 +28,12 @@ from offsetstore.storage.reads import (
     fetch_offsets,
     fetch_offsets_steps,
     lag_columns,
+    lag_seconds_column,
     list_groups,
     list_offset_history,
     past_log_end_column,
 )
-from offsetstore.storage.resets import delete_offsets, reset, reset_offsets
+from offsetstore.storage.resets import delete_offsets, reset_offsets
 from offsetstore.storage.steps import PAUSE, HotSteps, Statement, run_hot
 from offsetstore.storage.watermarks import read_watermarks, report_watermarks, report_watermarks_steps
 from offsetstore.storage.writes import (
@@ -71,6 +72,7 @@ __all__ = [
     "group_generation",
     "join_group",
     "lag_columns",
+    "lag_seconds_column",
     "list_groups",
     "list_offset_history",
     "lock_offsets",
@@ -78,7 +80,6 @@ __all__ = [
     "read_watermarks",
     "report_watermarks",
     "report_watermarks_steps",
-    "reset",
     "reset_count",
     "reset_offsets",
     "run_hot",

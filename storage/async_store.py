@@ -250,7 +250,7 @@ class AsyncStore:
         return await self.read(storage.describe_group, group_id, page)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
-        return await self.run(storage.reset, request, actor=actor)
+        return await self.run(storage.reset_offsets, request, actor=actor)
 
     async def delete_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, all_topics: bool = False, actor: str = ""

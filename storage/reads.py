@@ -47,6 +47,7 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
+from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status
 from offsetstore.storage.pages import (
     DESCRIBE_ENTRY_BYTES,
     FETCH_ENTRY_BYTES,
@@ -192,6 +193,11 @@ def lag_columns() -> tuple[ColumnElement[int], ColumnElement[int]]:
     return log_end, lag
 
 
+def lag_seconds_column() -> ColumnElement[float]:
+    """Lag in seconds over ``offsets`` outer-joined with ``watermarks`` (see :mod:`.lag`)."""
+    return lag_seconds_of(_effective_offset())
+
+
 def past_log_end_column() -> ColumnElement[bool]:
     """Whether the offset is past the known log end (false where no log end is known)."""
     return func.coalesce(_effective_offset() > watermarks.c.log_end_offset, false())
@@ -238,6 +244,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             log_end.label("log_end_offset"),
             lag.label("lag"),
             past_log_end_column().label("past_log_end"),
+            lag_seconds_column().label("lag_seconds"),
             func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
             (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + DESCRIBE_ENTRY_BYTES).label(
                 "size"
@@ -273,6 +280,7 @@ def describe_group(conn: Connection, group_id: str, page: PageRequest = PageRequ
             r.lag,
             r.past_log_end,
             r.log_start_offset,
+            *lag_seconds_status(r.lag_seconds),
         )
         for r in listed
     ]

@@ -101,7 +101,7 @@ def _offsets_at(
 
 def reset_offsets(
     conn: Connection,
-    group_id: str,
+    group_id: str | ResetRequest,
     topics: SelectionArg = None,
     *,
     all_topics: bool = False,
@@ -112,23 +112,23 @@ def reset_offsets(
     dry_run: bool = False,
     actor: str = "",
 ) -> ResetResult:
-    """:func:`reset` with the request spelled as keywords (the storage core's callers and tests)."""
-    request = ResetRequest(group_id, topics, all_topics, to_offset, shift_by, to_boundary, to_commit_time, dry_run)
-    return reset(conn, request, actor=actor)
-
-
-def reset(conn: Connection, request: ResetRequest, *, actor: str = "") -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
 
-    Returns every selected partition with its previous and new offset (-1: none).
+    The request is a :class:`ResetRequest` (the server's), or spelled as keywords (the storage
+    core's callers). Returns every selected partition with its previous and new offset (-1: none).
     """
-    group_id, topics, all_topics = request.group_id, request.topics, request.all_topics
+    request = (
+        group_id
+        if isinstance(group_id, ResetRequest)
+        else ResetRequest(group_id, topics, all_topics, to_offset, shift_by, to_boundary, to_commit_time, dry_run)
+    )
+    # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
+    group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
     to_commit_time, dry_run = request.to_commit_time, request.dry_run
     v = check.Violations()
     check.group_id(group_id, violations=v)
-    # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
-    sels = check.selections(cast(SelectionArg, topics), violations=v)
+    sels = check.selections(topics, violations=v)
     _selection_required(sels, all_topics, v)
     targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
     if len(targets) != 1:

@@ -123,6 +123,21 @@ watermarks = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# The log ends seen over time, per (topic, partition): what lag in seconds interpolates
+# (storage/lag.py). Written with each watermark report into a ring of slots per partition
+# (a slot is a period of a few seconds), so a partition has a fixed number of rows at most;
+# retention drops those of dropped watermarks (migration 0007). Only the key is indexed:
+# overwriting a slot is a HOT update.
+watermark_samples = Table(
+    "watermark_samples",
+    metadata,
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("slot", SmallInteger, primary_key=True),
+    Column("sampled_at", DateTime(timezone=True), nullable=False),
+    Column("log_end_offset", BigInteger, nullable=False),
+)
+
 # Secrets of the store, shared by every server on the database (migration 0006): the key
 # that signs page tokens ("page_token_key").
 secrets = Table(

@@ -233,7 +233,7 @@ class Store:
         return self.read(storage.fetch_offsets, group_id, topics, page)
 
     def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
-        return self.run(storage.reset, request, actor=actor)
+        return self.run(storage.reset_offsets, request, actor=actor)
 
     def delete_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, all_topics: bool = False, actor: str = ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 
 from sqlalchemy import (
     Connection,
@@ -16,25 +17,27 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import among
+from offsetstore.storage.lag import NOW, with_samples
 from offsetstore.storage.schema import watermarks
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, int_array, run_hot, text_array
 
 
-def report_watermarks(conn: Connection, values: Sequence[Watermark]) -> None:
-    """Stores the latest reported log start and end of each partition.
+def report_watermarks(conn: Connection, values: Sequence[Watermark], *, at: datetime | None = None) -> None:
+    """Stores the latest reported log start and end of each partition, and samples the log ends (:mod:`.lag`).
 
     A log start of -1 was not observed (a Spark batch sees only log ends): the one
-    stored stays, and none is invented where none is stored.
+    stored stays, and none is invented where none is stored. ``at``: the report's time
+    (tests report at known times); default the statement's.
     """
-    run_hot(conn, report_watermarks_steps(values))
+    run_hot(conn, report_watermarks_steps(values, at=at))
 
 
 # One statement whatever the number of watermarks, in key order, so that concurrent
 # reporters lock rows in one order and cannot deadlock. A kept log start never lies past
 # the newest log end (LEAST skips NULLs, so an unknown start must stay NULL explicitly).
-_REPORT_WATERMARKS = """
+_REPORT_WATERMARKS = with_samples(f"""
 INSERT INTO offsetstore.watermarks AS w (topic, partition, log_start_offset, log_end_offset, updated_at)
-SELECT r.topic, r.partition, r.log_start, r.log_end, statement_timestamp()
+SELECT r.topic, r.partition, r.log_start, r.log_end, {NOW}
 FROM unnest(%(topic)s::text[], %(partition)s::integer[], %(start)s::bigint[], %(end)s::bigint[])
     AS r(topic, partition, log_start, log_end)
 ORDER BY r.topic, r.partition
@@ -44,16 +47,16 @@ ON CONFLICT (topic, partition) DO UPDATE SET
         ELSE least(coalesce(EXCLUDED.log_start_offset, w.log_start_offset), EXCLUDED.log_end_offset)
     END,
     log_end_offset = EXCLUDED.log_end_offset,
-    updated_at = statement_timestamp()
-"""
+    updated_at = EXCLUDED.updated_at
+""")
 
 
-def report_watermarks_steps(values: Sequence[Watermark]) -> HotSteps[None]:
+def report_watermarks_steps(values: Sequence[Watermark], *, at: datetime | None = None) -> HotSteps[None]:
     """:func:`report_watermarks` as steps (see :func:`write_batch_steps`); bad input raises before the first."""
     check.watermarks(values)
     if not values:
         return
-    params: dict[str, str] = {}
+    params: dict[str, object] = {"at": at}
     columns: tuple[tuple[str, Callable[[], str]], ...] = (
         ("topic", lambda: text_array([w.topic for w in values])),
         ("partition", lambda: int_array([w.partition for w in values])),

@@ -75,6 +75,8 @@ def test_contract_fields() -> None:
         "lag",
         "offset_past_log_end",  # issue 23: an offset past the log end is an anomaly, not lag 0
         "log_start_offset",
+        "lag_seconds",  # issue 26: lag in time, -1 with its status when unknown
+        "lag_seconds_status",
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}

@@ -101,6 +101,7 @@ def _build_partition_query():
     # series budget's rows), and one row of sums for each group that does not.
     _, lag = storage.lag_columns()
     past_end = storage.past_log_end_column()
+    lag_seconds = storage.lag_seconds_column()
     joined = offsets.outerjoin(
         watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
     )
@@ -115,6 +116,7 @@ def _build_partition_query():
             past_end.label("past_end"),
             null().label("lag_sum"),
             null().label("past_ends"),
+            lag_seconds.label("lag_seconds"),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("detailed", type_=ids)))
@@ -130,6 +132,7 @@ def _build_partition_query():
             false(),
             func.sum(lag).filter(known),
             func.count().filter(past_end),
+            func.max(lag_seconds).filter(lag_seconds >= 0),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))
@@ -142,9 +145,9 @@ _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
 #: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
-#: age, partitions past the log end. Each of its partitions adds at most two: its offset, and
-#: its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 5
+#: age, partitions past the log end, lag in seconds. Each of its partitions adds at most two:
+#: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
+GROUP_SERIES = 6
 PARTITION_SERIES = 2
 
 

@@ -28,7 +28,7 @@ class GroupCollector(Collector):
 
     Bounded twice: at most ``group_limit`` groups are shown (taken round-robin over tenants),
     and the per-group series stay within ``series_limit`` (0: no limit). Every shown group has
-    its partition count, lag sum, max lag, last commit age and partitions past the log end;
+    its partition count, lag sum, max lag, last commit age, partitions past the log end and lag in seconds;
     its partitions have series of their own only while the group fits its tenant's fair share
     of the budget (:func:`share_series`).
 
@@ -163,6 +163,13 @@ class GroupCollector(Collector):
                 "offsetstore_group_offset_past_log_end).",
                 labels=group,
             ),
+            "lag_seconds": GaugeMetricFamily(
+                "offsetstore_group_lag_seconds",
+                "Largest partition lag of the group in seconds: how long ago the log end passed the "
+                "committed offset, interpolated between reported log ends (0: caught up). Absent "
+                "while no partition's is known.",
+                labels=group,
+            ),
             "age": GaugeMetricFamily(
                 "offsetstore_group_last_commit_age_seconds",
                 "Seconds since the group's most recent offset change.",
@@ -192,8 +199,8 @@ class GroupCollector(Collector):
         f["groups"].add_metric([], scrape.groups)
         f["omitted"].add_metric([], max(0, scrape.with_offsets - len(scrape.shown)))
         f["summarized"].add_metric([], len(scrape.shown) - len(scrape.detailed))
-        # lag sum, max lag (None: no log end known), partitions past the log end
-        sums: dict[str, list[Any]] = {r.group_id: [None, None, 0] for r in scrape.shown}
+        # lag sum, max lag (None: no log end known), partitions past the log end, max lag seconds
+        sums: dict[str, list[Any]] = {r.group_id: [None, None, 0, None] for r in scrape.shown}
         rows: Iterable[Any] = scrape.partitions
         if self.sums_seconds > 0:
             latest = self._background_sums(scrape)
@@ -201,8 +208,10 @@ class GroupCollector(Collector):
         for r in rows:
             found = sums[r.group_id]
             if r.topic is None:  # the sums of a group that did not fit its share
-                found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends]
+                found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends, r.lag_seconds]
                 continue
+            if r.lag_seconds >= 0:
+                found[3] = max(found[3] or 0.0, r.lag_seconds)
             labels = [r.group_id, r.topic, str(r.partition)]
             f["offset"].add_metric(labels, r.offset)
             if r.lag >= 0:
@@ -213,12 +222,14 @@ class GroupCollector(Collector):
                 f["past_end"].add_metric(labels, 1)
                 found[2] += 1
         for r in scrape.shown:
-            lag_sum, max_lag, past_ends = sums[r.group_id]
+            lag_sum, max_lag, past_ends, lag_seconds = sums[r.group_id]
             f["partitions"].add_metric([r.group_id], r.partitions)
             if lag_sum is not None:
                 f["lag_sum"].add_metric([r.group_id], int(lag_sum))
                 f["max_lag"].add_metric([r.group_id], max_lag)
             f["past_ends"].add_metric([r.group_id], past_ends)
+            if lag_seconds is not None:
+                f["lag_seconds"].add_metric([r.group_id], lag_seconds)
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
         return list(f.values())
 

@@ -14,6 +14,7 @@ import psycopg
 import sqlalchemy.exc
 from sqlalchemy import Connection, func, select
 
+from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.retention.expiry import ACTOR
 from offsetstore.storage.retention.partitions import (
     drop_history_before,
@@ -181,6 +182,10 @@ class Maintenance:
             result.watermarks = self.store.run(drop_stale_watermarks, retention)
             if result.watermarks:
                 log.info("stale watermarks dropped", extra={"watermarks": result.watermarks})
+            # After the watermarks: their samples go with them (and any older than the retention).
+            samples = self.store.run(expire_samples, retention)
+            if samples:
+                log.info("watermark samples dropped", extra={"samples": samples})
         if self.offsets_retention > 0:
             idle_for = timedelta(seconds=self.offsets_retention)
             expired = self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)

@@ -17,6 +17,13 @@ class Boundary(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BOUNDARY_EARLIEST: _ClassVar[Boundary]
     BOUNDARY_LATEST: _ClassVar[Boundary]
 
+class LagSecondsStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LAG_SECONDS_STATUS_UNSPECIFIED: _ClassVar[LagSecondsStatus]
+    LAG_SECONDS_STATUS_KNOWN: _ClassVar[LagSecondsStatus]
+    LAG_SECONDS_STATUS_NO_SAMPLES: _ClassVar[LagSecondsStatus]
+    LAG_SECONDS_STATUS_OFFSET_UNKNOWN: _ClassVar[LagSecondsStatus]
+
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHANGE_KIND_UNSPECIFIED: _ClassVar[ChangeKind]
@@ -27,6 +34,10 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 BOUNDARY_UNSPECIFIED: Boundary
 BOUNDARY_EARLIEST: Boundary
 BOUNDARY_LATEST: Boundary
+LAG_SECONDS_STATUS_UNSPECIFIED: LagSecondsStatus
+LAG_SECONDS_STATUS_KNOWN: LagSecondsStatus
+LAG_SECONDS_STATUS_NO_SAMPLES: LagSecondsStatus
+LAG_SECONDS_STATUS_OFFSET_UNKNOWN: LagSecondsStatus
 CHANGE_KIND_UNSPECIFIED: ChangeKind
 CHANGE_KIND_COMMIT: ChangeKind
 CHANGE_KIND_RESET: ChangeKind
@@ -124,7 +135,7 @@ class GroupSummary(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset")
+    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +145,8 @@ class PartitionStatus(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     OFFSET_PAST_LOG_END_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_STATUS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -143,7 +156,9 @@ class PartitionStatus(_message.Message):
     lag: int
     offset_past_log_end: bool
     log_start_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    lag_seconds: float
+    lag_seconds_status: LagSecondsStatus
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "offsets", "generation")
