@@ -1,6 +1,6 @@
 """TLS, mutual TLS and bearer tokens: who may call, what each principal may do, who the history names.
 
-Certificates come from a throwaway CA made here with ``cryptography``; the servers run
+Certificates come from the throwaway CA of ``tests/fixtures/fix_auth.py``; the servers run
 in-process over the session's store, one per security setup.
 """
 
@@ -8,31 +8,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import io
-import ipaddress
 import os
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 import sqlalchemy as sa
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from grpc_status import rpc_status
 
 from offsetstore.cli import groups as groups_cli
 from offsetstore.cli import main as server_cli
@@ -48,7 +37,6 @@ from offsetstore.server.auth import (
     RPC_PERMISSIONS,
     AuthConfig,
     AuthConfigError,
-    AuthInterceptor,
     Grant,
     Permission,
     Principal,
@@ -56,191 +44,12 @@ from offsetstore.server.auth import (
     server_credentials,
 )
 from offsetstore.server.config import Settings
-from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.fix_auth import PKI, SERVICE, TOKENS, bearer, call, fresh
+from tests.fixtures.fix_db import nothing_written
+from tests.fixtures.fix_server import free_port
 
-SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
-TOKENS = {name: f"{name}-{uuid.uuid4().hex}" for name in ("reader", "committer", "admin", "root")}
-
-
-# --- a throwaway PKI -------------------------------------------------------------------
-
-
-@dataclass
-class Issued:
-    cert: Path
-    key: Path
-
-    def pem(self) -> tuple[bytes, bytes]:
-        return self.key.read_bytes(), self.cert.read_bytes()
-
-
-class CA:
-    def __init__(self, directory: Path, name: str) -> None:
-        self.directory = directory
-        self.name = name
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} test CA")])
-        self.subject = subject
-        self.certificate = (
-            self._builder(subject, self.key.public_key())
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        self.cert = directory / f"{name}-ca.pem"
-        self.cert.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
-
-    def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
-        now = datetime.datetime.now(datetime.UTC)
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(getattr(self, "subject", subject))
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-        )
-
-    def issue(self, common_name: str, *, server: bool = False) -> Issued:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = self._builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]), key.public_key())
-        builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
-                critical=False,
-            ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        else:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        certificate = builder.sign(self.key, hashes.SHA256())
-        stem = self.directory / f"{self.name}-{common_name}"
-        issued = Issued(stem.with_suffix(".crt.pem"), stem.with_suffix(".key.pem"))
-        issued.cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-        issued.key.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-        return issued
-
-
-@dataclass
-class PKI:
-    ca: CA
-    server: Issued
-    alice: Issued  # a client the tokens file names
-    mallory: Issued  # a client of the right CA the tokens file does not name
-    rogue_ca: CA
-    rogue_server: Issued
-    rogue_alice: Issued  # claims to be alice, signed by another CA
-    tokens_file: Path
-
-    def channel_credentials(self, client: Issued | None = None, ca: CA | None = None) -> grpc.ChannelCredentials:
-        key, cert = client.pem() if client else (None, None)
-        return grpc.ssl_channel_credentials((ca or self.ca).cert.read_bytes(), key, cert)
-
-
-TOKENS_FILE = """
-# Test principals: everything they may do is on groups starting with "t-".
-[principals.reader]
-token_sha256 = "{reader}"
-grants = [{{ prefix = "t-", permissions = ["read"] }}]
-
-[principals.committer]
-token_sha256 = ["{old}", "{committer}"]   # two tokens: one being rotated out
-grants = [{{ prefix = "t-", permissions = ["commit"] }}, {{ topic_prefix = "t-", permissions = ["commit"] }}]
-
-[principals.admin]
-token_sha256 = "{admin}"
-grants = [
-    {{ prefix = "t-", permissions = ["read", "admin"] }},
-    {{ prefix = "shared-", permissions = ["read"] }},
-    {{ topic_prefix = "t-", permissions = ["commit"] }},
-]
-
-[principals.root]
-token_sha256 = "{root}"
-grants = [{{ prefix = "", permissions = ["admin"] }}]
-
-[principals."cert:CN=alice"]   # an mTLS client, by its certificate's CN
-grants = [{{ prefix = "t-", permissions = ["commit"] }}]
-"""
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    directory = tmp_path_factory.mktemp("pki")
-    ca, rogue = CA(directory, "good"), CA(directory, "rogue")
-    tokens_file = directory / "tokens.toml"
-    tokens_file.write_text(
-        TOKENS_FILE.format(**{name: hash_token(token) for name, token in TOKENS.items()}, old=hash_token("old-token"))
-    )
-    return PKI(
-        ca=ca,
-        server=ca.issue("offsetstore.test", server=True),
-        alice=ca.issue("alice"),
-        mallory=ca.issue("mallory"),
-        rogue_ca=rogue,
-        rogue_server=rogue.issue("offsetstore.test", server=True),
-        rogue_alice=rogue.issue("alice"),
-        tokens_file=tokens_file,
-    )
-
-
-@pytest.fixture(scope="module")
-def token_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
-    """Plaintext with tokens: the local-testing setup."""
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, max_workers=8, auth=auth) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def tls_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
-    """TLS with tokens: the documented production setup."""
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    credentials = server_credentials(pki.server.cert, pki.server.key)
-    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def mtls_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
-    """Mutual TLS with the tokens file: certificates name principals, tokens still work."""
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=True)
-    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
-    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def mtls_only_server(store: Store, pki: PKI) -> Iterator[OffsetStoreServer]:
-    """Mutual TLS alone: the CA is the only gate."""
-    credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
-    with OffsetStoreServer(
-        store, max_workers=8, auth=AuthInterceptor(None, mtls=True), credentials=credentials
-    ) as server:
-        yield server
-
-
-# --- raw calls, to control exactly what is sent -----------------------------------------
+# --- the requests of the raw calls ------------------------------------------------------
 
 REQUESTS: dict[str, Callable[[str], object]] = {
     "CommitOffsets": lambda g: pb.CommitOffsetsRequest(
@@ -276,62 +85,6 @@ NEEDS = {
 }
 LEVEL = {"read": 1, "commit": 2, "admin": 3}
 GRANTED = {"reader": "read", "committer": "commit", "admin": "admin"}
-
-
-def call(
-    target: str,
-    method: str,
-    request: object,
-    metadata: tuple[tuple[str, str], ...] = (),
-    credentials: grpc.ChannelCredentials | None = None,
-) -> tuple[grpc.StatusCode, str | None, str]:
-    """(status code, ErrorInfo reason, message) of one raw call."""
-    channel = grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
-    with channel:
-        stub = channel.unary_unary(
-            f"/{SERVICE.full_name}/{method}",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=None,
-        )
-        try:
-            stub(request, metadata=metadata, timeout=20)
-        except grpc.RpcError as error:
-            return error.code(), reason_of(error), error.details() or ""  # type: ignore[attr-defined]
-    return grpc.StatusCode.OK, None, ""
-
-
-def reason_of(error: grpc.RpcError) -> str | None:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    if status is None:
-        return None
-    for detail in status.details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Is(info.DESCRIPTOR):
-            detail.Unpack(info)
-            return info.reason
-    return None
-
-
-def bearer(name: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {TOKENS[name]}"),)
-
-
-def nothing_written(engine: sa.Engine, group: str) -> bool:
-    with engine.connect() as conn:
-        counts = conn.execute(
-            sa.text(
-                "SELECT (SELECT count(*) FROM offsetstore.groups WHERE group_id = :g)"
-                " + (SELECT count(*) FROM offsetstore.offsets WHERE group_id = :g)"
-                " + (SELECT count(*) FROM offsetstore.offset_history WHERE group_id = :g)"
-                " + (SELECT count(*) FROM offsetstore.watermarks WHERE topic = :wm)"
-            ),
-            {"g": group, "wm": group},
-        ).scalar_one()
-    return counts == 0
-
-
-def fresh(prefix: str = "t-") -> str:
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
 # --- the tokens file -----------------------------------------------------------------
@@ -723,12 +476,6 @@ def test_the_groups_cli_speaks_tls_and_tokens(
     assert "--tls" in capsys.readouterr().err
     assert groups("list", "--server", tls_server.address, "--tls-cert", str(pki.alice.cert)) == 1
     assert "go together" in capsys.readouterr().err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_serve import start_serve
+
+from tests.fixtures.fix_server import start_serve
 
 pytestmark = pytest.mark.slow
 

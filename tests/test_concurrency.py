@@ -5,9 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import pytest
 
@@ -19,29 +17,13 @@ from offsetstore.client import (
     StaleGenerationError,
     Watermark,
 )
-
-T = TypeVar("T")
+from tests.fixtures.concurrency import run_in_threads
+from tests.fixtures.fix_server import all_history
 
 
 @pytest.fixture
 def topic() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
-
-
-def run_in_threads(count: int, work: Callable[[int], T]) -> list[T]:
-    """Runs ``work(0..count-1)`` on ``count`` threads at once; returns results in order, re-raises failures."""
-    with ThreadPoolExecutor(max_workers=count) as pool:
-        return list(pool.map(work, range(count)))
-
-
-def all_history(client: OffsetStoreClient, group_id: str):
-    changes, token = [], ""
-    while True:
-        page = client.list_offset_history(group_id, page_size=1000, page_token=token)
-        changes += page.items
-        token = page.next_page_token
-        if not token:
-            return changes
 
 
 def test_hundreds_of_concurrent_commits_all_land(server, client, group_id, topic):

@@ -15,91 +15,23 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+
+from tests.fixtures.dockerfile import Stage, env_of, exec_form, healthcheck_command, read_dockerfile
+from tests.fixtures.fix_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 HADOLINT = shutil.which("hadolint", path=SEARCH_PATH)
 PROMTOOL = shutil.which("promtool")
 SERVICE = "offsetstore.v1.OffsetStoreService"
-
-
-# --- reading the Dockerfile ------------------------------------------------------------
-
-
-@dataclass
-class Stage:
-    image: str
-    name: str | None
-    instructions: list[tuple[str, str]] = field(default_factory=list)
-
-    def all(self, keyword: str) -> list[str]:
-        return [args for kw, args in self.instructions if kw == keyword]
-
-    def last(self, keyword: str) -> str:
-        found = self.all(keyword)
-        assert found, f"no {keyword} in the stage FROM {self.image}"
-        return found[-1]
-
-
-def read_dockerfile(path: Path = ROOT / "Dockerfile") -> list[Stage]:
-    """The stages of a Dockerfile: (KEYWORD, arguments) with continuations joined, ARGs expanded."""
-    lines: list[str] = []
-    pending = ""
-    for raw in path.read_text().splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and not pending):
-            continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        lines.append(pending + stripped)
-        pending = ""
-    args: dict[str, str] = {}
-    stages: list[Stage] = []
-    for line in lines:
-        keyword, _, rest = line.partition(" ")
-        keyword, rest = keyword.upper(), rest.strip()
-        if keyword == "ARG" and not stages:
-            name, _, default = rest.partition("=")
-            args[name] = default
-        elif keyword == "FROM":
-            image = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m.group(1) or m.group(2)], rest)
-            parts = image.split()
-            stages.append(Stage(parts[0], parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None))
-        else:
-            stages[-1].instructions.append((keyword, rest))
-    return stages
-
-
-def env_of(stage: Stage) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for args in stage.all("ENV"):
-        for pair in shlex.split(args):
-            name, _, value = pair.partition("=")
-            env[name] = value
-    return env
-
-
-def exec_form(args: str) -> list[str]:
-    value = json.loads(args)
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), f"not exec form: {args}"
-    return value
-
-
-def healthcheck_command(stage: Stage) -> list[str]:
-    options, sep, command = stage.last("HEALTHCHECK").partition("CMD ")
-    assert sep, "HEALTHCHECK has no CMD"
-    return exec_form(command)
 
 
 @pytest.fixture(scope="module")
@@ -229,12 +161,6 @@ def test_compose_prometheus_config_is_valid() -> None:
 
 
 # --- the image's commands, from a clean virtualenv -------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
-import sqlalchemy as sa
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import (
@@ -34,6 +32,8 @@ from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store, deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+from tests.fixtures.concurrency import wait_until
+from tests.fixtures.fix_db import group_locked
 
 TOPIC = "orders"
 # The store's statement timeout in these tests: any wait that ends well before it was
@@ -46,50 +46,6 @@ def slow_store(database_url: str) -> Iterator[Store]:
     store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS)
     yield store
     store.dispose()
-
-
-def conninfo(database_url: str) -> str:
-    return sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-class GroupLock:
-    """Another session holding a group's row lock, which every write of the group waits for."""
-
-    def __init__(self, database_url: str, group_id: str) -> None:
-        self.locker = psycopg.connect(conninfo(database_url))
-        self.watcher = psycopg.connect(conninfo(database_url), autocommit=True)
-        self.locker.execute("SELECT 1 FROM offsetstore.groups WHERE group_id = %s FOR UPDATE", (group_id,))
-        self.pid = self.locker.info.backend_pid
-
-    def waiting(self) -> int:
-        """How many sessions wait for the lock."""
-        row = self.watcher.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (self.pid,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def release(self) -> None:
-        self.locker.rollback()
-
-    def close(self) -> None:
-        self.locker.close()
-        self.watcher.close()
-
-
-@contextlib.contextmanager
-def group_locked(database_url: str, group_id: str) -> Iterator[GroupLock]:
-    lock = GroupLock(database_url, group_id)
-    try:
-        yield lock
-    finally:
-        lock.close()
-
-
-def wait_until(condition: Callable[[], bool], seconds: float = 30) -> None:
-    stop_at = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < stop_at, "condition not met in time"
-        time.sleep(0.02)
 
 
 def offset_of(store: Store, group_id: str) -> int:

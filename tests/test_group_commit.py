@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from test_deadlines import group_locked, wait_until
 
 from offsetstore import storage
 from offsetstore.client import (
@@ -31,6 +30,8 @@ from offsetstore.client import (
 )
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store, deadline
+from tests.fixtures.concurrency import wait_until
+from tests.fixtures.fix_db import group_locked
 
 TOPIC = "orders"
 

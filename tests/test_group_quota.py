@@ -15,7 +15,6 @@ from pathlib import Path
 import grpc
 import pytest
 import sqlalchemy as sa
-from test_auth import call, nothing_written
 
 from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
@@ -27,6 +26,8 @@ from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.fix_auth import call
+from tests.fixtures.fix_db import nothing_written
 
 FLAG = 3  # --max-groups-per-principal of the servers below
 

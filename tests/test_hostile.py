@@ -1,7 +1,7 @@
 """Hostile tenants (issue 14): no caller can blind, starve or impersonate another.
 
 Each test runs a real server with authentication on (the PKI, tokens file and raw call
-helpers of ``test_auth``), attacks it as one tenant and checks what the others see.
+helpers of ``tests/fixtures/fix_auth.py``), attacks it as one tenant and checks what the others see.
 Every attack is bounded in count and time and aims at 127.0.0.1 only.
 """
 
@@ -30,14 +30,11 @@ from pathlib import Path
 import grpc
 import pytest
 import sqlalchemy as sa
-import test_auth
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from test_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, nothing_written, reason_of
-from test_container import healthcheck_command, read_dockerfile
 
 from offsetstore.cli import main as server_cli
 from offsetstore.client import (
@@ -60,14 +57,12 @@ from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+from tests.fixtures.dockerfile import healthcheck_command, read_dockerfile
+from tests.fixtures.fix_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, reason_of
+from tests.fixtures.fix_db import nothing_written
 
 INT64_MAX = 2**63 - 1
 ROOT = Path(__file__).resolve().parent.parent
-
-# The throwaway PKI and the tokens-file server of the auth tests.
-pki = test_auth.pki
-token_server = test_auth.token_server
-mtls_only_server = test_auth.mtls_only_server
 
 
 # --- 1. derived figures saturate; absurd watermarks are refused ----------------------------

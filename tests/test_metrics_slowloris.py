@@ -11,13 +11,10 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-import test_auth
 from prometheus_client import CollectorRegistry, Counter
-from test_auth import PKI
 
 from offsetstore.server import metrics
-
-pki = test_auth.pki
+from tests.fixtures.fix_auth import PKI
 
 ATTACKER = "127.0.0.2"  # Linux routes all of 127/8 to loopback: a second peer address
 

@@ -11,8 +11,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from test_concurrency import all_history, run_in_threads
-from test_serve import Served, start_serve
 
 from offsetstore.client import (
     OffsetCommit,
@@ -22,6 +20,8 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.concurrency import run_in_threads
+from tests.fixtures.fix_server import Served, all_history, start_serve
 
 pytestmark = pytest.mark.slow
 

@@ -5,89 +5,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from offsetstore.client import OffsetStoreClient, StaleGenerationError
+from tests.fixtures.fix_server import Served, start_serve
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Served:
-    def __init__(self, process: subprocess.Popen[bytes], address: str, metrics: str, log: Path) -> None:
-        self.process = process
-        self.address = address
-        self.metrics = metrics
-        self.log = log
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def terminate(self, timeout: float = 30) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-
-
-def start_serve(data_dir: Path, *extra: str) -> Served:
-    address, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "OFFSETSTORE_DATA_DIR": str(data_dir)}
-    env.pop("OFFSETSTORE_DATABASE_URL", None)
-    # A file, not a pipe: a server that logs more than a pipe holds must never block.
-    log = data_dir.parent / f"serve-{address.rpartition(':')[2]}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "offsetstore.cli.main",
-                "serve",
-                "--listen",
-                address,
-                "--metrics-listen",
-                metrics,
-                *extra,
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    served = Served(process, address, metrics, log)
-    with OffsetStoreClient(address, timeout=2) as client:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"offsetstore serve exited with {process.returncode}:\n{served.output()}")
-            try:
-                if client.health() == "SERVING":
-                    return served
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                process.kill()
-                process.wait()
-                raise AssertionError(f"offsetstore serve did not get healthy:\n{served.output()}")
-            time.sleep(0.2)
 
 
 @pytest.fixture

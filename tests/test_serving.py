@@ -21,12 +21,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-import test_auth
-from test_auth import PKI, TOKENS, fresh
 
 from offsetstore.client import OffsetStoreClient, StoreUnavailableError
-
-pki = test_auth.pki
+from tests.fixtures.fix_auth import PKI, TOKENS, fresh
 
 # Opens COUNT calls of METHOD that send their headers and never their request, holds them
 # for SECONDS, and says how many the server ended before that (refused, or timed out).

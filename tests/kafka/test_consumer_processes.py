@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ConsumerProcess, consumer_command, stored_offsets, value
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_kafka import ConsumerProcess, consumer_command, value
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

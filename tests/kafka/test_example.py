@@ -13,8 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from offsetstore.kafka_integration import testing
-
-from .conftest import stored_offsets
+from tests.fixtures.fix_db import stored_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -16,9 +16,7 @@ from offsetstore.kafka_integration import (
     consumer_config,
     consumer_watermarks,
 )
-
-from .conftest import produce
-from .test_writer import read_all
+from tests.fixtures.fix_kafka import produce, read_all
 
 pytestmark = pytest.mark.kafka
 

@@ -9,8 +9,7 @@ from confluent_kafka import Consumer
 
 from offsetstore.client import Boundary
 from offsetstore.kafka_integration import StoredPositions, consumer_config
-
-from .conftest import produce
+from tests.fixtures.fix_kafka import produce
 
 pytestmark = pytest.mark.kafka
 

@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KafkaPartition
 
 from offsetstore.client import StaleGenerationError
-from offsetstore.kafka_integration import ExactlyOnceWriter, consumer_config
-
-from .conftest import stored_offsets, value
+from offsetstore.kafka_integration import ExactlyOnceWriter
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_kafka import read_all, value
 
 pytestmark = pytest.mark.kafka
 
 COLUMNS = ("topic", "partition", "offset", "value", "run")
-
-
-def read_all(broker, topic, *, expected: int, timeout: float = 30) -> list:
-    """Every message of ``topic`` from the beginning, in one list (real confluent_kafka Messages)."""
-    consumer = Consumer(consumer_config({"bootstrap.servers": broker.bootstrap, "group.id": "reader"}))
-    try:
-        consumer.assign([KafkaPartition(topic.name, p, -2) for p in range(topic.partitions)])
-        out = []
-        deadline = time.monotonic() + timeout
-        while len(out) < expected and time.monotonic() < deadline:
-            out.extend(m for m in consumer.consume(500, timeout=0.2) if m.error() is None)
-        assert len(out) == expected, f"read {len(out)} of {expected} messages"
-        return out
-    finally:
-        consumer.close()
 
 
 def rows_of(messages, run: int = 1) -> list[dict]:

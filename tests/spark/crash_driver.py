@@ -18,9 +18,9 @@ from pathlib import Path
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
 from offsetstore.spark_integration.testing import KillExecutorOnce
 
-# tests/spark for its conftest, tests/ for the helpers that conftest imports, as pytest sets them.
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
-from conftest import MASTER, build_spark, kafka_stream  # noqa: E402  (the tests' own Spark setup)
+# The repository's root, as pytest sets it, for the tests' own Spark setup.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fixtures.fix_spark import MASTER, build_spark, kafka_stream  # noqa: E402
 
 
 def rate_stream(spark, topic: str, partitions: int, per_trigger: int):

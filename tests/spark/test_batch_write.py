@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from offsetstore import storage
 from offsetstore.client import Boundary, OffsetCommit, StaleGenerationError, TopicPartition
 from offsetstore.sink.batch_write import PartitionStats, SinkTarget, TableName, write_batch
-
-from .conftest import stored_offsets
+from tests.fixtures.fix_db import stored_offsets
 
 
 @pytest.fixture

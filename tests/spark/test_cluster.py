@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DRIVER, LOCAL_CLUSTER, at_end, records, run_driver, spark_home, stored_offsets
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_spark import DRIVER, LOCAL_CLUSTER, at_end, records, run_driver, spark_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

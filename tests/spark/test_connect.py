@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import at_end, records, spark_home, stored_offsets, wait_for
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_spark import at_end, records, spark_home, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from .conftest import LOCAL_CLUSTER, MASTER, at_end, records, run_driver, staging_rows, stored_offsets
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_spark import LOCAL_CLUSTER, MASTER, at_end, records, run_driver, staging_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ from offsetstore import storage
 from offsetstore.client import ChangeKind
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
-
-from .conftest import at_end, kafka_stream, records, run_available_now, stored_offsets, wait_for
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_spark import at_end, kafka_stream, records, run_available_now, wait_for
 
 pytestmark = pytest.mark.spark
 

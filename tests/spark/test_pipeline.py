@@ -12,8 +12,8 @@ from offsetstore.client import Boundary, ChangeKind, OffsetCommit
 from offsetstore.server.metrics import GroupCollector
 from offsetstore.spark_integration import ExactlyOnceSink
 from offsetstore.spark_integration.testing import FailFirstAttempt, record_key, record_value
-
-from .conftest import at_end, kafka_stream, records, run_available_now, staging_rows, stored_offsets
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_spark import at_end, kafka_stream, records, run_available_now, staging_rows
 
 pytestmark = pytest.mark.spark
 

@@ -21,8 +21,7 @@ from offsetstore.sink import arrow_copy as _arrow
 from offsetstore.sink import sql as _sql
 from offsetstore.sink.sql import TableName
 from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
-
-from .conftest import jdk_problem
+from tests.fixtures.fix_spark import jdk_problem
 
 pytestmark = pytest.mark.spark
 
