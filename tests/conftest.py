@@ -14,4 +14,5 @@ pytest_plugins = [
     "tests.fixtures.fix_db",
     "tests.fixtures.fix_server",
     "tests.fixtures.fix_auth",
+    "tests.fixtures.fix_http",
 ]

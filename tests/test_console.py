@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from fixtures.fix_http import HttpServer
+    from tests.fixtures.fix_http import HttpServer
 
-pytest_plugins = ["fixtures.fix_http"]
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,9 @@ from offsetstore.v1 import offset_store_pb2_grpc
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
 ROOT = Path(__file__).resolve().parents[1]
 
-pytest_plugins = ["fixtures.fix_http"]
 
 if TYPE_CHECKING:
-    from fixtures.fix_http import HttpServer
+    from tests.fixtures.fix_http import HttpServer
 
 SERVICE_PATH = "/offsetstore.v1.OffsetStoreService"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,8 +17,8 @@ from offsetstore.core.types import OffsetCommit
 from offsetstore.kafka_integration import ExactlyOnceWriter, consumer_config
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.kafka_mirror import KafkaMirror
-
-from .conftest import stored_offsets
+from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_server import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -129,15 +128,9 @@ def test_a_group_with_live_kafka_members_is_refused_and_counted(broker, make_top
         member.close()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once it is closed
-
-
 def test_a_broker_that_is_down_neither_fails_nor_slows_commits(store, engine, group_id):
     mirror = KafkaMirror(
-        f"127.0.0.1:{closed_port()}", ["g-"], 0.2, registry=CollectorRegistry(), request_seconds=2
+        f"127.0.0.1:{free_port()}", ["g-"], 0.2, registry=CollectorRegistry(), request_seconds=2
     ).start()
     server = OffsetStoreServer(store, "127.0.0.1:0", kafka_mirror=mirror).start()
     client = OffsetStoreClient(server.address)
