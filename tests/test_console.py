@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -113,6 +114,12 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
 
     _open_group(browser, seeded + "orders", admin="yes")
     assert _offsets(browser) == ["10", "20", "30"]
+    # Log ends were reported: each partition's lag in time is known (seconds since 100 was seen).
+    lag_times = [
+        row.find_elements(By.TAG_NAME, "td")[5].text
+        for row in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
+    ]
+    assert all(re.fullmatch(r"\d+\.\d s", t) for t in lag_times), lag_times
     generation = int(browser.find_element(By.ID, "generation").text)
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li"))
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")

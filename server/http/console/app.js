@@ -83,6 +83,12 @@ function lagText(v) {
   return num(v) < 0 ? "unknown" : String(v);
 }
 
+// proto3 JSON leaves out zero values: a known lag of 0 s comes without lagSeconds.
+function lagSecondsText(p) {
+  if (p.lagSecondsStatus !== "LAG_SECONDS_STATUS_KNOWN") return "unknown";
+  return `${Number(p.lagSeconds || 0).toFixed(1)} s`;
+}
+
 function when(iso) {
   if (!iso) return el("span", { class: "muted" }, "never");
   const then = new Date(iso);
@@ -179,6 +185,7 @@ async function groupPage(groupId) {
       { label: "Offset", num: true, cell: (p) => offsetText(p.offset) },
       { label: "Log end", num: true, cell: (p) => (num(p.logEndOffset) < 0 ? "unknown" : String(p.logEndOffset)) },
       { label: "Lag", num: true, cell: (p) => lagText(p.lag) },
+      { label: "Lag (time)", num: true, cell: (p) => lagSecondsText(p) },
       { label: "Committed", cell: (p) => when(p.commitTime) },
     ], partitions, "partitions"),
     el("div", { id: "admin" }),
