@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import NO_OFFSET, CommittedOffset, OffsetCommit, TopicPartition
+from offsetstore.kafka_integration._messages import default_member_id, refuse_errors
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -23,10 +22,9 @@ log = logging.getLogger("offsetstore.kafka_integration")
 
 def next_offsets(messages: Sequence[confluent_kafka.Message]) -> dict[TopicPartition, int]:
     """``max(offset) + 1`` of each partition among ``messages``; ValueError for a message with an error."""
+    refuse_errors(messages)
     out: dict[TopicPartition, int] = {}
     for m in messages:
-        if m.error() is not None:
-            raise ValueError(f"message of {m.topic()}[{m.partition()}] carries an error: {m.error()}")
         tp = TopicPartition(m.topic(), m.partition())
         out[tp] = max(out.get(tp, 0), m.offset() + 1)
     return out
@@ -89,7 +87,7 @@ class AtLeastOnceCommitter:
         self.fenced = fenced
         self.compare_and_set = compare_and_set
         self.positions = positions
-        self.member_id = member_id or f"kafka:{socket.gethostname()}:{os.getpid()}"
+        self.member_id = member_id or default_member_id()
         self._generation: int | None = None
         self._committed: dict[TopicPartition, int] = {}
 

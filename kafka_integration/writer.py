@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
+from offsetstore import storage
 from offsetstore.core.errors import StaleGenerationError
 from offsetstore.core.types import Mode, Watermark
+from offsetstore.kafka_integration._messages import default_member_id, refuse_errors
 from offsetstore.kafka_integration.mirror import ConsumerMirror
+from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, write_batch
 from offsetstore.sink.sql import COORDINATES
+from offsetstore.storage.engine import create_engine
 
 if TYPE_CHECKING:
     import confluent_kafka
     import pyarrow as pa
-
-    from offsetstore.sink.batch_write import BatchOutcome
 
 __all__ = ["ExactlyOnceWriter", "Mode"]
 
@@ -99,13 +99,10 @@ class ExactlyOnceWriter:
         member_id: str | None = None,
         mirror_to_kafka: confluent_kafka.Consumer | None = None,
     ) -> None:
-        from offsetstore.sink.batch_write import SinkTarget
-        from offsetstore.storage.engine import create_engine
-
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
         self.group_id = group_id
-        self.member_id = member_id or f"kafka:{socket.gethostname()}:{os.getpid()}"
+        self.member_id = member_id or default_member_id()
         # Built here, so bad options fail now rather than at the first batch.
         self.target = SinkTarget(table, mode, key_columns, columns)
         self._owns_engine = not isinstance(database_url, Engine)
@@ -124,8 +121,6 @@ class ExactlyOnceWriter:
 
     def join(self) -> int:
         """Joins the group: a new generation that fences every writer of an older one."""
-        from offsetstore import storage
-
         with self.engine.begin() as conn:
             self._generation = storage.join_group(conn, self.group_id, self.member_id)
         log.info(
@@ -140,8 +135,6 @@ class ExactlyOnceWriter:
         nothing, so call this between empty polls to stop as soon as an operator resets
         the group, not at the next record. Nothing to check before :meth:`join`.
         """
-        from offsetstore import storage
-
         if self._generation is None:
             return
         with self.engine.connect() as conn:
@@ -184,8 +177,6 @@ class ExactlyOnceWriter:
             Bad input (an errored message, a row count that does not match); nothing
             was written.
         """
-        from offsetstore.sink.batch_write import write_batch
-
         if not messages:
             return None
         table = self.arrow_rows(messages, rows)
@@ -211,9 +202,7 @@ class ExactlyOnceWriter:
         """The rows as an Arrow table with the messages' ``topic``, ``partition`` and ``offset`` added."""
         import pyarrow as pa
 
-        for m in messages:
-            if m.error() is not None:
-                raise ValueError(f"message of {m.topic()}[{m.partition()}] carries an error: {m.error()}")
+        refuse_errors(messages)
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
         if data.num_rows != len(messages):
             raise ValueError(f"{data.num_rows} rows for {len(messages)} messages: give one row per message")
@@ -228,8 +217,6 @@ class ExactlyOnceWriter:
 
     def report_watermarks(self, watermarks: Iterable[Watermark]) -> None:
         """Stores watermarks (see :func:`consumer_watermarks`) in a transaction of their own."""
-        from offsetstore import storage
-
         with self.engine.begin() as conn:
             storage.report_watermarks(conn, list(watermarks))
 

@@ -4,13 +4,38 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from offsetstore import storage
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 log = logging.getLogger("offsetstore.spark_integration")
+
+
+def watch_idle(batch_df: DataFrame, engine: Engine, group_id: str, generation: int, run_id: str) -> None:
+    """Registers the run's listener that stops the query if it is fenced while idle."""
+    try:
+        from pyspark.sql import SparkSession
+
+        # Not the batch's session: a query runs on a clone of the session that started it,
+        # and only the starting session's listeners hear of the query.
+        streams = _starting_session(batch_df, SparkSession).streams
+        streams.addListener(make_watch(engine, group_id, generation, run_id, streams))
+    except Exception:  # a convenience: the next batch is fenced anyway
+        log.warning("cannot watch the idle query for resets", exc_info=True, extra={"group_id": group_id})
+
+
+def _starting_session(batch_df: DataFrame, session_class: Any) -> Any:
+    """The session whose StreamingQueryManager runs the batch's query (the batch's own is a clone)."""
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    for candidate in (session_class.getActiveSession(), session_class.builder.getOrCreate()):
+        if candidate is not None and candidate.streams.get(query_id) is not None:
+            return candidate
+    raise RuntimeError("no session of this driver knows the query")
 
 
 def make_watch(engine: Engine, group_id: str, generation: int, run_id: str, streams: Any) -> Any:

@@ -11,6 +11,7 @@ from psycopg import sql
 from offsetstore.sink import arrow_copy
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.sql import TableName
+from offsetstore.spark_integration import _faults
 
 #: What each task returns to the driver: per Kafka partition it staged, the offsets and rows.
 SUMMARY_SCHEMA = "task int, topic string, partition int, min_offset long, max_offset long, rows long"
@@ -41,9 +42,6 @@ class StageJob:
     coordinates: tuple[int, int, int]
     generation: int
     batch_id: int
-    # Test hook, off by default: called with (stage, task, attempt) at "task_copied"
-    # (rows sent, staging transaction still open) and "task_staged" (committed).
-    fault_hook: Callable[[str, int, int], None] | None = None
 
 
 def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -100,11 +98,9 @@ def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterato
             arrow_copy.copy_batches(
                 cur, sink_sql.copy_into(job.stage, [*sink_sql.STAGING_PREFIX, *job.columns]), staged_rows()
             )
-        if job.fault_hook is not None:
-            job.fault_hook("task_copied", task, attempt)
+        _faults.at_task("task_copied", task, attempt)
     # Leaving the connection's block committed the task's rows.
-    if job.fault_hook is not None:
-        job.fault_hook("task_staged", task, attempt)
+    _faults.at_task("task_staged", task, attempt)
     if not stats:
         return
     keys = sorted(stats)
@@ -122,9 +118,14 @@ def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterato
 
 
 def task_function(job: StageJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function for ``DataFrame.mapInArrow``: a plain closure, which Spark pickles with the job."""
+    """The function for ``DataFrame.mapInArrow``: a plain closure, which Spark pickles with the job.
+
+    It carries the fault hooks a test installed on the driver (none otherwise), for the tasks to arm.
+    """
+    hooks = _faults.shipped()
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        _faults.arm(hooks)
         return stage_partition(job, batches)
 
     return stage

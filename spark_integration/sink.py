@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlalchemy
-from psycopg import sql
 from sqlalchemy import Connection, Engine
 
 from offsetstore import storage
-from offsetstore.core.errors import OffsetStoreError, StaleGenerationError
-from offsetstore.core.types import Mode, TopicPartition, Watermark
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.batch_write import (
     BatchOutcome,
-    PartitionStats,
+    Mode,
     SinkTarget,
     TableName,
     column_names,
-    commit_next_offsets,
     sink_metrics,
     write_batch,
 )
-from offsetstore.spark_integration import workers
+from offsetstore.spark_integration import _faults, _fence_watch, _progress, _staged_write, workers
 from offsetstore.storage import engine as store_engine
 
 if TYPE_CHECKING:
@@ -39,9 +33,6 @@ __all__ = ["ExactlyOnceSink", "Mode", "WritePath"]
 log = logging.getLogger("offsetstore.spark_integration")
 
 WritePath = Literal["auto", "driver", "executors"]
-
-# What a watermark says when its reporter did not see the log start (a Spark batch never does).
-_UNOBSERVED = -1
 
 
 @dataclass
@@ -158,11 +149,8 @@ class ExactlyOnceSink:
     The object is small and picklable: database connections are opened inside the
     call, on the driver and, for the executors' path, in each task.
 
-    ``_fault_hook``, off by default, is a test hook: a callable ``(stage, batch_id)``
-    run at ``"start"``, ``"staged"`` (executors' path, rows staged),
-    ``"in_transaction"`` (everything written, not yet committed) and ``"committed"``
-    (committed, not yet returned to Spark). ``_task_fault_hook`` is its picklable
-    counterpart in the staging tasks, called with ``(stage, task, attempt)``.
+    Tests reach into a batch (crash, fail a task, look at the store between two
+    steps) through :mod:`offsetstore.spark_integration._faults`, not through the sink.
 
     Examples
     --------
@@ -172,9 +160,6 @@ class ExactlyOnceSink:
     ...     .option("startingOffsets", start).load()
     ...     .writeStream.foreachBatch(sink).option("checkpointLocation", path).start())
     """
-
-    _fault_hook: Callable[[str, int], None] | None = None
-    _task_fault_hook: Callable[[str, int, int], None] | None = None
 
     def __init__(
         self,
@@ -297,10 +282,10 @@ class ExactlyOnceSink:
         offsetstore.client.StaleGenerationError
             The run was fenced by a newer run of the group, or by a reset or delete.
         """
-        key = _query_run(batch_df)
+        key = _progress.query_run(batch_df)
         if self._run is not None and self._run.key != key:
             self._run = None
-        self._hook("start", batch_id)
+        _faults.at("start", batch_id)
         if self.check_workers and not self._workers_checked and self.write_path != "driver":
             # Before the run joins: a job that cannot write must not fence the one that can.
             workers.check_workers(batch_df.sparkSession)
@@ -315,7 +300,7 @@ class ExactlyOnceSink:
             if self._run is None:
                 self._run = self._join(conn, key)
                 if self.watch_idle and key and key[1]:
-                    self._watch_idle(batch_df, key[1])
+                    _fence_watch.watch_idle(batch_df, self._get_engine(), self.group_id, self._run.generation, key[1])
             collected = self._collect_on_driver(frame)
             if collected is not None:
                 path = "driver"
@@ -323,15 +308,20 @@ class ExactlyOnceSink:
                 del collected
             else:
                 path = "executors"
-                outcome = self._write_from_executors(conn, frame, columns, batch_id)
+                outcome = _staged_write.write_from_executors(
+                    self,
+                    conn,
+                    frame,
+                    columns,
+                    batch_id,
+                    generation=self._run.generation,
+                    actor=self._run.member,
+                    metadata=_metadata(batch_id),
+                )
             self._observe(batch_id, path, outcome)
             if self.report_watermarks and outcome.partitions:
-                self._report_watermarks(conn, outcome.partitions, key)
-        self._hook("committed", batch_id)
-
-    def _hook(self, stage: str, batch_id: int) -> None:
-        if self._fault_hook is not None:
-            self._fault_hook(stage, batch_id)
+                _progress.report_watermarks(conn, self.group_id, outcome.partitions, key[0] if key else None)
+        _faults.at("committed", batch_id)
 
     def _get_engine(self) -> Engine:
         if self._engine is None:
@@ -348,28 +338,9 @@ class ExactlyOnceSink:
         member = self.member_id or (f"spark:{key[1]}" if key and key[1] else "spark")
         with conn.begin():
             generation = storage.join_group(conn, self.group_id, member)
-            # Rows staged by earlier runs can never be committed now (their generation is
-            # stale): this is where a crashed run's leftovers go.
-            with conn.connection.driver_connection.cursor() as cur:
-                if cur.execute("SELECT to_regclass(%s)", (self.staging_table.regclass(),)).fetchone()[0]:
-                    cur.execute(sql.SQL("DROP TABLE {}").format(self.staging_table.ident()))
+            _staged_write.drop_staging(conn, self.staging_table)
         log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
         return _Run(key, generation, member)
-
-    def _watch_idle(self, batch_df: DataFrame, run_id: str) -> None:
-        """Registers the run's listener that stops the query if it is fenced while idle."""
-        from offsetstore.spark_integration._fence_watch import make_watch
-
-        assert self._run is not None
-        try:
-            from pyspark.sql import SparkSession
-
-            # Not the batch's session: a query runs on a clone of the session that started it,
-            # and only the starting session's listeners hear of the query.
-            streams = _starting_session(batch_df, SparkSession).streams
-            streams.addListener(make_watch(self._get_engine(), self.group_id, self._run.generation, run_id, streams))
-        except Exception:  # a convenience: the next batch is fenced anyway
-            log.warning("cannot watch the idle query for resets", exc_info=True, extra={"group_id": self.group_id})
 
     def _collect_on_driver(self, frame: DataFrame) -> pa.Table | None:
         """The batch as Arrow when the driver writes it; None when the executors do.
@@ -409,8 +380,6 @@ class ExactlyOnceSink:
             },
         )
 
-    # --- path (a): the driver COPYs the batch -------------------------------------
-
     def _write_from_driver(self, conn: Connection, data: pa.Table, batch_id: int) -> BatchOutcome:
         assert self._run is not None
         with conn.begin():
@@ -423,192 +392,8 @@ class ExactlyOnceSink:
                 actor=self._run.member,
                 metadata=_metadata(batch_id),
             )
-            self._hook("in_transaction", batch_id)
+            _faults.at("in_transaction", batch_id)
         return outcome
-
-    # --- path (b): the executors stage, the driver moves --------------------------
-
-    def _write_from_executors(
-        self, conn: Connection, frame: DataFrame, columns: list[str], batch_id: int
-    ) -> BatchOutcome:
-        import pyarrow.compute as pc
-
-        from offsetstore.sink import arrow_copy
-        from offsetstore.spark_integration import _staging
-
-        assert self._run is not None
-        generation = self._run.generation
-        with conn.begin():
-            # A fenced run must not spend a job on rows it can never commit.
-            storage.lock_offsets(conn, self.group_id, generation=generation)
-            with conn.connection.driver_connection.cursor() as cur:
-                cur.execute(sink_sql.create_staging(self.staging_table, self.table, columns))
-        names = frame.columns
-        job = _staging.StageJob(
-            conninfo=store_engine.libpq_conninfo(
-                self.database_url,
-                **store_engine.connect_args(
-                    statement_timeout_ms=self.statement_timeout_ms,
-                    lock_timeout_ms=self.lock_timeout_ms,
-                    application_name="offsetstore-spark-stage",
-                ),
-            ),
-            stage=self.staging_table,
-            columns=tuple(columns),
-            coordinates=(names.index("topic"), names.index("partition"), names.index("offset")),
-            generation=generation,
-            batch_id=batch_id,
-            fault_hook=self._task_fault_hook,
-        )
-        try:
-            positional = frame.toDF(*(f"_{i}" for i in range(len(names))))
-            summary = positional.mapInArrow(_staging.task_function(job), _staging.SUMMARY_SCHEMA).toArrow()
-        except Exception as error:
-            # A newer run drops this run's staging table when it joins; say so, not
-            # whatever that did to the tasks.
-            self._raise_if_stale(conn, error)
-            raise
-        self._hook("staged", batch_id)
-
-        stats: dict[TopicPartition, PartitionStats] = {}
-        for t, p, lo, hi, n in zip(
-            *(summary[c].to_pylist() for c in ("topic", "partition", "min_offset", "max_offset", "rows")), strict=True
-        ):
-            arrow_copy.merge_stats(stats, {TopicPartition(t, p): PartitionStats(lo, hi, n)})
-        if not stats:
-            return BatchOutcome(0, 0, 0)
-        per_task = summary.group_by("task").aggregate([("rows", "sum")])
-        expected = dict(
-            zip(per_task["task"].to_pylist(), pc.cast(per_task["rows_sum"], "int64").to_pylist(), strict=True)
-        )
-        received = sum(expected.values())
-
-        with conn.begin():
-            stored = storage.lock_offsets(conn, self.group_id, generation=generation)
-            # The partitions with rows below their stored offset (a sentinel skips nothing).
-            behind = {tp: off for tp, off in stored.items() if tp in stats and off > stats[tp].min_offset}
-            with conn.connection.driver_connection.cursor() as cur:
-                # Unless rows are skipped or merged, the INSERT's row count checks the
-                # staged rows against what the tasks reported, without a scan of its own.
-                counted = self.mode == "append" and not behind
-                if not counted:
-                    self._check_staged(cur, generation, batch_id, expected)
-                params = {
-                    "topics": [tp.topic for tp in behind],
-                    "partitions": [tp.partition for tp in behind],
-                    "offsets": list(behind.values()),
-                    "generation": generation,
-                    "batch": batch_id,
-                }
-                skipped = self._count_behind(cur, params) if behind else 0
-                cur.execute(
-                    sink_sql.move_rows(
-                        self.table,
-                        self._staged_source(),
-                        columns,
-                        where=_STAGED_AND_FRESH,
-                        key_columns=self.key_columns,
-                    ),
-                    params,
-                )
-                if counted and cur.rowcount != received:
-                    self._check_staged(cur, generation, batch_id, expected)  # raises, with the details
-                # The table is this group's alone and every row in it is now moved or garbage.
-                cur.execute(sql.SQL("TRUNCATE {}").format(self.staging_table.ident()))
-            committed = commit_next_offsets(
-                conn,
-                stats,
-                stored,
-                group_id=self.group_id,
-                generation=generation,
-                actor=self._run.member,
-                metadata=_metadata(batch_id),
-            )
-            self._hook("in_transaction", batch_id)
-        return BatchOutcome(received, received - skipped, skipped, stats, committed)
-
-    def _staged_source(self) -> sql.Composed:
-        """The staged rows, each with its partition's stored offset where rows must be skipped."""
-        return sql.SQL(
-            "{stage} AS s LEFT JOIN unnest({t}::text[], {p}::integer[], {o}::bigint[]) AS d(topic, partition, next_offset) "
-            "ON d.topic = s.{topic} AND d.partition = s.{partition}"
-        ).format(
-            stage=self.staging_table.ident(),
-            t=sql.Placeholder("topics"),
-            p=sql.Placeholder("partitions"),
-            o=sql.Placeholder("offsets"),
-            topic=sql.Identifier(sink_sql.TOPIC),
-            partition=sql.Identifier(sink_sql.PARTITION),
-        )
-
-    def _count_behind(self, cur: Any, params: Mapping[str, Any]) -> int:
-        """Staged rows of this batch below their partition's stored offset: the replayed ones."""
-        statement = sql.SQL("SELECT count(*) FROM {source} WHERE {staged} AND s.{offset} < d.next_offset").format(
-            source=self._staged_source(), staged=_STAGED, offset=sql.Identifier(sink_sql.OFFSET)
-        )
-        return cur.execute(statement, params).fetchone()[0]
-
-    def _check_staged(self, cur: Any, generation: int, batch_id: int, expected: Mapping[int, int]) -> None:
-        found = dict(
-            cur.execute(
-                sql.SQL(
-                    "SELECT {task}, count(*) FROM {stage} WHERE {gen} = %s AND {batch} = %s GROUP BY {task}"
-                ).format(
-                    task=sql.Identifier(sink_sql.TASK),
-                    stage=self.staging_table.ident(),
-                    gen=sql.Identifier(sink_sql.GENERATION),
-                    batch=sql.Identifier(sink_sql.BATCH),
-                ),
-                (generation, batch_id),
-            ).fetchall()
-        )
-        if found != expected:
-            raise RuntimeError(
-                f"staging table {self.staging_table} does not hold what the tasks staged for batch {batch_id} "
-                f"(rows per task: found {found}, expected {expected}); was it changed from outside the sink?"
-            )
-
-    def _raise_if_stale(self, conn: Connection, error: BaseException) -> None:
-        assert self._run is not None
-        try:
-            with conn.begin():
-                storage.lock_offsets(conn, self.group_id, generation=self._run.generation)
-        except StaleGenerationError as stale:
-            raise stale from error
-
-    # --- watermarks --------------------------------------------------------------
-
-    def _report_watermarks(
-        self, conn: Connection, stats: Mapping[TopicPartition, PartitionStats], key: tuple[str, str] | None
-    ) -> None:
-        # Best effort, after the commit and in a transaction of its own: the table is
-        # shared by every group reading the topic, and a lag figure is not worth
-        # holding its rows' locks through a batch, nor failing a batch over.
-        progress_ends = _progress_log_ends(key[0]) if key else {}
-        keys = sorted(stats)
-        try:
-            with conn.begin():
-                known = storage.read_watermarks(conn, keys)
-                marks = []
-                for tp in keys:
-                    # Never move a log end back that a Kafka client (or a later batch) reported.
-                    end = max(known.get(tp, (None, 0))[1], stats[tp].max_offset + 1, progress_ends.get(tp, 0))
-                    # A batch cannot see the log start: the lowest offset it read may be
-                    # far above it (a query that started mid-topic). Say "not observed".
-                    marks.append(Watermark(tp.topic, tp.partition, _UNOBSERVED, end))
-                storage.report_watermarks(conn, marks)
-        except (sqlalchemy.exc.SQLAlchemyError, OffsetStoreError) as error:
-            log.warning(
-                "could not report watermarks",
-                extra={"group_id": self.group_id, "error": type(getattr(error, "orig", error)).__name__},
-            )
-
-
-# Staged rows of this run's batch, and of those the ones at or above their partition's stored offset.
-_STAGED = sql.SQL("s.{gen} = %(generation)s AND s.{batch} = %(batch)s").format(
-    gen=sql.Identifier(sink_sql.GENERATION), batch=sql.Identifier(sink_sql.BATCH)
-)
-_STAGED_AND_FRESH = sql.SQL("{staged} AND {fresh}").format(staged=_STAGED, fresh=sink_sql.FRESH)
 
 
 def _metadata(batch_id: int) -> str:
@@ -618,63 +403,3 @@ def _metadata(batch_id: int) -> str:
 def _spark_column(name: str) -> str:
     # Backticks: a name with a dot is a column, not a field of a struct.
     return "`" + name.replace("`", "``") + "`"
-
-
-def _query_run(batch_df: DataFrame) -> tuple[str, str] | None:
-    """(query id, run id) of the streaming query running this batch, where Spark tells."""
-    try:
-        context = batch_df.sparkSession.sparkContext
-        query_id = context.getLocalProperty("sql.streaming.queryId")
-        # StreamExecution runs each batch's jobs in a job group named after the run id.
-        run_id = context.getLocalProperty("spark.jobGroup.id")
-    except Exception:  # Spark Connect has no SparkContext; one run per sink object then.
-        return None
-    return (query_id, run_id or "") if query_id else None
-
-
-def _starting_session(batch_df: DataFrame, session_class: Any) -> Any:
-    """The session whose StreamingQueryManager runs the batch's query (the batch's own is a clone)."""
-    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    for candidate in (session_class.getActiveSession(), session_class.builder.getOrCreate()):
-        if candidate is not None and candidate.streams.get(query_id) is not None:
-            return candidate
-    raise RuntimeError("no session of this driver knows the query")
-
-
-def _progress_log_ends(query_id: str) -> dict[TopicPartition, int]:
-    """Each partition's latest offset in the query's last progress (Kafka's ``latestOffset``)."""
-    try:
-        from pyspark.sql import SparkSession
-
-        session = SparkSession.getActiveSession()
-        query = session.streams.get(query_id) if session is not None else None
-        progress = query.lastProgress if query is not None else None
-        if not progress:
-            return {}
-        ends: dict[TopicPartition, int] = {}
-        for source in progress["sources"]:
-            for tp, offset in _kafka_offsets(source.get("latestOffset")).items():
-                ends[tp] = max(offset, ends.get(tp, 0))
-        return ends
-    except Exception:  # progress is a hint; a source that reports none leaves the batch's own ends
-        log.debug("no latest offsets in the query's progress", exc_info=True)
-        return {}
-
-
-def _kafka_offsets(raw: object) -> dict[TopicPartition, int]:
-    """``{"topic": {"0": 42}}`` (Kafka's offset JSON, as text or parsed) as a dict; {} for anything else."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    if not isinstance(raw, dict):
-        return {}
-    out = {}
-    for topic, parts in raw.items():
-        if not isinstance(parts, dict):
-            continue
-        for part, offset in parts.items():
-            if isinstance(offset, int) and offset >= 0 and str(part).isdigit():
-                out[TopicPartition(topic, int(part))] = offset
-    return out

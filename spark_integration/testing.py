@@ -221,7 +221,7 @@ def _records(part: _Range, begin: int, end: int) -> pa.RecordBatch:
 
 @dataclass(frozen=True)
 class FailFirstAttempt:
-    """A staging-task fault hook (``ExactlyOnceSink._task_fault_hook``): every task's first attempt fails.
+    """A staging-task fault hook (:func:`~offsetstore.spark_integration._faults.installed`): every task's first attempt fails.
 
     It raises at ``stage`` (``"task_copied"`` or ``"task_staged"``) and leaves a file
     ``task-<n>`` in ``marker_dir``, so a test can tell the failure happened.
@@ -255,7 +255,7 @@ def _executor_jvm(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class KillExecutorOnce:
-    """A staging-task fault hook that SIGKILLs the task's executor JVM, once per ``marker_dir``.
+    """A staging-task fault hook (:mod:`~offsetstore.spark_integration._faults`) that SIGKILLs the task's executor JVM, once per ``marker_dir``.
 
     The first task to reach ``stage`` creates ``marker_dir/killed`` (so no other task
     or retry kills again), kills its executor JVM and then its own Python worker, as a

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
+from offsetstore.spark_integration import ExactlyOnceSink, _faults, starting_offsets
 from offsetstore.spark_integration.testing import KillExecutorOnce
 
 # The repository's root, as pytest sets it, for the tests' own Spark setup.
@@ -80,31 +80,32 @@ def main() -> None:
             if len(committed) >= args.batches:
                 enough.set()
 
-    sink._fault_hook = hook
-    if args.kill_executor_at:
-        sink._task_fault_hook = KillExecutorOnce(args.kill_executor_at, args.marker_dir)
-    if args.source == "rate":
-        df = rate_stream(spark, args.topic, args.partitions, args.max_offsets_per_trigger)
-        trigger = {"processingTime": "1 second"}
-    else:
-        options = {"maxOffsetsPerTrigger": args.max_offsets_per_trigger}
-        if args.from_store:
-            options["startingOffsets"] = starting_offsets(
-                args.database_url, args.group_id, {args.topic: args.partitions}
-            )
-        df = kafka_stream(spark, args.topic, partitions=args.partitions, records=args.records, **options)
-        trigger = {"availableNow": True}
-    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
-    if args.source == "kafka_shaped":
-        query.awaitTermination()
-    else:
-        # The rate source never ends: stop after enough batches, or when the query fails.
-        while not enough.wait(0.5):
-            if not query.isActive:
-                query.awaitTermination()  # raises the query's error
-                raise SystemExit("the query stopped early")
-        query.stop()
-        print(f"committed batches {committed}", flush=True)
+    kill = KillExecutorOnce(args.kill_executor_at, args.marker_dir) if args.kill_executor_at else None
+    with _faults.installed(driver=hook, task=kill):
+        if args.source == "rate":
+            df = rate_stream(spark, args.topic, args.partitions, args.max_offsets_per_trigger)
+            trigger = {"processingTime": "1 second"}
+        else:
+            options = {"maxOffsetsPerTrigger": args.max_offsets_per_trigger}
+            if args.from_store:
+                options["startingOffsets"] = starting_offsets(
+                    args.database_url, args.group_id, {args.topic: args.partitions}
+                )
+            df = kafka_stream(spark, args.topic, partitions=args.partitions, records=args.records, **options)
+            trigger = {"availableNow": True}
+        query = (
+            df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
+        )
+        if args.source == "kafka_shaped":
+            query.awaitTermination()
+        else:
+            # The rate source never ends: stop after enough batches, or when the query fails.
+            while not enough.wait(0.5):
+                if not query.isActive:
+                    query.awaitTermination()  # raises the query's error
+                    raise SystemExit("the query stopped early")
+            query.stop()
+            print(f"committed batches {committed}", flush=True)
     print("finished", flush=True)
     spark.stop()
 

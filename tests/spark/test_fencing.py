@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from offsetstore import storage
 from offsetstore.client import ChangeKind
-from offsetstore.spark_integration import ExactlyOnceSink, checkpoint_location, starting_offsets
+from offsetstore.spark_integration import ExactlyOnceSink, _faults, checkpoint_location, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_spark import at_end, kafka_stream, records, run_available_now, wait_for
@@ -184,8 +184,7 @@ def test_a_group_deleted_before_its_first_commit_never_hands_the_runs_generation
             with engine.begin() as conn:
                 rival["generation"] = storage.join_group(conn, group_id, "rival")
 
-    sink._fault_hook = meanwhile
-    with pytest.raises(StreamingQueryException, match="StaleGenerationError"):
+    with _faults.installed(driver=meanwhile), pytest.raises(StreamingQueryException, match="StaleGenerationError"):
         run_available_now(kafka_stream(spark, topic, partitions=2, records=10), sink, tmp_path / "checkpoint")
 
     assert rival["generation"] > sink.generation, "the rival must never get the run's generation again"

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from offsetstore import storage
 from offsetstore.client import Boundary, ChangeKind, OffsetCommit
 from offsetstore.server.metrics import GroupCollector
-from offsetstore.spark_integration import ExactlyOnceSink
+from offsetstore.spark_integration import ExactlyOnceSink, _faults
 from offsetstore.spark_integration.testing import FailFirstAttempt, record_key, record_value
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_spark import at_end, kafka_stream, records, run_available_now, staging_rows
@@ -154,13 +154,12 @@ def test_a_retried_staging_task_leaves_no_duplicates(
     table = make_table()
     sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="executors")
     # Every task's first attempt fails after its staged rows were committed; Spark retries it.
-    sink._task_fault_hook = FailFirstAttempt("task_staged", str(markers))
-
-    run_available_now(
-        kafka_stream(spark, topic, partitions=PARTITIONS, records=END, maxOffsetsPerTrigger=90),
-        sink,
-        tmp_path / "checkpoint",
-    )
+    with _faults.installed(task=FailFirstAttempt("task_staged", str(markers))):
+        run_available_now(
+            kafka_stream(spark, topic, partitions=PARTITIONS, records=END, maxOffsetsPerTrigger=90),
+            sink,
+            tmp_path / "checkpoint",
+        )
 
     assert len(list(markers.iterdir())) >= PARTITIONS, "no task failed: the test proved nothing"
     table.assert_exactly_once(records(topic, PARTITIONS, END))
@@ -179,11 +178,11 @@ def test_progress_is_visible_through_the_running_service(
             described = client.describe_group(group_id)
             seen.append((batch_id, [(s.offset, s.log_end_offset, s.lag) for s in described.partitions]))
 
-    sink._fault_hook = look
     # 4 batches of 10 records per partition.
-    run_available_now(
-        kafka_stream(spark, topic, partitions=2, records=40, maxOffsetsPerTrigger=20), sink, tmp_path / "checkpoint"
-    )
+    with _faults.installed(driver=look):
+        run_available_now(
+            kafka_stream(spark, topic, partitions=2, records=40, maxOffsetsPerTrigger=20), sink, tmp_path / "checkpoint"
+        )
 
     # From the second batch on, the log end comes from the query's progress (the
     # source's latest offset), so DescribeGroup shows how far behind the query is.
@@ -218,11 +217,11 @@ def test_auto_writes_batches_that_fit_the_driver_bound_from_the_driver(
     table = make_table()
     sink = ExactlyOnceSink(database_url, group_id, str(table), write_path="auto", executor_threshold=100)
     stages = []
-    sink._fault_hook = lambda stage, batch_id: stages.append((batch_id, stage))
 
-    run_available_now(
-        kafka_stream(spark, topic, partitions=2, records=60, maxOffsetsPerTrigger=40), sink, tmp_path / "checkpoint"
-    )
+    with _faults.installed(driver=lambda stage, batch_id: stages.append((batch_id, stage))):
+        run_available_now(
+            kafka_stream(spark, topic, partitions=2, records=60, maxOffsetsPerTrigger=40), sink, tmp_path / "checkpoint"
+        )
 
     assert sorted(b for b, stage in stages if stage == "in_transaction") == [0, 1, 2]
     assert [b for b, stage in stages if stage == "staged"] == [], "batches of 40 rows fit a bound of 100"

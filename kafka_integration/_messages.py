@@ -1,0 +1,23 @@
+"""What the writer and the committer take alike from confluent-kafka messages and from the consumer's process."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import confluent_kafka
+
+
+def refuse_errors(messages: Sequence[confluent_kafka.Message]) -> None:
+    """ValueError for the first message that carries an error: it has no record to write or commit."""
+    for m in messages:
+        if m.error() is not None:
+            raise ValueError(f"message of {m.topic()}[{m.partition()}] carries an error: {m.error()}")
+
+
+def default_member_id() -> str:
+    """``"kafka:<host>:<pid>"``: who joined the group, as history and DescribeGroup show it."""
+    return f"kafka:{socket.gethostname()}:{os.getpid()}"
