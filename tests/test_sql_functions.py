@@ -73,3 +73,53 @@ def test_the_installed_functions_are_the_sql_files(engine: sa.Engine) -> None:
             raise AssertionError(
                 f"{signature} differs from its .sql file: add a migration that installs the new text\n{diff}"
             )
+
+
+def test_the_skip_rule_keeps_the_same_rows_in_arrow_and_in_sql(engine: sa.Engine) -> None:
+    """The batch write skips in Arrow, the Spark executors' path in SQL: one rule, two renderings that agree."""
+    import pyarrow as pa
+    from psycopg import sql
+
+    from offsetstore.sink import arrow_copy
+    from offsetstore.sink import sql as sink_sql
+
+    topics = ["a", "a", "a", "b", "b", "c", "c", "d"]
+    partitions = [0, 0, 1, 0, 0, 0, 0, 0]
+    offsets = [5, 6, 7, 1, 2, 8, 9, 0]
+    batch = pa.table(
+        {"topic": topics, "partition": pa.array(partitions, pa.int32()), "offset": pa.array(offsets, pa.int64())}
+    )
+    # At, above and below the batch; both sentinels; a partition the batch lacks; one never stored.
+    stored = {("a", 0): 6, ("a", 1): 100, ("b", 0): -2, ("c", 0): -1, ("e", 0): 3}
+    kept = arrow_copy.skip_delivered(batch, arrow_copy.partition_stats(batch), stored)
+    in_arrow = sorted(
+        zip(kept["topic"].to_pylist(), kept["partition"].to_pylist(), kept["offset"].to_pylist(), strict=True)
+    )
+
+    below = sink_sql.skip_below(arrow_copy.partition_stats(batch), stored)
+    statement = sql.SQL(
+        "SELECT s.{t}, s.{p}, s.{o} FROM unnest(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[]) "
+        "AS s({t}, {p}, {o}) LEFT JOIN unnest(%(bt)s::text[], %(bp)s::integer[], %(bo)s::bigint[]) "
+        "AS d(topic, partition, next_offset) ON d.topic = s.{t} AND d.partition = s.{p} WHERE {fresh}"
+    ).format(
+        t=sql.Identifier(sink_sql.TOPIC),
+        p=sql.Identifier(sink_sql.PARTITION),
+        o=sql.Identifier(sink_sql.OFFSET),
+        fresh=sink_sql.FRESH,
+    )
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        rows = raw.execute(
+            statement,
+            {
+                "topics": topics,
+                "partitions": partitions,
+                "offsets": offsets,
+                "bt": [tp[0] for tp in below],
+                "bp": [tp[1] for tp in below],
+                "bo": list(below.values()),
+            },
+        ).fetchall()
+        conn.rollback()
+    assert sorted(rows) == in_arrow == [("a", 0, 6), ("b", 0, 1), ("b", 0, 2), ("c", 0, 8), ("c", 0, 9), ("d", 0, 0)]
