@@ -15,6 +15,7 @@ import pyarrow.csv as pacsv
 from psycopg import Cursor, sql
 
 from offsetstore.core.types import TopicPartition
+from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.batch_write import PartitionStats
 
 # Rows per CSV chunk handed to COPY: bounds the memory of one encoded chunk.
@@ -77,20 +78,12 @@ def skip_delivered(
 ) -> pa.Table | pa.RecordBatch:
     """The rows at or above their partition's stored offset; ``data`` itself when none is below.
 
-    A stored sentinel (-2 earliest, -1 latest, left by a reset with no known watermark)
-    says nothing about what was delivered, so it skips nothing.
+    The skip rule is :mod:`offsetstore.sink.sql`'s (a stored sentinel skips nothing).
     """
-    behind = [(tp, stored[tp]) for tp, s in stats.items() if stored.get(tp, -1) > s.min_offset]
-    if not behind:
+    below = sink_sql.skip_below(stats, stored)
+    if not below:
         return data
-    drop = None
-    for (topic, partition), next_offset in behind:
-        mask = pc.and_(
-            pc.and_(pc.equal(data["topic"], topic), pc.equal(data["partition"], partition)),
-            pc.less(data["offset"], next_offset),
-        )
-        drop = mask if drop is None else pc.or_(drop, mask)
-    return data.filter(pc.invert(drop))
+    return data.filter(sink_sql.fresh_rows(data, below))
 
 
 def _hex_bytea(arr: pa.Array) -> pa.Array:

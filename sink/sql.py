@@ -1,16 +1,23 @@
-"""Names and statements of a sink's target, staging and batch tables, quoted with psycopg.sql.
+"""Names and statements of a sink's target, staging and batch tables, quoted with psycopg.sql, and the skip rule.
 
 Shared by the exactly-once writers (:mod:`offsetstore.sink.batch_write`, the Spark
-sink's staging path): one place decides how a table name parses and quotes.
+sink's staging path): one place decides how a table name parses and quotes, and which
+rows of a batch were delivered before (:func:`skip_below`, :data:`FRESH`, :func:`fresh_rows`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg import sql
+
+from offsetstore.core.types import TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Columns of the staging and batch tables that are not the user's. The prefix keeps them
 # apart from anything a sink table may have; Kafka's own `offset` and `partition` stay
@@ -165,3 +172,51 @@ def move_rows(
         conflict=idents(key_columns),
         action=action,
     )
+
+
+# --- the skip rule: what a batch holds that was delivered before ------------------
+#
+# Under the group's lock (storage.lock_offsets) a sink learns each partition's stored next
+# offset. A row below it was written, and its offset committed, by an earlier attempt
+# (a replay, a retried batch): the row is skipped. A stored sentinel (-2 earliest, -1
+# latest, left by a reset with no known watermark) says nothing about what was delivered
+# and skips nothing. The batch write applies the rule to Arrow data before its COPY, the
+# Spark executors' path in SQL as it moves staged rows: both renderings are below, built
+# from one threshold map and one comparison ("no threshold, or offset >= threshold").
+
+
+class _Span(Protocol):
+    @property
+    def min_offset(self) -> int: ...
+
+
+def skip_below(
+    stats: Mapping[TopicPartition, _Span], stored: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """The partitions of a batch that hold delivered rows, each with the offset below which rows were delivered.
+
+    ``stats`` holds the batch's lowest offset per partition; ``stored`` is what
+    ``storage.lock_offsets`` returned. Empty: the batch skips nothing.
+    """
+    return {tp: stored[tp] for tp, s in stats.items() if stored.get(tp, -1) > s.min_offset}
+
+
+#: The rule in SQL: staged row ``s`` was not delivered. ``d`` is :func:`skip_below` unnested
+#: as ``d(topic, partition, next_offset)`` and LEFT JOINed: NULL where the partition skips nothing.
+FRESH = sql.SQL("(d.next_offset IS NULL OR s.{offset} >= d.next_offset)").format(offset=sql.Identifier(OFFSET))
+
+
+def fresh_rows(data: pa.Table | pa.RecordBatch, below: Mapping[TopicPartition, int]) -> Any:
+    """The rule in Arrow: a boolean mask, true for each row of ``data`` that was not delivered.
+
+    ``below`` is :func:`skip_below`'s map; each row gets its partition's threshold
+    (null where there is none) and the comparison is :data:`FRESH`'s.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    next_offset = pa.nulls(data.num_rows, pa.int64())
+    for (topic, partition), offset in below.items():
+        mine = pc.and_(pc.equal(data["topic"], topic), pc.equal(data["partition"], partition))
+        next_offset = pc.if_else(mine, pa.scalar(offset, pa.int64()), next_offset)
+    return pc.or_kleene(pc.is_null(next_offset), pc.greater_equal(data["offset"], next_offset))

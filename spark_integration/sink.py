@@ -608,9 +608,7 @@ class ExactlyOnceSink:
 _STAGED = sql.SQL("s.{gen} = %(generation)s AND s.{batch} = %(batch)s").format(
     gen=sql.Identifier(sink_sql.GENERATION), batch=sql.Identifier(sink_sql.BATCH)
 )
-_STAGED_AND_FRESH = sql.SQL("{staged} AND (d.next_offset IS NULL OR s.{offset} >= d.next_offset)").format(
-    staged=_STAGED, offset=sql.Identifier(sink_sql.OFFSET)
-)
+_STAGED_AND_FRESH = sql.SQL("{staged} AND {fresh}").format(staged=_STAGED, fresh=sink_sql.FRESH)
 
 
 def _metadata(batch_id: int) -> str:

@@ -11,16 +11,16 @@ from sqlalchemy import (
     Connection,
     Integer,
     Row,
+    Table,
     Text,
     any_,
-    bindparam,
     func,
     literal,
     or_,
     select,
+    text,
     true,
     tuple_,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -40,15 +40,11 @@ from offsetstore.storage.schema import groups, offset_history
 #: Which partitions an operation applies to: topic -> partitions (none: the whole topic), or pairs.
 SelectionArg = Mapping[str, Iterable[int]] | Iterable[tuple[str, Iterable[int]]] | None
 
-_GROUP_FOR_WRITE = (
-    select(groups.c.generation, groups.c.deleted_at)
-    .where(groups.c.group_id == bindparam("group_id"))
-    # NO KEY UPDATE: conflicts with every other writer of the group, not with readers.
-    .with_for_update(key_share=True)
-)
+# storage/sql/lock_group.sql: the one lock of every write; the commit path takes it inside write_batch.
+_LOCK_GROUP = text("SELECT generation, deleted_at FROM offsetstore.lock_group(:group_id, false)")
 
 
-def among(table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
+def among(table: Table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
     """(topic, partition) is one of ``pairs``, as two array parameters.
 
     A row-value IN list of thousands of pairs exhausts PostgreSQL's stack; unnest does not.
@@ -61,7 +57,7 @@ def among(table, pairs: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
     return tuple_(table.c.topic, table.c.partition).in_(select(rows.c.topic, rows.c.partition))
 
 
-def where_selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
+def where_selected(table: Table, sels: Sequence[check.Selection]) -> ColumnElement[bool]:
     if not sels:
         return true()
     whole = [t for t, parts in sels if not parts]
@@ -74,19 +70,14 @@ def where_selected(table, sels: Sequence[check.Selection]) -> ColumnElement[bool
     return or_(*clauses)
 
 
-def lock_group(conn: Connection, group_id: str, *, create: bool) -> Row | None:
+def lock_group(conn: Connection, group_id: str) -> Row[tuple[int, datetime | None]] | None:
     """Locks the group's row for writing and returns its (generation, deleted_at); None: never seen.
 
-    ``create`` is for writes that give the group offsets: they create the row, or bring a
-    deleted group's tombstone back to life with the generation it had.
+    For operator actions that decide under the lock (resets, deletes). Writes that give
+    the group offsets lock, create and revive it inside ``offsetstore.write_batch``.
     """
-    row = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).one_or_none()
-    if row is None and create:
-        conn.execute(pg_insert(groups).values(group_id=group_id).on_conflict_do_nothing())
-        row = conn.execute(_GROUP_FOR_WRITE, {"group_id": group_id}).one()
-    if row is not None and create and row.deleted_at is not None:
-        conn.execute(update(groups).where(groups.c.group_id == group_id).values(deleted_at=None))
-    return row
+    row = conn.execute(_LOCK_GROUP, {"group_id": group_id}).one()
+    return None if row.generation is None else row
 
 
 def or_no_offset(offset: int | None) -> int:
@@ -100,16 +91,11 @@ def stale_error(group_id: str, requested: int, current: int) -> StaleGenerationE
     )
 
 
-def check_generation(group_id: str, requested: int, current: int) -> None:
-    if requested != 0 and requested != current:
-        raise stale_error(group_id, requested, current)
-
-
 def bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) -> int:
     """Moves the generation on and counts a reset; ``deleted`` leaves the group as a tombstone."""
     deleted_at = func.statement_timestamp() if deleted else None
-    stmt = pg_insert(groups).values(group_id=group_id, generation=1, reset_count=1, deleted_at=deleted_at)
-    stmt = stmt.on_conflict_do_update(
+    insert = pg_insert(groups).values(group_id=group_id, generation=1, reset_count=1, deleted_at=deleted_at)
+    stmt = insert.on_conflict_do_update(
         index_elements=[groups.c.group_id],
         set_={
             "generation": groups.c.generation + 1,
@@ -118,12 +104,14 @@ def bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) -
             "active_at": func.statement_timestamp(),
         },
     ).returning(groups.c.generation)
-    return conn.execute(stmt).scalar_one()
+    generation: int = conn.execute(stmt).scalar_one()
+    return generation
 
 
 def now(conn: Connection) -> datetime:
     # The wall clock now, not the transaction's start: the change becomes visible at COMMIT.
-    return conn.execute(select(func.clock_timestamp())).scalar_one()
+    when: datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
+    return when
 
 
 def record_changes(

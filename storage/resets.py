@@ -139,7 +139,7 @@ def reset_offsets(
         v.add("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
     v.raise_if_any()
 
-    group = lock_group(conn, group_id, create=False)
+    group = lock_group(conn, group_id)
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -253,7 +253,7 @@ def delete_offsets(
     sels = check.selections(topics, violations=v)
     _selection_required(sels, all_topics, v)
     v.raise_if_any()
-    group = lock_group(conn, group_id, create=False)
+    group = lock_group(conn, group_id)
     if group is None or group.deleted_at is not None:
         return []
     rows = conn.execute(

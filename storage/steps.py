@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import sqlalchemy.exc
@@ -45,7 +45,7 @@ def text_array(values: Sequence[str]) -> str:
 #: A statement of the hot path: SQL with ``%(name)s`` placeholders, and its parameters.
 Statement = tuple[str, Mapping[str, object]]
 #: An operation of the hot path as steps: yields statements (or PAUSE), is sent each one's rows, returns its result.
-HotSteps = Generator[Statement | None, list[tuple] | None, R]
+HotSteps = Generator[Statement | None, list[tuple[Any, ...]] | None, R]
 
 
 def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
@@ -55,7 +55,7 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
     fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
     psycopg's error, the connection invalidated where it broke.
     """
-    raw = conn.connection.driver_connection
+    raw = cast("psycopg.Connection[tuple[Any, ...]]", conn.connection.driver_connection)
     try:
         statement = next(steps)
         while True:
@@ -74,4 +74,5 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
                 ) from None
             statement = steps.send(rows)
     except StopIteration as done:
-        return done.value
+        result: R = done.value
+        return result

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from sqlalchemy import (
     Connection,
     select,
+    text,
 )
 
 from offsetstore.core.errors import (
@@ -21,8 +23,8 @@ from offsetstore.core.types import (
     TopicPartition,
 )
 from offsetstore.storage import validate as check
-from offsetstore.storage._groups import check_generation, lock_group, stale_error
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage._groups import stale_error
+from offsetstore.storage.schema import groups
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, int_array, run_hot, text_array
 
 # --- commit and join: one server-side function writes a batch of them ------------
@@ -47,20 +49,39 @@ class JoinRequest:
     member_host: str = ""
 
 
-WriteRequest = CommitRequest | JoinRequest
+WriteRequest: TypeAlias = CommitRequest | JoinRequest
 #: A commit's offsets in request order, a join's generation, or the request's own error.
-WriteOutcome = list[CommittedOffset] | int | OffsetStoreError
+WriteOutcome: TypeAlias = list[CommittedOffset] | int | OffsetStoreError
 
-# migrations/versions/0004: each request decided under its group's lock, in group-id order.
+# write_batch's result columns, read by name: the SELECT list is built from these names, so
+# a name's place here is its place in every row, whatever order the function declares.
+_COLUMNS = ("req", "outcome", "topic", "partition", "offset", "metadata", "commit_time", "stored")
+_AT = {name: i for i, name in enumerate(_COLUMNS)}
+# Looked up once: rows stay the driver's tuples, the commit path builds no object per row.
+_REQ, _OUTCOME, _TOPIC, _PARTITION = _AT["req"], _AT["outcome"], _AT["topic"], _AT["partition"]
+_OFFSET, _METADATA, _COMMIT_TIME, _STORED = _AT["offset"], _AT["metadata"], _AT["commit_time"], _AT["stored"]
+
+# storage/sql/write_batch.sql: each request decided under its group's lock, in group-id order.
 _WRITE_BATCH = (
-    'SELECT req, outcome, topic, partition, "offset", metadata, commit_time, stored FROM offsetstore.write_batch('
+    "SELECT " + ", ".join(f'"{c}"' for c in _COLUMNS) + " FROM offsetstore.write_batch("
     "%(join)s::boolean[], %(group)s::text[], %(generation)s::bigint[], %(actor)s::text[], %(member_id)s::text[], "
     "%(member_host)s::text[], %(cas)s::boolean[], %(first)s::integer[], %(last)s::integer[], "
     "%(topic)s::text[], %(partition)s::integer[], %(offset)s::bigint[], %(metadata)s::text[], "
     "%(expected)s::bigint[])"
 )
-# write_batch's outcome column: 0 done, else the request's refusal.
+# write_batch's (and lock_for_write's) outcome column: 0 done, else the request's refusal.
 _DONE, _STALE, _MISMATCH = 0, 1, 2
+
+# storage/sql/lock_for_write.sql: a commit of no offsets (lock, create or revive, fence), then the offsets.
+_LOCK_FOR_WRITE = text(
+    'SELECT outcome, topic, "partition", "offset", stored FROM offsetstore.lock_for_write(:group_id, :generation)'
+)
+# storage/sql/stale_generation.sql, for a commit of nothing: it neither locks nor creates the group.
+_FENCE = text(
+    "SELECT c.generation, offsetstore.stale_generation(:generation, c.generation) AS stale FROM ("
+    "SELECT coalesce(max(g.generation), 0) AS generation FROM offsetstore.groups AS g WHERE g.group_id = :group_id"
+    ") AS c"
+)
 
 
 def check_write(request: WriteRequest) -> None:
@@ -85,7 +106,8 @@ def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[Writ
     :func:`commit_offsets`). Row locks of the groups are held until the caller's
     transaction ends; they are taken in group-id order.
     """
-    return run_hot(conn, write_batch_steps(requests))
+    outcomes: list[WriteOutcome] = run_hot(conn, write_batch_steps(requests))
+    return outcomes
 
 
 def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOutcome]]:
@@ -113,44 +135,49 @@ def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOu
         ),
         "last": int_array([0 if join else end for join, end in zip(joins, ends, strict=True)]),
     }
-    for name, column in (
+    columns: tuple[tuple[str, Callable[[], str]], ...] = (
         ("topic", lambda: text_array([c.topic for c in every])),
         ("partition", lambda: int_array([c.partition for c in every])),
         ("offset", lambda: int_array([c.offset for c in every])),
         ("metadata", lambda: text_array([c.metadata for c in every])),
         ("expected", lambda: int_array([c.expected_offset for c in every])),
-    ):
+    )
+    for name, column in columns:
         if len(every) > SLICE:
             yield PAUSE
         params[name] = column()
     rows = yield _WRITE_BATCH, params
-    found: dict[int, list[tuple]] = {}
+    assert rows is not None
+    found: dict[int, list[tuple[Any, ...]]] = {}
     for row in rows:
-        found.setdefault(row[0] - 1, []).append(row)
+        found.setdefault(row[_REQ] - 1, []).append(row)
     outcomes: list[WriteOutcome] = []
     for i, r in enumerate(requests):
         mine = found.get(i, [])
-        if isinstance(r, JoinRequest) or (mine and mine[0][1] != _DONE):
+        if isinstance(r, JoinRequest) or (mine and mine[0][_OUTCOME] != _DONE):
             outcomes.append(_refusal_or_generation(r, mine))
             continue
-        by_key = {(row[2], row[3]): row for row in mine}
+        by_key = {(row[_TOPIC], row[_PARTITION]): row for row in mine}
         committed: list[CommittedOffset] = []
         for start in range(0, len(r.commits), SLICE):
             if start:
                 yield PAUSE
             for c in r.commits[start : start + SLICE]:
                 row = by_key[(c.topic, c.partition)]
-                committed.append(CommittedOffset(c.topic, c.partition, row[4], row[5], row[6]))
+                committed.append(CommittedOffset(c.topic, c.partition, row[_OFFSET], row[_METADATA], row[_COMMIT_TIME]))
         outcomes.append(committed)
     return outcomes
 
 
-def _refusal_or_generation(request: WriteRequest, rows: list[tuple]) -> WriteOutcome:
+def _refusal_or_generation(request: WriteRequest, rows: list[tuple[Any, ...]]) -> WriteOutcome:
+    first = rows[0]
     if isinstance(request, JoinRequest):
-        return rows[0][7]
-    if rows[0][1] == _STALE:
-        return stale_error(request.group_id, request.generation, rows[0][7])
-    _, _, topic, partition, expected, _, _, stored = rows[0]
+        generation: int = first[_STORED]
+        return generation
+    if first[_OUTCOME] == _STALE:
+        return stale_error(request.group_id, request.generation, first[_STORED])
+    # A mismatch's `offset` is the expected one.
+    topic, partition, expected, stored = first[_TOPIC], first[_PARTITION], first[_OFFSET], first[_STORED]
     return OffsetMismatchError(
         f"{topic}:{partition} has offset {stored}, not the expected {expected}",
         metadata={
@@ -179,7 +206,9 @@ def commit_offsets(
     request = CommitRequest(group_id, commits, generation, actor)
     check_write(request)
     if not commits:
-        check_generation(group_id, generation, group_generation(conn, group_id))
+        fence = conn.execute(_FENCE, {"group_id": group_id, "generation": generation}).one()
+        if fence.stale:
+            raise stale_error(group_id, generation, fence.generation)
         return []
     outcome = write_batch(conn, [request])[0]
     if isinstance(outcome, OffsetStoreError):
@@ -199,12 +228,9 @@ def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dic
     check.group_id(group_id, violations=v)
     check.generation(generation, violations=v)
     v.raise_if_any()
-    group = lock_group(conn, group_id, create=True)
-    assert group is not None
-    check_generation(group_id, generation, group.generation)
-    rows = conn.execute(
-        select(offsets.c.topic, offsets.c.partition, offsets.c.offset).where(offsets.c.group_id == group_id)
-    )
+    rows = conn.execute(_LOCK_FOR_WRITE, {"group_id": group_id, "generation": generation}).all()
+    if rows and rows[0].outcome == _STALE:
+        raise stale_error(group_id, generation, rows[0].stored)
     return {TopicPartition(r.topic, r.partition): r.offset for r in rows}
 
 
