@@ -134,6 +134,8 @@ async function main() {
   let stopping = false;
   async function shutdown(code) {
     stopping = true;
+    // kafkajs may wait on a rebalance to leave the group: the exit does not.
+    setTimeout(() => process.exit(code), 3000).unref();
     await consumer.disconnect().catch(() => {});
     await admin.disconnect().catch(() => {});
     await db.end().catch(() => {});
