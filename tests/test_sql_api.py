@@ -242,3 +242,17 @@ def test_the_documented_role_does_the_loop_and_nothing_else(
         conn.execute(f"DROP SCHEMA IF EXISTS {role} CASCADE")
         conn.execute(f"DROP OWNED BY {role}")
         conn.execute(f"DROP ROLE {role}")
+
+
+def test_the_docs_loop_runs_as_written(conn: psycopg.Connection, group_id: str) -> None:
+    blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
+    (loop,) = [b for b in blocks if "BEGIN;" in b]
+    conn.execute("CREATE TEMP TABLE orders_copy (id integer, amount numeric, kafka_offset bigint)")
+    statements = [s for s in loop.replace("'orders-etl'", f"'{group_id}'").split(";") if s.strip(" \n-")]
+    joined = conn.execute(statements[0]).fetchone()[0]
+    for statement in statements[1:]:
+        conn.execute(re.sub(rf"'{group_id}', 7\b", f"'{group_id}', {joined}", statement))
+    assert conn.execute(
+        "SELECT topic, partition, next_offset FROM offsetstore.read_offsets(%s)", [group_id]
+    ).fetchall() == [("orders", 0, 122)]
+    assert conn.execute("SELECT count(*) FROM orders_copy").fetchone()[0] == 2
