@@ -159,6 +159,7 @@ DECLARE
     o bigint[];
     e bigint[];
     conflict integer;
+    invalid boolean;
     r record;
 BEGIN
     PERFORM offsetstore.api_check_group(commit_offsets.group_id);
@@ -175,36 +176,38 @@ BEGIN
         PERFORM offsetstore.api_invalid('actor', 'must not be NULL and at most 255 bytes');
     END IF;
 
-    -- The first bad element, in argument order; subscripts are SQL's (1-based).
-    SELECT * INTO bad FROM (
-        SELECT u.i, CASE
-            WHEN u.t IS NULL OR u.t = '' THEN ARRAY['topics', 'must not be empty']
-            WHEN length(u.t) > 249 THEN ARRAY['topics', 'must be at most 249 characters']
-            WHEN u.t !~ '^[A-Za-z0-9._-]+$' THEN
-                ARRAY['topics', 'may contain only ASCII letters, digits, ''.'', ''_'' and ''-''']
-            WHEN u.p IS NULL OR u.p < 0 THEN ARRAY['partitions', 'must be >= 0']
-            WHEN u.o IS NULL OR u.o < 0 THEN ARRAY['next_offsets', 'must be >= 0']
-            WHEN u.e < -1 THEN ARRAY['expected_offsets', 'must be >= 0, or -1 for ''no offset stored yet''']
-        END AS why
-        FROM unnest(topics, partitions, next_offsets, coalesce(expected_offsets, array_fill(NULL::bigint, ARRAY[n])))
-            WITH ORDINALITY AS u(t, p, o, e, i)
-    ) AS c WHERE c.why IS NOT NULL ORDER BY c.i LIMIT 1;
-    IF FOUND THEN
-        PERFORM offsetstore.api_invalid(bad.why[1] || '[' || bad.i || ']', bad.why[2]);
-    END IF;
-
-    -- One offset per partition: the largest; the expected offsets of a partition must agree.
+    -- One pass: one offset per partition, the largest; whether any element is bad (the
+    -- topic's rule runs once per partition, not per element); where the expected offsets
+    -- of a partition disagree.
     SELECT array_agg(g.t ORDER BY g.t, g.p), array_agg(g.p ORDER BY g.t, g.p),
         array_agg(g.o ORDER BY g.t, g.p), array_agg(g.e ORDER BY g.t, g.p),
-        max(g.conflict) FILTER (WHERE g.conflict IS NOT NULL), count(*)
-    INTO t, p, o, e, conflict, n
+        max(g.conflict), count(*), bool_or(g.bad)
+    INTO t, p, o, e, conflict, n, invalid
     FROM (
         SELECT u.t, u.p, max(u.o) AS o, max(u.e) AS e,
-            CASE WHEN count(DISTINCT u.e) > 1 THEN max(u.i) END AS conflict
+            CASE WHEN max(u.e) <> min(u.e) THEN max(u.i) END AS conflict,
+            u.t IS NULL OR u.t = '' OR length(u.t) > 249 OR u.t !~ '^[A-Za-z0-9._-]+$' OR u.p IS NULL OR u.p < 0
+                OR bool_or(u.o IS NULL OR u.o < 0 OR u.e < -1) AS bad
         FROM unnest(topics, partitions, next_offsets, coalesce(expected_offsets, array_fill(NULL::bigint, ARRAY[n])))
             WITH ORDINALITY AS u(t, p, o, e, i)
         GROUP BY u.t, u.p
     ) AS g;
+    IF invalid THEN
+        -- Only now element by element: the first bad one, subscripts SQL's (1-based).
+        SELECT * INTO bad FROM (
+            SELECT u.i, CASE
+                WHEN u.t IS NULL OR u.t = '' THEN ARRAY['topics', 'must not be empty']
+                WHEN length(u.t) > 249 THEN ARRAY['topics', 'must be at most 249 characters']
+                WHEN u.t !~ '^[A-Za-z0-9._-]+$' THEN
+                    ARRAY['topics', 'may contain only ASCII letters, digits, ''.'', ''_'' and ''-''']
+                WHEN u.p IS NULL OR u.p < 0 THEN ARRAY['partitions', 'must be >= 0']
+                WHEN u.o IS NULL OR u.o < 0 THEN ARRAY['next_offsets', 'must be >= 0']
+                WHEN u.e < -1 THEN ARRAY['expected_offsets', 'must be >= 0, or -1 for ''no offset stored yet''']
+            END AS why
+            FROM unnest(topics, partitions, next_offsets, expected_offsets) WITH ORDINALITY AS u(t, p, o, e, i)
+        ) AS c WHERE c.why IS NOT NULL ORDER BY c.i LIMIT 1;
+        PERFORM offsetstore.api_invalid(bad.why[1] || '[' || bad.i || ']', bad.why[2]);
+    END IF;
     IF conflict IS NOT NULL THEN
         PERFORM offsetstore.api_invalid('expected_offsets[' || conflict || ']',
             'differs from another expected offset of the same partition');
