@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fix_db import conninfo, stored_offsets
-from tests.fixtures.fix_kafka import ConsumerProcess, value
+from tests.fixtures.fix_kafka import ConsumerProcess, cli_reset, value
 from tests.fixtures.node_example import NODE, npm_installed
 
 pytestmark = [
@@ -105,26 +103,7 @@ def test_an_operators_reset_fences_the_running_consumer_which_rejoins_from_the_r
         old_generation = int(consumer.wait_for_line("joined").split()[1])
         for _ in range(3):
             consumer.wait_for_line("wrote")
-        cli = Path(sys.executable).with_name("offsetstore")
-        reset = subprocess.run(
-            [
-                str(cli),
-                "groups",
-                "--server",
-                server.address,
-                "reset",
-                group_id,
-                "--topic",
-                f"{topic.name}:0,1,2",
-                "--to-offset",
-                "0",
-                "--execute",
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert reset.returncode == 0, reset.stderr
+        cli_reset(server.address, group_id, topic)
         consumer.wait_for_line("fenced")
         new_generation = int(consumer.wait_for_line("rejoined").split()[1])
         assert consumer.finish(timeout=180) == 0, consumer.output()
