@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.node_example import npm_installed
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "node"
 NODE = shutil.which("node")
-NPM = shutil.which("npm")
 
 needs_node = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (the example needs node >= 18)")
 
@@ -24,21 +22,7 @@ needs_node = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (
 @pytest.fixture(scope="module")
 def node_modules() -> Path:
     """examples/node/node_modules, installed from package-lock.json by `npm ci` when missing."""
-    modules = EXAMPLE / "node_modules"
-    # One installer at a time: parallel test sessions share the folder.
-    with open(Path(tempfile.gettempdir()) / "offsetstore-node-example.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (modules / "@grpc" / "grpc-js").is_dir():
-            if NPM is None:
-                pytest.skip("examples/node/node_modules is missing and npm is not installed to run `npm ci`")
-            result = subprocess.run(
-                [NPM, "ci", "--no-audit", "--no-fund", "--prefix", str(EXAMPLE)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            assert result.returncode == 0, f"npm ci failed:\n{result.stdout}\n{result.stderr}"
-    return modules
+    return npm_installed(EXAMPLE, "@grpc/grpc-js")
 
 
 def run_example(server: OffsetStoreServer, group_id: str) -> tuple[dict, str]:

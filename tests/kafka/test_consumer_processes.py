@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.fixtures.fix_db import stored_offsets
-from tests.fixtures.fix_kafka import ConsumerProcess, consumer_command, value
+from tests.fixtures.fix_kafka import ConsumerProcess, cli_reset, consumer_command, value
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -88,26 +85,7 @@ def test_a_cli_reset_fences_the_running_consumer_which_resumes_from_the_reset(
         old_generation = int(consumer.wait_for_line("joined").split()[1])
         for _ in range(3):
             consumer.wait_for_line("wrote")
-        cli = Path(sys.executable).with_name("offsetstore")
-        reset = subprocess.run(
-            [
-                str(cli),
-                "groups",
-                "--server",
-                server.address,
-                "reset",
-                group_id,
-                "--topic",
-                f"{topic.name}:0,1,2",
-                "--to-offset",
-                "0",
-                "--execute",
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert reset.returncode == 0, reset.stderr
+        cli_reset(server.address, group_id, topic)
         assert consumer.finish() == 3, consumer.output()
         assert consumer.lines[-1].startswith("fenced"), consumer.output()
     finally:
