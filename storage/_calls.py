@@ -77,7 +77,9 @@ def classify(name: str, error: BaseException) -> OffsetStoreError | None:
         or (isinstance(cause, psycopg.OperationalError) and not sqlstate)
     ):
         # Also when COMMIT itself failed: the outcome is unknown, so never report OK.
-        log.warning("database unavailable", extra={"operation": name, "error": type(cause).__name__})
+        log.warning(
+            "database unavailable (%s)", type(cause).__name__, extra={"operation": name, "error": type(cause).__name__}
+        )
         return StoreUnavailableError("the offset store's database is unavailable")
     return None
 

@@ -109,7 +109,13 @@ def create_async_engine(database_url: str, args: dict[str, Any], *, pool_size: i
     """
     timeout = args.get("connect_timeout", 5)
     return _sqlalchemy_async_engine(
-        normalize_url(database_url), pool_size=pool_size, max_overflow=0, pool_timeout=timeout, connect_args=args
+        normalize_url(database_url),
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=timeout,
+        connect_args=args,
+        # As the hot pool's check: a connection killed while idle is replaced, not handed out.
+        pool_pre_ping=True,
     )
 
 
@@ -125,6 +131,9 @@ def create_async_pool(database_url: str, args: dict[str, Any], *, size: int = 8)
     return AsyncConnectionPool(
         libpq_conninfo(database_url, **args),
         kwargs={"autocommit": True},
+        # A connection that died while idle in the pool (killed, a restart) is replaced when
+        # taken, for the price of an empty query, instead of failing the call it was given to.
+        check=AsyncConnectionPool.check_connection,
         min_size=1,
         max_size=size,
         timeout=args.get("connect_timeout", 5),

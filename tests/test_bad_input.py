@@ -646,7 +646,16 @@ def test_errors_from_database_failures_carry_no_database_text(database_url, engi
                 failures.append(failure(lambda: stub.CommitOffsets(commit(group_id, oc(topic, 0, 2)), timeout=10)))
                 locker.rollback()
 
-            # 2. The server's connections are killed under it.
+            # 2. A read waits past its lock timeout behind another session's lock of the table.
+            with engine.connect() as locker:
+                locker.execute(sa.text("LOCK TABLE offsetstore.offsets IN ACCESS EXCLUSIVE MODE"))
+                failures.append(
+                    failure(lambda: stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group_id), timeout=10))
+                )
+                locker.rollback()
+
+            # 3. The server's idle connections are killed under it: the pools check a connection
+            # when they hand it out and replace a dead one, so the next call is served.
             with engine.begin() as conn:
                 killed = conn.execute(
                     sa.text(
@@ -655,7 +664,8 @@ def test_errors_from_database_failures_carry_no_database_text(database_url, engi
                     {"a": name},
                 ).scalar_one()
             assert killed >= 1
-            failures.append(failure(lambda: stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group_id), timeout=10)))
+            served = stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group_id), timeout=10)
+            assert [o.offset for o in served.offsets] == [1]
     store.dispose()
 
     for error, info, _ in failures:
