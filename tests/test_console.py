@@ -58,9 +58,12 @@ def seeded(http_server: HttpServer) -> str:
 
 
 def _wait(driver: Any, condition: Any) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_SECONDS).until(condition)
+    # The console re-renders a view after each answer: an element found a moment ago may be
+    # replaced before it is read, and the condition is then simply asked again.
+    return WebDriverWait(driver, WAIT_SECONDS, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
 def _sign_in(driver: Any, http_server: HttpServer, who: str) -> None:
