@@ -16,7 +16,7 @@ from psycopg import Cursor, sql
 
 from offsetstore.core.types import TopicPartition
 from offsetstore.sink import sql as sink_sql
-from offsetstore.sink.batch_write import PartitionStats
+from offsetstore.sink.sql import PartitionStats
 
 # Rows per CSV chunk handed to COPY: bounds the memory of one encoded chunk.
 _CHUNK_ROWS = 32_768

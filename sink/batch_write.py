@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 from offsetstore import storage
 from offsetstore.core.types import Mode, OffsetCommit, TopicPartition
 from offsetstore.sink import sql as sink_sql
-from offsetstore.sink.sql import TableName
+from offsetstore.sink.sql import PartitionStats, TableName
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,15 +107,6 @@ class SinkTarget:
 
 
 @dataclass(frozen=True)
-class PartitionStats:
-    """What one batch holds of one Kafka partition."""
-
-    min_offset: int
-    max_offset: int
-    rows: int
-
-
-@dataclass(frozen=True)
 class BatchOutcome:
     """What :func:`write_batch` did with one batch."""
 
@@ -182,6 +173,7 @@ def write_batch(
     (int64) plus the target's columns. Batches are consumed one at a time, after the
     lock is taken, so an iterator is never held whole in memory.
     """
+    # pyarrow and numpy are the writers' extras: importing this module must not need them.
     import pyarrow as pa
 
     from offsetstore.sink import arrow_copy

@@ -190,6 +190,15 @@ class _Span(Protocol):
     def min_offset(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class PartitionStats:
+    """What one batch holds of one Kafka partition."""
+
+    min_offset: int
+    max_offset: int
+    rows: int
+
+
 def skip_below(
     stats: Mapping[TopicPartition, _Span], stored: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
