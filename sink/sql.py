@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
@@ -185,11 +185,6 @@ def move_rows(
 # from one threshold map and one comparison ("no threshold, or offset >= threshold").
 
 
-class _Span(Protocol):
-    @property
-    def min_offset(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class PartitionStats:
     """What one batch holds of one Kafka partition."""
@@ -200,7 +195,7 @@ class PartitionStats:
 
 
 def skip_below(
-    stats: Mapping[TopicPartition, _Span], stored: Mapping[TopicPartition, int]
+    stats: Mapping[TopicPartition, PartitionStats], stored: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
     """The partitions of a batch that hold delivered rows, each with the offset below which rows were delivered.
 
