@@ -173,3 +173,47 @@ def test_a_group_named_like_a_script_renders_as_text(browser: Any, http_server: 
     with pytest.raises(TimeoutException):
         WebDriverWait(browser, 1).until(expected_conditions.alert_is_present())
     assert browser.find_elements(By.CSS_SELECTOR, "#main script") == []
+
+
+# Holds back the first ListGroups answer for all groups (an empty prefix) by two seconds, and
+# counts the answers held back, so a test can wait until the slow answer has come in.
+_HOLD_BACK_THE_FIRST_LIST_OF_ALL = """
+const original = window.fetch;
+window.heldBack = 0;
+let holding = true;
+window.fetch = async (url, init) => {
+  const answer = await original(url, init);
+  const body = JSON.parse((init && init.body) || "{}");
+  if (holding && String(url).endsWith("/ListGroups") && !body.prefix) {
+    holding = false;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    window.heldBack += 1;
+  }
+  return answer;
+};
+"""
+
+
+def test_a_slow_answer_for_an_older_view_does_not_overwrite_the_newer_one(
+    browser: Any, http_server: HttpServer, seeded: str
+) -> None:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(http_server.url + "/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.execute_script(_HOLD_BACK_THE_FIRST_LIST_OF_ALL)
+    browser.find_element(By.ID, "token").send_keys(http_server.tokens["admin"])
+    browser.find_element(By.ID, "use-token").click()  # lists all groups: that answer is held back
+    box = _wait(browser, lambda d: d.find_element(By.ID, "prefix"))
+    box.send_keys(seeded)
+    browser.find_element(By.ID, "filter").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "count").text == "2 group(s)")
+    _wait(browser, lambda d: d.execute_script("return window.heldBack") == 1)
+    with pytest.raises(TimeoutException):  # the list of all groups, come in late, is dropped
+        WebDriverWait(browser, 2).until(lambda d: d.find_element(By.ID, "count").text != "2 group(s)")
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.group-link")] == [
+        seeded + "billing",
+        seeded + "orders",
+    ]

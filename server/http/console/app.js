@@ -116,7 +116,12 @@ const GROUP_COLUMNS = [
 
 const view = { sort: "groupId", dir: 1, groups: [], prefix: "" };
 
-async function groupsPage(prefix) {
+// Each navigation has a number; a page drops an answer that arrives after the user has moved
+// on, so that a slow answer for an older view (all groups, say) never overwrites the newer one.
+let visit = 0;
+const movedOn = (mine) => mine !== visit;
+
+async function groupsPage(prefix, mine) {
   view.prefix = prefix;
   const main = $("#main");
   const filter = el("input", { id: "prefix", type: "search", placeholder: "group id prefix", value: prefix });
@@ -127,11 +132,12 @@ async function groupsPage(prefix) {
   main.dataset.page = "groups";
   try {
     const { items, truncated } = await pages("ListGroups", { prefix, pageSize: 1000 }, "groups");
+    if (movedOn(mine)) return;
     view.groups = items;
     $("#count").textContent = `${items.length} group(s)${truncated ? " (first pages only)" : ""}`;
     renderGroups();
   } catch (error) {
-    $("#groups").replaceChildren(failure(error));
+    if (!movedOn(mine)) $("#groups").replaceChildren(failure(error));
   }
 }
 
@@ -153,7 +159,7 @@ function renderGroups() {
 
 // --- one group -----------------------------------------------------------------------
 
-async function groupPage(groupId) {
+async function groupPage(groupId, mine) {
   const main = $("#main");
   main.dataset.page = "group";
   main.dataset.admin = "unknown";
@@ -162,9 +168,10 @@ async function groupPage(groupId) {
   try {
     described = await pages("DescribeGroup", { groupId, pageSize: 1000 }, "partitions");
   } catch (error) {
-    main.replaceChildren(el("h1", {}, groupId), failure(error));
+    if (!movedOn(mine)) main.replaceChildren(el("h1", {}, groupId), failure(error));
     return;
   }
+  if (movedOn(mine)) return;
   const g = described.last;
   const partitions = described.items;
   const topics = [...new Set(partitions.map((p) => p.topic))].sort();
@@ -191,7 +198,7 @@ async function groupPage(groupId) {
     el("div", { id: "admin" }),
     el("h2", {}, "History"),
     el("div", { id: "history" }, "Loading…"));
-  history(groupId);
+  history(groupId, mine);
   // The server decides; the console only asks it, with a dry run that changes nothing,
   // whether this token may reset this group (grants are per prefix).
   let admin = false;
@@ -201,13 +208,15 @@ async function groupPage(groupId) {
   } catch (error) {
     admin = !["permission_denied", "unauthenticated"].includes(error.code);
   }
+  if (movedOn(mine)) return;
   main.dataset.admin = admin ? "yes" : "no";
   if (admin) $("#admin").replaceChildren(resetPanel(groupId, topics, g), importPanel(groupId));
 }
 
-async function history(groupId) {
+async function history(groupId, mine) {
   try {
     const { items } = await pages("ListOffsetHistory", { groupId, pageSize: 1000 }, "changes");
+    if (movedOn(mine)) return;
     items.sort((a, b) => (a.changeTime < b.changeTime ? 1 : a.changeTime > b.changeTime ? -1 : 0));
     const list = el("ol", { class: "timeline", id: "timeline" }, items.slice(0, 500).map((c) => el("li", { class: "kind-" + c.kind },
       when(c.changeTime), " ", el("span", { class: "kind" }, String(c.kind).replace("CHANGE_KIND_", "").toLowerCase()), " ",
@@ -215,7 +224,7 @@ async function history(groupId) {
       el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}`))));
     $("#history").replaceChildren(items.length ? list : el("p", { class: "muted" }, "No history kept."));
   } catch (error) {
-    $("#history").replaceChildren(failure(error));
+    if (!movedOn(mine)) $("#history").replaceChildren(failure(error));
   }
 }
 
@@ -276,7 +285,7 @@ function resetPanel(groupId, topics, group) {
     try {
       const answer = await call("ResetOffsets", request);
       say(`Reset ${(answer.changes || []).length} partition(s) of ${groupId}; generation is now ${answer.generation}.`);
-      await groupPage(groupId);
+      await groupPage(groupId, ++visit);
     } catch (error) {
       preview.replaceChildren(failure(error));
     }
@@ -348,7 +357,7 @@ function importPanel(groupId) {
     try {
       const generation = await applyImport(groupId, rows);
       say(`Imported ${rows.length} offset(s) into ${groupId}; generation is now ${generation}.`);
-      await groupPage(groupId);
+      await groupPage(groupId, ++visit);
     } catch (error) {
       preview.replaceChildren(failure(error));
     }
@@ -394,10 +403,11 @@ function showToken() {
 
 function route() {
   say("");
+  const mine = ++visit;
   const hash = location.hash || "#/";
-  if (hash.startsWith("#/group/")) return groupPage(decodeURIComponent(hash.slice("#/group/".length)));
+  if (hash.startsWith("#/group/")) return groupPage(decodeURIComponent(hash.slice("#/group/".length)), mine);
   const query = new URLSearchParams(hash.split("?")[1] || "");
-  return groupsPage(query.get("prefix") || "");
+  return groupsPage(query.get("prefix") || "", mine);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
