@@ -133,6 +133,10 @@ class Flush(Generic[W]):
     def requests(self) -> list[WriteRequest]:
         return [write.request for write in self.live]
 
+    def offsets(self) -> int:
+        """How many offsets the batch writes."""
+        return sum(_offsets(write) for write in self.live)
+
     def timeout_ms(self) -> int | None:
         """The statement timeout of the batch: its most pressed caller's (None: the engine's own)."""
         timeouts = []

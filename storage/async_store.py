@@ -44,6 +44,7 @@ from offsetstore.storage import _group_commit as gc
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable
 from offsetstore.storage.engine import create_async_engine, create_async_pool, session_args
 from offsetstore.storage.retention import expiry
+from offsetstore.storage.steps import WIDE, is_wide
 from offsetstore.storage.store import Store
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher"]
@@ -55,7 +56,7 @@ FETCH_SLICE = 200
 
 
 async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> R:
-    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, each statement prepared."""
+    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, each statement prepared unless wide."""
     try:
         statement = next(steps)
         while True:
@@ -64,7 +65,7 @@ async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> 
                 statement = steps.send(None)
                 continue
             sql, params = statement
-            cursor = await conn.execute(sql, params, prepare=True)
+            cursor = await conn.execute(sql, params, prepare=not is_wide(params))
             rows: list[tuple[Any, ...]] = []
             if cursor.description is None:
                 pass
@@ -396,6 +397,8 @@ class AsyncWriteBatcher:
             async with self.store.hot.connection() as conn, conn.transaction():
                 if ms is not None:
                     await conn.execute(f"SET LOCAL statement_timeout = {ms}")
+                if flush.offsets() > WIDE:  # the batch function's statements planned for these arrays
+                    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                 outcomes = await run_hot(conn, storage.write_batch_steps(requests))
                 flush.check_callers()  # raises: rolled back
                 return outcomes

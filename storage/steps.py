@@ -48,8 +48,19 @@ Statement = tuple[str, Mapping[str, object]]
 HotSteps = Generator[Statement | None, list[tuple[Any, ...]] | None, R]
 
 
+#: A statement with more entries than this in an array argument is planned for its arguments:
+#: a plan cached for a guessed size (PostgreSQL's generic plan, after five executions) can
+#: cost a 10,000-partition statement thirty times its own plan.
+WIDE = 256
+
+
+def is_wide(params: Mapping[str, object]) -> bool:
+    """Whether a hot statement with ``params`` is wide (see :data:`WIDE`): then it is not prepared."""
+    return any(isinstance(v, (list, tuple)) and len(v) > WIDE for v in params.values())
+
+
 def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
-    """Drives ``steps`` on ``conn`` (sync): each statement prepared, on the psycopg connection under it.
+    """Drives ``steps`` on ``conn`` (sync): each statement prepared unless wide, on the psycopg connection under it.
 
     It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
     fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
@@ -64,7 +75,7 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
                 continue
             sql, params = statement
             try:
-                cursor = raw.execute(sql, params, prepare=True)
+                cursor = raw.execute(sql, params, prepare=not is_wide(params))
                 rows = cursor.fetchall() if cursor.description is not None else []
             except psycopg.Error as error:
                 if raw.broken:
