@@ -52,6 +52,19 @@ def _parser() -> argparse.ArgumentParser:
         "--write-flushers", type=int, help="threads writing batches of concurrent commits (group commit; default 2)"
     )
     serve.add_argument("--statement-timeout-ms", type=int, help="bound of one SQL statement (default 5000)")
+    serve.add_argument(
+        "--database-prepare",
+        choices=("on", "off"),
+        help="prepared statements on the hot path; off behind a transaction pooler such as PgBouncer's "
+        "pool_mode=transaction (default on)",
+    )
+    serve.add_argument(
+        "--require-synchronous-replication",
+        action="store_const",
+        const=True,
+        help="refuse to serve from a primary without a synchronous standby (env "
+        "OFFSETSTORE_REQUIRE_SYNCHRONOUS_REPLICATION=1)",
+    )
     serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
     serve.add_argument(
@@ -166,13 +179,27 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from offsetstore.server.config import Settings
-    from offsetstore.storage import migrate
+    import sqlalchemy.exc
 
-    settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
+    from offsetstore.server.config import Settings
+    from offsetstore.storage import database_url, migrate
+
+    try:
+        settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
+    except ValueError as error:
+        print(f"offsetstore: {error}", file=sys.stderr)
+        return 2
     if settings.database_url is not None:
-        migrate.upgrade(settings.database_url, args.revision)
-        print(f"migrated to {migrate.current(settings.database_url)}")
+        try:
+            migrate.upgrade(settings.database_url, args.revision)
+            print(f"migrated to {migrate.current(settings.database_url)}")
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
+            reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
+            print(
+                f"offsetstore: cannot reach the database at {database_url.display(settings.database_url)}: {reason}",
+                file=sys.stderr,
+            )
+            return 1
         return 0
     from offsetstore.storage.embedded import EmbeddedPostgres
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from offsetstore.core.durations import parse_duration
+from offsetstore.storage import database_url
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 # The largest valid request is a commit of 10,000 partitions, each with a 249-character
@@ -62,6 +63,12 @@ class Settings:
 
     statement_timeout_ms: int = 5000
     """Upper bound of one SQL statement; a slower database answers UNAVAILABLE."""
+
+    database_prepare: str = "on"
+    """Server-side prepared statements on the hot path: ``on``, or ``off`` behind a transaction pooler (PgBouncer's pool_mode = transaction)."""
+
+    require_synchronous_replication: bool = False
+    """Refuse to serve from a primary whose commits wait for no synchronous standby: an acknowledged commit could be lost in a failover."""
 
     grace_seconds: float = 10.0
     """How long SIGTERM waits for in-flight calls before cancelling them."""
@@ -140,6 +147,10 @@ class Settings:
     """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
 
     def __post_init__(self) -> None:
+        if self.database_url is not None:
+            database_url.parse(self.database_url)  # InvalidDatabaseUrl (a ValueError): one line, exit 2
+        if self.database_prepare not in ("on", "off"):
+            raise ValueError("OFFSETSTORE_DATABASE_PREPARE must be on or off (off behind a transaction pooler)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import sqlalchemy
 import sqlalchemy.exc
+import sqlalchemy.pool
 
 from offsetstore.core.durations import format_duration
 from offsetstore.server._logging import configure_logging
@@ -36,6 +37,9 @@ from offsetstore.server.config import Settings, split_host_port
 from offsetstore.server.security import security, tenant_prefixes
 from offsetstore.server.workers import StartError, Workers, open_store
 from offsetstore.storage import migrate
+from offsetstore.storage.database_url import display
+from offsetstore.storage.engine import plain_engine, shares_sessions
+from offsetstore.storage.replication import Replication, ReplicationRefused, check, read_replication
 
 __all__ = ["serve"]
 
@@ -80,7 +84,7 @@ def serve(settings: Settings) -> int:
 
             embedded = EmbeddedPostgres(settings.data_dir)
             database_url = embedded.start()
-        _check_database(database_url, settings.migrate)
+        _check_database(settings, database_url)
         return _supervise(settings, database_url, reservation, auth, directory, stopping, reload, embedded)
     except StartError as error:
         log.error("cannot start: %s", error)
@@ -178,19 +182,48 @@ def _supervise(
     return 0 if clean else 1
 
 
-def _check_database(database_url: str, apply_migrations: bool) -> None:
-    """Reaches the database (and migrates it); an unreachable one is a StartError of one line."""
+def _check_database(settings: Settings, database_url: str) -> None:
+    """Reaches the database, migrates it and says what a commit survives there; a refusal is a StartError of one line."""
     try:
-        if apply_migrations:
+        if settings.migrate:
             migrate.upgrade(database_url)
         else:
             migrate.current(database_url)
+        replication = _replication(database_url)
+        pooled = settings.database_prepare == "on" and shares_sessions(database_url)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
         raise StartError(
-            f"cannot reach the database at {sqlalchemy.make_url(database_url).render_as_string(hide_password=True)}: "
+            f"cannot reach the database at {display(database_url)}: "
             f"{reason}. Check --database-url (OFFSETSTORE_DATABASE_URL): the server, the database name, the role"
         ) from None
+    log.info(
+        "database: %s",
+        replication.describe(),
+        extra={"database": display(database_url), "synchronous_standbys": replication.synchronous_standbys},
+    )
+    try:
+        check(replication, require_synchronous=settings.require_synchronous_replication)
+    except ReplicationRefused as refused:
+        raise StartError(str(refused)) from None
+    if pooled:
+        raise StartError(
+            "a transaction pooler (PgBouncer's pool_mode = transaction?) hands this server's database sessions "
+            "to other clients, so its prepared statements would run on sessions that do not have them; "
+            "serve with --database-prepare off (OFFSETSTORE_DATABASE_PREPARE=off)"
+        )
+
+
+def _replication(database_url: str) -> Replication:
+    engine = plain_engine(database_url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            with driver.cursor() as cursor:
+                return read_replication(cursor)
+    finally:
+        engine.dispose()
 
 
 def _reload(settings: Settings, workers: Workers) -> None:

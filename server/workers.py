@@ -43,6 +43,8 @@ def open_store(
             pool_size=pool_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             application_name=application_name,
+            prepare=settings.database_prepare == "on",
+            require_synchronous_replication=settings.require_synchronous_replication,
         ),
         statement_timeout_ms=settings.statement_timeout_ms,
         write_flushers=min(settings.write_flushers, pool_size),

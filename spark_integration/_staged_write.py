@@ -54,14 +54,8 @@ def write_from_executors(
             cur.execute(sink_sql.create_staging(stage, sink.table, columns))
     names = frame.columns
     job = _staging.StageJob(
-        conninfo=store_engine.libpq_conninfo(
-            sink.database_url,
-            **store_engine.connect_args(
-                statement_timeout_ms=sink.statement_timeout_ms,
-                lock_timeout_ms=sink.lock_timeout_ms,
-                application_name="offsetstore-spark-stage",
-            ),
-        ),
+        conninfo=store_engine.libpq_conninfo(sink.database_url, application_name="offsetstore-spark-stage"),
+        settings=store_engine.SessionSettings(sink.statement_timeout_ms, sink.lock_timeout_ms).sql(),
         stage=stage,
         columns=tuple(columns),
         coordinates=(names.index("topic"), names.index("partition"), names.index("offset")),

@@ -32,8 +32,9 @@ _SUMMARY_ARROW = pa.schema(
 class StageJob:
     """Everything a staging task needs; small and picklable, shipped to every task."""
 
-    # libpq string from the store's engine factory: the server's session settings.
+    # libpq string of the store's database, and the store's per-transaction settings (engine.py).
     conninfo: str
+    settings: str
     stage: TableName
     # The table's names of the batch's first len(columns) columns; the batch columns
     # themselves go by position (Spark's mapInArrow mangles names with backticks).
@@ -83,8 +84,9 @@ def stage_partition(job: StageJob, batches: Iterator[pa.RecordBatch]) -> Iterato
             batch = next(batches, None)
 
     lock_key = f"offsetstore-stage/{job.stage}/{job.generation}/{job.batch_id}/{task}"
-    with psycopg.connect(job.conninfo) as conn:
+    with psycopg.connect(job.conninfo, prepare_threshold=None) as conn:
         with conn.cursor() as cur:
+            cur.execute(job.settings)
             cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
             cur.execute(
                 sql.SQL("DELETE FROM {} WHERE {} = %s AND {} = %s AND {} = %s").format(

@@ -15,9 +15,10 @@ queued when it is free, so the next batch gathers while one is in the database (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -42,9 +43,16 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import _group_commit as gc
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable
-from offsetstore.storage.engine import create_async_engine, create_async_pool, session_args
+from offsetstore.storage.engine import (
+    NotThePrimary,
+    SessionSettings,
+    admit_async,
+    create_async_engine,
+    create_async_pool,
+    session_settings,
+)
 from offsetstore.storage.retention import expiry
-from offsetstore.storage.steps import WIDE, is_wide
+from offsetstore.storage.steps import is_wide
 from offsetstore.storage.store import Store
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher"]
@@ -55,30 +63,48 @@ R = TypeVar("R")
 FETCH_SLICE = 200
 
 
-async def run_hot(conn: psycopg.AsyncConnection, steps: storage.HotSteps[R]) -> R:
-    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, each statement prepared unless wide."""
-    try:
-        statement = next(steps)
-        while True:
-            if statement is storage.PAUSE:
-                await asyncio.sleep(0)  # other calls run between slices of a wide request
-                statement = steps.send(None)
-                continue
-            sql, params = statement
-            cursor = await conn.execute(sql, params, prepare=not is_wide(params))
-            rows: list[tuple[Any, ...]] = []
-            if cursor.description is None:
-                pass
-            elif cursor.rowcount <= FETCH_SLICE:
-                rows = await cursor.fetchall()
-            else:  # converted a slice at a time: a 10,000-row answer would hold the loop for milliseconds
-                while batch := await cursor.fetchmany(FETCH_SLICE):
-                    rows.extend(batch)
-                    await asyncio.sleep(0)
-            statement = steps.send(rows)
-    except StopIteration as done:
-        result: R = done.value
-        return result
+async def run_hot(
+    conn: psycopg.AsyncConnection, steps: storage.HotSteps[R], settings: SessionSettings, timeout_ms: int | None = None
+) -> R:
+    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, pipelined.
+
+    Each statement goes with the transaction's settings (:meth:`SessionSettings.sql`, the
+    caller's ``timeout_ms`` if nearer) in one round trip: on an autocommit connection the
+    two share one implicit transaction (no Sync between them), inside ``conn.transaction()``
+    they are part of it. Statements are prepared where ``settings.prepare`` allows, unless
+    wide; the settings statement only in its fixed texts, not per deadline.
+    """
+    prepare = settings.prepare
+    before = settings.sql(timeout_ms, custom_plans=False)
+    async with conn.pipeline() as pipeline:
+        try:
+            statement = next(steps)
+            while True:
+                if statement is storage.PAUSE:
+                    await asyncio.sleep(0)  # other calls run between slices of a wide request
+                    statement = steps.send(None)
+                    continue
+                sql, params = statement
+                wide = is_wide(params)
+                if wide:  # planned for its arrays, not with a plan cached for small ones
+                    await conn.execute(settings.sql(timeout_ms, custom_plans=True), prepare=False)
+                else:
+                    await conn.execute(before, prepare=prepare and timeout_ms is None)
+                cursor = await conn.execute(sql, params, prepare=prepare and not wide)
+                await pipeline.sync()
+                rows: list[tuple[Any, ...]] = []
+                if cursor.description is None:
+                    pass
+                elif cursor.rowcount <= FETCH_SLICE:
+                    rows = await cursor.fetchall()
+                else:  # converted a slice at a time: a 10,000-row answer would hold the loop for milliseconds
+                    while batch := await cursor.fetchmany(FETCH_SLICE):
+                        rows.extend(batch)
+                        await asyncio.sleep(0)
+                statement = steps.send(rows)
+        except StopIteration as done:
+            result: R = done.value
+            return result
 
 
 class AsyncStore:
@@ -90,15 +116,20 @@ class AsyncStore:
     hooks (``observe``, ``expired``: the metrics), read at each call.
     """
 
-    def __init__(self, store: Store, *, hot_pool_size: int = 8, pool_size: int = 4, write_flushers: int = 2) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        hot_pool_size: int = 8,
+        pool_size: int = 4,
+        write_flushers: int = 2,
+    ) -> None:
         self.store = store
-        url = store.engine.url.render_as_string(hide_password=False)
-        args = session_args(store.engine)  # the very session settings of the store's engine
-        self.engine: AsyncEngine = create_async_engine(url, args, pool_size=pool_size)
-        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        self.hot = create_async_pool(url, args, size=hot_pool_size)
+        url, self.settings = session_settings(store.engine)  # the very settings of the store's engine
+        self.engine: AsyncEngine = create_async_engine(url, self.settings, pool_size=pool_size)
+        self.hot = create_async_pool(url, self.settings, size=hot_pool_size)
         self._conninfo = self.hot.conninfo
-        self._connect_timeout = args.get("connect_timeout", 5)
+        self._connect_timeout = self.settings.connect_timeout_s
         self._health: psycopg.AsyncConnection | None = None
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
@@ -154,8 +185,8 @@ class AsyncStore:
         async def transaction() -> R:
             ms = self._timeout_ms()
             async with self.engine.begin() as conn:
-                if ms is not None:
-                    await conn.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
+                if ms is not None:  # the caller's deadline is nearer than the statement timeout
+                    await conn.exec_driver_sql(self.settings.sql(ms))
                 result = await conn.run_sync(operation, *args, **kwargs)
                 if caller_gone():
                     raise StoreUnavailableError("the caller went away before the transaction committed")
@@ -165,28 +196,15 @@ class AsyncStore:
         return await self._timed(name, self._attempts(name, transaction))
 
     async def read(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
-        """Runs a read of ONE statement on an autocommit connection (as :meth:`run` under a short deadline)."""
-        if self._timeout_ms() is not None:
-            return await self.run(operation, *args, **kwargs)
-
-        async def once() -> R:
-            async with self._autocommit.connect() as conn:
-                return await conn.run_sync(operation, *args, **kwargs)
-
-        name = operation.__name__
-        return await self._timed(name, self._attempts(name, once))
+        """Runs a read of the storage core (in a transaction: the settings that bound it are the transaction's)."""
+        return await self.run(operation, *args, **kwargs)
 
     async def run_hot(self, name: str, steps: Callable[[], storage.HotSteps[R]]) -> R:
-        """Runs the hot-path ``steps`` on a pooled psycopg connection (in a transaction under a short deadline)."""
+        """Runs the hot-path ``steps`` on a pooled psycopg connection, its settings in the same round trip."""
 
         async def once() -> R:
-            ms = self._timeout_ms()
-            async with self.hot.connection() as conn:
-                if ms is None:
-                    return await run_hot(conn, steps())
-                async with conn.transaction():
-                    await conn.execute(f"SET LOCAL statement_timeout = {ms}")
-                    return await run_hot(conn, steps())
+            async with self.hot.connection() as conn, _on_primary(conn):
+                return await run_hot(conn, steps(), self.settings, self._timeout_ms())
 
         return await self._timed(name, self._attempts(name, once))
 
@@ -196,20 +214,37 @@ class AsyncStore:
         return self._key
 
     async def ping(self) -> bool:
-        """True when the database answers a trivial query, on a connection of its own (not the pools')."""
+        """True when the database answers as a primary the server may serve from, on a connection of its own.
+
+        Not one of the pools': a busy server whose pool is all in use is still healthy. A
+        server that answers but is a standby (a failover demoted it), or lacks the synchronous
+        replication required, is not healthy: then every pooled connection is dropped, so the
+        pools connect anew and libpq (``target_session_attrs=read-write``) finds the primary.
+        """
         assert self._health_lock is not None, "open() first"
         async with self._health_lock:
             try:
                 async with asyncio.timeout(self._connect_timeout):
                     if self._health is None or self._health.closed:
-                        self._health = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-                    await (await self._health.execute("SELECT 1")).fetchone()
+                        self._health = await psycopg.AsyncConnection.connect(
+                            self._conninfo, autocommit=True, prepare_threshold=None
+                        )
+                    await admit_async(self._health, self.settings)
                 return True
-            except (psycopg.Error, OSError, TimeoutError):
+            except (psycopg.Error, OSError, TimeoutError) as error:
                 if self._health is not None:
                     await self._health.close()
                     self._health = None
+                if isinstance(error, NotThePrimary):
+                    await self._renew_connections()
                 return False
+
+    async def _renew_connections(self) -> None:
+        """Drops every pooled connection: they may be on a server that is no longer the primary."""
+        with contextlib.suppress(Exception):
+            await self.hot.drain()
+        with contextlib.suppress(Exception):
+            await self.engine.dispose()
 
     # --- the operations -----------------------------------------------------------------
 
@@ -300,6 +335,16 @@ class AsyncStore:
         if expired and hook is not None:
             hook(len(expired))
         return expired
+
+
+@contextlib.asynccontextmanager
+async def _on_primary(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """Closes ``conn`` when it turns out to be on a standby (a failover demoted its server): the pool replaces it."""
+    try:
+        yield
+    except psycopg.errors.ReadOnlySqlTransaction:
+        await conn.close()
+        raise
 
 
 class _Write(gc.Waiting):
@@ -394,12 +439,10 @@ class AsyncWriteBatcher:
         requests = flush.requests()
 
         async def transaction() -> list[storage.WriteOutcome]:
-            async with self.store.hot.connection() as conn, conn.transaction():
-                if ms is not None:
-                    await conn.execute(f"SET LOCAL statement_timeout = {ms}")
-                if flush.offsets() > WIDE:  # the batch function's statements planned for these arrays
-                    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-                outcomes = await run_hot(conn, storage.write_batch_steps(requests))
+            # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
+            # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
+            async with self.store.hot.connection() as conn, _on_primary(conn), conn.pipeline(), conn.transaction():
+                outcomes = await run_hot(conn, storage.write_batch_steps(requests), self.store.settings, ms)
                 flush.check_callers()  # raises: rolled back
                 return outcomes
 

@@ -1,33 +1,119 @@
-"""The one way to connect to the store's database for writing: server, Spark sink and staging tasks alike.
+"""The one way to connect to the store's database: server, Spark sink, Kafka writer and staging tasks alike.
 
-Every writer gets the same session settings, so durability and timeouts cannot
-drift apart between the gRPC server and the sinks that commit in their own
-transactions: an acknowledged commit survives a crash whatever the database's
-default for ``synchronous_commit``, and no statement or lock wait runs unbounded.
+Every transaction of the store starts with one statement that sets, for that transaction
+only, what its correctness depends on (:meth:`SessionSettings.sql`): ``synchronous_commit
+= on``, so an acknowledged commit survives a crash (and waits for a synchronous standby)
+whatever the database's default; the statement and lock timeouts, so nothing waits
+unbounded; and the planner's settings. Transaction-local settings hold through every
+PgBouncer mode and across a failover: nothing rides on a startup parameter that a pooler
+drops or on a session that a transaction pooler hands to someone else. No session
+prepares statements behind the caller's back (psycopg's automatic preparing is off); the
+server's hot pool prepares its own only where ``prepare`` says so.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import uuid
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+import psycopg
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as _sqlalchemy_engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engine
 from sqlalchemy.pool import NullPool
 
-from offsetstore.storage.migrate import normalize_url
+from offsetstore.storage import database_url
+from offsetstore.storage.replication import (
+    Replication,
+    ReplicationRefused,
+    check,
+    read_replication,
+    read_replication_async,
+)
+
+log = logging.getLogger(__name__)
 
 __all__ = [
+    "NotThePrimary",
+    "SessionSettings",
+    "admit",
+    "admit_async",
     "connect_args",
     "create_async_engine",
     "create_async_pool",
     "create_engine",
     "libpq_conninfo",
-    "session_args",
+    "plain_engine",
+    "session_settings",
+    "shares_sessions",
 ]
+
+#: SQLAlchemy's name for the dialect; the connection itself comes from libpq's reading of the URL.
+_DIALECT = "postgresql+psycopg://"
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What every transaction of the store sets for itself, and how its connections are made."""
+
+    statement_timeout_ms: int = 5000
+    """Upper bound of one statement; 0: none, as in PostgreSQL."""
+
+    lock_timeout_ms: int | None = None
+    """Upper bound of one lock wait; None: the statement timeout."""
+
+    connect_timeout_s: int = 5
+    """libpq's connect_timeout, per host tried."""
+
+    application_name: str = "offsetstore"
+    """Shown in pg_stat_activity."""
+
+    prepare: bool = True
+    """Whether the server's hot pool may prepare statements (off behind a transaction pooler)."""
+
+    require_synchronous_replication: bool = False
+    """Refuse connections to a primary whose commits wait for no standby (:mod:`.replication`)."""
+
+    def __post_init__(self) -> None:
+        if self.statement_timeout_ms < 0 or (self.lock_timeout_ms is not None and self.lock_timeout_ms < 0):
+            raise ValueError("timeouts must be >= 0 (0: none)")
+        if self.connect_timeout_s < 0:
+            raise ValueError("connect_timeout_s must be >= 0")
+
+    def sql(self, statement_timeout_ms: int | None = None, *, custom_plans: bool = True) -> str:
+        """One statement setting this transaction's settings (``set_config(..., true)``: until COMMIT or ROLLBACK).
+
+        ``statement_timeout_ms`` (a caller's shorter deadline) replaces the statement
+        timeout. ``custom_plans`` plans each statement for its own arguments: the store's
+        statements take caller-sized arrays (1 to 10,000 partitions), and a plan PostgreSQL
+        cached for a guessed size cost a page of a 10,000-partition fetch 1.2 s instead of
+        40 ms; the server's hot pool keeps cached plans for its narrow statements.
+        ``synchronous_commit`` is read at COMMIT, so setting it here covers the commit.
+        """
+        statement = self.statement_timeout_ms if statement_timeout_ms is None else statement_timeout_ms
+        lock = self.statement_timeout_ms if self.lock_timeout_ms is None else self.lock_timeout_ms
+        settings = [
+            ("synchronous_commit", "on"),
+            ("statement_timeout", str(int(statement))),
+            ("lock_timeout", str(int(lock))),
+            # JIT compiling costs more than the short statements of this store ever save.
+            ("jit", "off"),
+            ("plan_cache_mode", "force_custom_plan" if custom_plans else "auto"),
+        ]
+        return "SELECT " + ", ".join(f"set_config('{name}', '{value}', true)" for name, value in settings)
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """psycopg ``connect()`` keyword arguments: libpq's timeouts and name, and no automatic preparing."""
+        return {
+            "connect_timeout": self.connect_timeout_s,
+            "application_name": self.application_name,
+            "prepare_threshold": None,
+        }
 
 
 def connect_args(
@@ -37,139 +123,230 @@ def connect_args(
     connect_timeout_s: int = 5,
     application_name: str = "offsetstore",
 ) -> dict[str, Any]:
-    """psycopg ``connect()`` keyword arguments that every writing session uses.
+    """libpq parameters of every store connection (its timeouts are set per transaction: :class:`SessionSettings`).
 
-    ``lock_timeout_ms`` defaults to the statement timeout; 0 disables either, as in
-    PostgreSQL.
+    Checks the timeouts, so a sink's bad value fails where it is written.
     """
-    if statement_timeout_ms < 0 or (lock_timeout_ms is not None and lock_timeout_ms < 0):
-        raise ValueError("timeouts must be >= 0 (0: none)")
-    lock = statement_timeout_ms if lock_timeout_ms is None else lock_timeout_ms
-    options = [
-        f"statement_timeout={statement_timeout_ms}",
-        f"lock_timeout={lock}",
-        # An acknowledged commit must survive a crash, whatever the server's default.
-        "synchronous_commit=on",
-        # JIT compiling costs more than the short statements of this store ever save.
-        "jit=off",
-        # Plan each statement for its own arguments. The store's statements take caller-sized
-        # arrays (1 to 10,000 partitions); after five executions PostgreSQL may keep a generic
-        # plan made for a guessed size and for the table's size at the time, and a page of a
-        # 10,000-partition fetch then took 1.2 s instead of 40 ms. The server's hot pool
-        # keeps cached plans and decides per statement (steps.is_wide).
-        "plan_cache_mode=force_custom_plan",
-    ]
-    return {
-        "connect_timeout": connect_timeout_s,
-        "options": " ".join(f"-c {o}" for o in options),
-        "application_name": application_name,
-    }
+    settings = SessionSettings(statement_timeout_ms, lock_timeout_ms, connect_timeout_s, application_name)
+    return {"connect_timeout": settings.connect_timeout_s, "application_name": settings.application_name}
+
+
+def plain_engine(url: str, **kwargs: Any) -> Engine:
+    """A SQLAlchemy engine on ``url`` (any spelling libpq accepts) with none of the store's settings, for migrations."""
+    connect = database_url.psycopg_connector(url, prepare_threshold=None)
+    return _sqlalchemy_engine(_DIALECT, creator=connect, **kwargs)
 
 
 def create_engine(
-    database_url: str,
+    url: str,
     *,
     pool_size: int | None = 16,
     statement_timeout_ms: int = 5000,
     lock_timeout_ms: int | None = None,
     connect_timeout_s: int = 5,
     application_name: str = "offsetstore",
+    prepare: bool = True,
+    require_synchronous_replication: bool = False,
 ) -> Engine:
-    """An engine on psycopg 3 with :func:`connect_args`' settings.
+    """An engine on psycopg 3 whose every transaction starts with :meth:`SessionSettings.sql`.
 
     ``pool_size`` bounds the pool (no overflow; waiting longer than the connect
     timeout fails); ``None`` opens a connection per use, for a process that writes
-    rarely, like a Spark driver between batches.
+    rarely, like a Spark driver between batches. ``prepare`` is for the asyncio
+    server's hot pool over this engine (:class:`SessionSettings`); the engine itself
+    never prepares. Each new connection is checked (:func:`admit`): a standby, or a primary
+    without the synchronous replication required, is refused.
     """
-    args = connect_args(
-        statement_timeout_ms=statement_timeout_ms,
-        lock_timeout_ms=lock_timeout_ms,
-        connect_timeout_s=connect_timeout_s,
-        application_name=application_name,
+    settings = SessionSettings(
+        statement_timeout_ms,
+        lock_timeout_ms,
+        connect_timeout_s,
+        application_name,
+        prepare,
+        require_synchronous_replication,
     )
-    url = normalize_url(database_url)
+    connect = _checked_connector(url, settings)
     if pool_size is None:
-        engine = _sqlalchemy_engine(url, poolclass=NullPool, connect_args=args)
+        engine = _sqlalchemy_engine(_DIALECT, creator=connect, poolclass=NullPool)
     else:
         engine = _sqlalchemy_engine(
-            url, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s, connect_args=args
+            _DIALECT, creator=connect, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s
         )
-    _SESSION_ARGS[engine] = args
+    _apply_per_transaction(engine, settings.sql())
+    _drop_read_only_connections(engine)
+    _ENGINES[engine] = (url, settings)
     return engine
 
 
-#: The connect_args of each engine this module made: the asyncio server's connections copy them.
-_SESSION_ARGS: weakref.WeakKeyDictionary[Engine, dict[str, Any]] = weakref.WeakKeyDictionary()
+#: The URL and settings of each engine :func:`create_engine` made: the asyncio server's connections copy them.
+_ENGINES: weakref.WeakKeyDictionary[Engine, tuple[str, SessionSettings]] = weakref.WeakKeyDictionary()
 
 
-def session_args(engine: Engine) -> dict[str, Any]:
-    """The psycopg ``connect()`` arguments of an engine :func:`create_engine` made (defaults otherwise)."""
-    return dict(_SESSION_ARGS.get(engine) or connect_args())
+def session_settings(engine: Engine) -> tuple[str, SessionSettings]:
+    """The URL and :class:`SessionSettings` an engine of :func:`create_engine` was made with."""
+    return _ENGINES[engine]
 
 
-def create_async_engine(database_url: str, args: dict[str, Any], *, pool_size: int = 4) -> AsyncEngine:
-    """An asyncio engine whose sessions use ``args`` (:func:`connect_args`), for the server's colder operations.
+def _apply_per_transaction(engine: Engine, sql: str) -> None:
+    @event.listens_for(engine, "begin")
+    def begin(conn: Connection) -> None:
+        conn.exec_driver_sql(sql)
+
+
+def _drop_read_only_connections(engine: Engine) -> None:
+    # A connection to a server that became a standby (a failover demoted it) takes no write
+    # ever again: drop it, so the pool connects anew and libpq finds the new primary
+    # (target_session_attrs=read-write), instead of retrying against it forever.
+    @event.listens_for(engine, "handle_error")
+    def handle_error(context: Any) -> None:
+        if isinstance(context.original_exception, psycopg.errors.ReadOnlySqlTransaction):
+            context.is_disconnect = True
+
+
+def create_async_engine(url: str, settings: SessionSettings, *, pool_size: int = 4) -> AsyncEngine:
+    """An asyncio engine like :func:`create_engine`'s, for the server's colder operations.
 
     They run the storage core's sync functions under ``AsyncConnection.run_sync``: the same
     code as the sinks, and no thread.
     """
-    timeout = args.get("connect_timeout", 5)
-    return _sqlalchemy_async_engine(
-        normalize_url(database_url),
+    target = database_url.conninfo(url)
+    kwargs = settings.connect_kwargs()
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(target, autocommit=True, **kwargs)
+        try:
+            await admit_async(conn, settings)
+            await conn.set_autocommit(False)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    engine = _sqlalchemy_async_engine(
+        _DIALECT,
+        async_creator=connect,
         pool_size=pool_size,
         max_overflow=0,
-        pool_timeout=timeout,
-        connect_args=args,
+        pool_timeout=settings.connect_timeout_s,
         # As the hot pool's check: a connection killed while idle is replaced, not handed out.
         pool_pre_ping=True,
     )
+    _apply_per_transaction(engine.sync_engine, settings.sql())
+    _drop_read_only_connections(engine.sync_engine)
+    return engine
 
 
-def create_async_pool(database_url: str, args: dict[str, Any], *, size: int = 8) -> Any:
-    """A psycopg ``AsyncConnectionPool`` (not yet open) of autocommit connections whose sessions use ``args``.
+def create_async_pool(url: str, settings: SessionSettings, *, size: int = 8) -> Any:
+    """A psycopg ``AsyncConnectionPool`` (not yet open) of autocommit connections to ``url``.
 
-    The server's hot statements (the group commit's batch, the fetch) run on it, prepared,
-    without SQLAlchemy's layers. Waiting longer than the connect timeout for a connection
+    The server's hot statements (the group commit's batch, the fetch) run on it without
+    SQLAlchemy's layers, each after :meth:`SessionSettings.sql` in the same round trip
+    (``storage.async_store``). Waiting longer than the connect timeout for a connection
     raises ``PoolTimeout``.
     """
     from psycopg_pool import AsyncConnectionPool
 
-    # Its statements keep cached plans (planning each small commit anew cost 16 % of the
-    # 16-partition commit rate); a wide one is planned for its arguments (steps.is_wide).
-    args = {**args, "options": f"{args.get('options', '')} -c plan_cache_mode=auto".strip()}
+    kwargs = settings.connect_kwargs()
+    if settings.prepare:
+        # Every hot statement says whether to prepare it (psycopg: None would forbid it even then).
+        del kwargs["prepare_threshold"]
     return AsyncConnectionPool(
-        libpq_conninfo(database_url, **args),
-        kwargs={"autocommit": True},
+        database_url.conninfo(url, connect_timeout=kwargs.pop("connect_timeout")),
+        kwargs={"autocommit": True, **kwargs},
         # A connection that died while idle in the pool (killed, a restart) is replaced when
         # taken, for the price of an empty query, instead of failing the call it was given to.
         check=AsyncConnectionPool.check_connection,
+        configure=lambda conn: admit_async(conn, settings),
         min_size=1,
         max_size=size,
-        timeout=args.get("connect_timeout", 5),
+        timeout=settings.connect_timeout_s,
         open=False,
     )
 
 
-def libpq_conninfo(database_url: str, **settings: Any) -> str:
-    """The libpq connection string of a SQLAlchemy URL plus ``settings`` (e.g. :func:`connect_args`).
+def _checked_connector(url: str, settings: SessionSettings) -> Any:
+    target = database_url.conninfo(url)
+    kwargs = settings.connect_kwargs()
+
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(target, autocommit=True, **kwargs)
+        try:
+            with conn.cursor() as cursor:
+                admit(read_replication(cursor), settings)
+            conn.autocommit = False
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    return connect
+
+
+class NotThePrimary(psycopg.OperationalError):
+    """A connection refused by :func:`admit`: its server is a standby, or lacks the synchronous replication required."""
+
+
+_last_seen: list[str] = []
+_last_seen_lock = threading.Lock()
+
+
+def admit(replication: Replication, settings: SessionSettings) -> None:
+    """Refuses a new connection whose server is a standby, or lacks the synchronous replication required.
+
+    The refusal is :class:`NotThePrimary`, a psycopg ``OperationalError`` (the store's callers hear UNAVAILABLE, and the
+    pools connect anew: libpq's ``target_session_attrs=read-write`` then finds the primary).
+    What an acknowledged commit survives is logged whenever it changes (a failover, a
+    reconfiguration), once per process.
+    """
+    line = replication.describe()
+    with _last_seen_lock:
+        if _last_seen != [line]:
+            _last_seen[:] = [line]
+            log.log(
+                logging.WARNING if replication.in_recovery else logging.INFO,
+                "database: %s",
+                line,
+                extra={
+                    "synchronous_standbys": replication.synchronous_standbys,
+                    "synchronous_standby_names": replication.synchronous_standby_names,
+                },
+            )
+    try:
+        check(replication, require_synchronous=settings.require_synchronous_replication)
+    except ReplicationRefused as refused:
+        raise NotThePrimary(str(refused)) from None
+
+
+async def admit_async(conn: psycopg.AsyncConnection[Any], settings: SessionSettings) -> None:
+    """:func:`admit` for a new asyncio connection (autocommit)."""
+    admit(await read_replication_async(conn), settings)
+
+
+def libpq_conninfo(url: str, **settings: Any) -> str:
+    """The libpq connection string of ``url`` (any spelling libpq accepts) plus ``settings`` (e.g. :func:`connect_args`).
 
     For processes that connect with psycopg alone, like the sink's staging tasks.
     """
-    from psycopg.conninfo import make_conninfo
+    return database_url.conninfo(url, **settings)
 
-    url = make_url(normalize_url(database_url))
-    params: dict[str, str | int | None] = {}
-    for key, value in url.query.items():
-        # A repeated query parameter (several hosts) is libpq's comma-separated list.
-        params[key] = ",".join(value) if isinstance(value, tuple) else value
-    for key, part in (
-        ("host", url.host),
-        ("port", url.port),
-        ("user", url.username),
-        ("password", url.password),
-        ("dbname", url.database),
-    ):
-        if part is not None and key not in params:
-            params[key] = part
-    params.update(settings)
-    return make_conninfo("", **params)
+
+def shares_sessions(url: str, *, connect_timeout_s: int = 5) -> bool:
+    """Whether something between here and PostgreSQL hands one client connection's session to others.
+
+    A transaction pooler (PgBouncer's ``pool_mode = transaction``) does: then neither a
+    prepared statement nor a session setting outlives a transaction. Probed with two
+    connections: a mark set in the first one's session, and looked for from the second
+    while the first is idle between transactions, and again from the first afterwards.
+    """
+    target = database_url.conninfo(url, connect_timeout=connect_timeout_s, application_name="offsetstore-probe")
+    mark = uuid.uuid4().hex
+    with psycopg.connect(target, autocommit=True, prepare_threshold=None) as first:
+        first.execute("SELECT set_config('offsetstore.session_mark', %s, false)", (mark,))
+        with psycopg.connect(target, autocommit=True, prepare_threshold=None) as second, second.transaction():
+            row = second.execute("SELECT current_setting('offsetstore.session_mark', true)").fetchone()
+            if row is not None and row[0] == mark:
+                return True
+            # The second connection holds its server session now: the first one's next statement
+            # runs on another session if sessions are handed around.
+            row = first.execute("SELECT current_setting('offsetstore.session_mark', true)").fetchone()
+            return row is None or row[0] != mark

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 import offsetstore.migrations
+from offsetstore.storage.database_url import normalize_url
+from offsetstore.storage.engine import plain_engine
 
 __all__ = ["alembic_config", "current", "downgrade", "normalize_url", "upgrade"]
 
@@ -21,18 +23,6 @@ _SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
 # running in threads of one process would trample each other. Other processes
 # are kept out by the advisory lock that env.py takes in the database.
 _alembic_lock = threading.Lock()
-
-
-def normalize_url(url: str) -> str:
-    """Return `url` with the psycopg 3 driver when it names plain PostgreSQL.
-
-    ``postgresql://`` and ``postgres://`` (libpq's and Heroku's spelling)
-    become ``postgresql+psycopg://``; any other URL comes back unchanged.
-    """
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme in ("postgresql", "postgres"):
-        return f"postgresql+psycopg://{rest}"
-    return url
 
 
 def alembic_config(database_url: str) -> Config:
@@ -54,7 +44,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     wait and then find nothing left to do.
     """
     with _alembic_lock:
-        command.upgrade(alembic_config(database_url), revision)
+        _run(command.upgrade, database_url, revision)
 
 
 def downgrade(database_url: str, revision: str) -> None:
@@ -64,12 +54,26 @@ def downgrade(database_url: str, revision: str) -> None:
     ``offsetstore`` schema.
     """
     with _alembic_lock:
-        command.downgrade(alembic_config(database_url), revision)
+        _run(command.downgrade, database_url, revision)
+
+
+def _run(alembic_command: Callable[[Config, str], None], database_url: str, revision: str) -> None:
+    # The connection is handed to env.py: libpq reads the URL (every spelling it accepts,
+    # multi-host included), not SQLAlchemy's parser.
+    engine = plain_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            config = alembic_config(database_url)
+            config.attributes["connection"] = connection
+            alembic_command(config, revision)
+            connection.commit()
+    finally:
+        engine.dispose()
 
 
 def current(database_url: str) -> str | None:
     """Return the revision the database is at, None if the store was never installed."""
-    engine = create_engine(normalize_url(database_url), poolclass=NullPool)
+    engine = plain_engine(database_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts=offsetstore.migrations.context_options())

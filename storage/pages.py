@@ -210,7 +210,10 @@ _TOKEN_KEYS: dict[str, bytes] = {}
 
 def token_key(conn: Connection) -> bytes:
     """The store's page-token key, read once per database by this process."""
-    database = conn.engine.url.render_as_string(hide_password=False)
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    info = driver.info  # libpq's own view: the engine's URL may list several hosts
+    database = f"{info.host}:{info.port}/{info.dbname}"
     found = _TOKEN_KEYS.get(database)
     if found is None:
         found = _TOKEN_KEYS[database] = bytes(conn.exec_driver_sql(_TOKEN_KEY_SQL).scalar_one())

@@ -60,7 +60,7 @@ def is_wide(params: Mapping[str, object]) -> bool:
 
 
 def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
-    """Drives ``steps`` on ``conn`` (sync): each statement prepared unless wide, on the psycopg connection under it.
+    """Drives ``steps`` on ``conn`` (sync) on the psycopg connection under it, unprepared (poolers: engine.py).
 
     It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
     fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
@@ -75,7 +75,7 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
                 continue
             sql, params = statement
             try:
-                cursor = raw.execute(sql, params, prepare=not is_wide(params))
+                cursor = raw.execute(sql, params, prepare=False)
                 rows = cursor.fetchall() if cursor.description is not None else []
             except psycopg.Error as error:
                 if raw.broken:

@@ -99,8 +99,6 @@ class Store:
         # or :meth:`observe_with`; ``observe=`` alone is the operation hook, as before the observer.
         self.observe = observe or observer.operation
         self.expired = observer.expired
-        # One-statement reads need no BEGIN and COMMIT: a statement is its own snapshot.
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         # The health probe's own pool: the engine's settings, none of its request connections.
         self._health_pool = engine.pool.recreate()
         self._health: Any = None
@@ -145,12 +143,8 @@ class Store:
         return self._timed(name, lambda: self._attempts(name, lambda: self._transaction(operation, args, kwargs)))
 
     def read(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
-        """Runs a read of ONE statement on an autocommit connection: one round trip, one snapshot.
-
-        Where the caller's deadline needs a shorter statement timeout, it runs as :meth:`run` does.
-        """
-        name = operation.__name__
-        return self._timed(name, lambda: self._attempts(name, lambda: self._read(operation, args, kwargs)))
+        """Runs a read in a transaction of its own: its timeouts are the transaction's settings (engine.py)."""
+        return self.run(operation, *args, **kwargs)
 
     def _timed(self, name: str, call: Callable[[], R]) -> R:
         started = time.perf_counter()
@@ -169,12 +163,6 @@ class Store:
                 # Rolled back: nobody would hear that it landed.
                 raise StoreUnavailableError("the caller went away before the transaction committed")
             return result
-
-    def _read(self, operation: Callable[..., R], args: tuple[object, ...], kwargs: dict[str, object]) -> R:
-        if self._timeout_ms(caller_bound()) is not None:
-            return self._transaction(operation, args, kwargs)
-        with self._autocommit.connect() as conn:
-            return operation(conn, *args, **kwargs)
 
     def _attempts(self, name: str, body: Callable[[], R]) -> R:
         """``body()``, again where PostgreSQL aborted it for a conflict; database faults made typed."""

@@ -111,10 +111,12 @@ def topic() -> str:
 
 
 def count_statements(engine: sa.Engine, registry: CollectorRegistry) -> int:
+    """The queries one scrape runs (each transaction's settings statement, engine.py, aside)."""
     statements: list[str] = []
 
     def on_execute(conn, cursor, statement, parameters, context, executemany):
-        statements.append(statement)
+        if not statement.startswith("SELECT set_config('synchronous_commit'"):
+            statements.append(statement)
 
     sa.event.listen(engine, "before_cursor_execute", on_execute)
     try:
