@@ -39,7 +39,7 @@ from offsetstore.server.workers import StartError, Workers, open_store
 from offsetstore.storage import migrate
 from offsetstore.storage.database_url import display
 from offsetstore.storage.engine import plain_engine, shares_sessions
-from offsetstore.storage.replication import Replication, ReplicationRefused, check, read_replication
+from offsetstore.storage.replication import Replication, ReplicationRefused, check, replication_of
 
 __all__ = ["serve"]
 
@@ -218,10 +218,7 @@ def _replication(database_url: str) -> Replication:
     engine = plain_engine(database_url, poolclass=sqlalchemy.pool.NullPool)
     try:
         with engine.connect() as conn:
-            driver = conn.connection.driver_connection
-            assert driver is not None
-            with driver.cursor() as cursor:
-                return read_replication(cursor)
+            return replication_of(conn)
     finally:
         engine.dispose()
 

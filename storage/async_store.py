@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg_pool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from offsetstore import storage
@@ -59,6 +60,8 @@ __all__ = ["AsyncStore", "AsyncWriteBatcher"]
 
 R = TypeVar("R")
 
+#: How long a call waits for a pooled connection while the health probe finds the database down.
+DOWN_WAIT_SECONDS = 0.2
 #: Rows converted between two turns of the event loop.
 FETCH_SLICE = 200
 
@@ -131,6 +134,7 @@ class AsyncStore:
         self._conninfo = self.hot.conninfo
         self._connect_timeout = self.settings.connect_timeout_s
         self._health: psycopg.AsyncConnection | None = None
+        self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
         self.writes = AsyncWriteBatcher(self, flushers=write_flushers)
@@ -203,10 +207,31 @@ class AsyncStore:
         """Runs the hot-path ``steps`` on a pooled psycopg connection, its settings in the same round trip."""
 
         async def once() -> R:
-            async with self.hot.connection() as conn, _on_primary(conn):
-                return await run_hot(conn, steps(), self.settings, self._timeout_ms())
+            ms = self._timeout_ms()
+            async with self.hot_connection(ms) as conn:
+                return await run_hot(conn, steps(), self.settings, ms)
 
         return await self._timed(name, self._attempts(name, once))
+
+    @contextlib.asynccontextmanager
+    async def hot_connection(self, timeout_ms: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of the hot pool, waited for no longer than ``timeout_ms`` (the caller's deadline) allows.
+
+        While the health probe finds the database down, the wait is short: calls answer
+        UNAVAILABLE at once instead of waiting out their deadline, and the first one after
+        the pool has reconnected goes through. A connection found on a standby is closed
+        (the pool replaces it) when its statement fails for it.
+        """
+        wait = float(self._connect_timeout) if timeout_ms is None else min(self._connect_timeout, timeout_ms / 1000)
+        if self._down:
+            wait = min(wait, DOWN_WAIT_SECONDS)
+        try:
+            async with self.hot.connection(timeout=wait) as conn, _on_primary(conn):
+                yield conn
+        except psycopg_pool.PoolTimeout:
+            if self._down:
+                raise StoreUnavailableError("the offset store's database is unavailable") from None
+            raise
 
     async def _token_key(self) -> bytes:
         if self._key is None:
@@ -230,8 +255,10 @@ class AsyncStore:
                             self._conninfo, autocommit=True, prepare_threshold=None
                         )
                     await admit_async(self._health, self.settings)
+                self._down = False
                 return True
             except (psycopg.Error, OSError, TimeoutError) as error:
+                self._down = True
                 if self._health is not None:
                     await self._health.close()
                     self._health = None
@@ -441,7 +468,7 @@ class AsyncWriteBatcher:
         async def transaction() -> list[storage.WriteOutcome]:
             # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
             # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
-            async with self.store.hot.connection() as conn, _on_primary(conn), conn.pipeline(), conn.transaction():
+            async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
                 outcomes = await run_hot(conn, storage.write_batch_steps(requests), self.store.settings, ms)
                 flush.check_callers()  # raises: rolled back
                 return outcomes

@@ -259,6 +259,10 @@ def create_async_pool(url: str, settings: SessionSettings, *, size: int = 8) -> 
         configure=lambda conn: admit_async(conn, settings),
         min_size=1,
         max_size=size,
+        # psycopg_pool retries a failed connect with a doubling delay (1, 2, 4 ... s): after a
+        # 30 s outage the pool found the restarted database 30 s late. Giving up after a
+        # second instead lets the next call's wait start a fresh attempt at once.
+        reconnect_timeout=1.0,
         timeout=settings.connect_timeout_s,
         open=False,
     )

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Replication", "ReplicationRefused", "check", "read_replication", "read_replication_async"]
+from sqlalchemy import Connection
+
+__all__ = ["Replication", "ReplicationRefused", "check", "read_replication", "read_replication_async", "replication_of"]
 
 # Connected synchronous standbys are visible to a superuser or a member of pg_read_all_stats
 # only (others see sync_state as NULL): then the count is unknown (-1), the setting is not.
@@ -65,6 +67,14 @@ class Replication:
 
 class ReplicationRefused(Exception):
     """The database does not give what the server was told to require; the message names the fix."""
+
+
+def replication_of(conn: Connection) -> Replication:
+    """:func:`read_replication` in the caller's transaction (SQLAlchemy ``Connection``), e.g. through ``Store.run``."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        return read_replication(cursor)
 
 
 def read_replication(cursor: Any) -> Replication:

@@ -18,6 +18,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from offsetstore.server.metrics.groups import SERIES_LIMIT, GroupCollector
+from offsetstore.server.metrics.replication import ReplicationCollector
 from offsetstore.server.metrics.rpc import LATENCY_BUCKETS, MetricsInterceptor, ServerMetrics
 from offsetstore.storage.store import Store
 
@@ -234,6 +235,7 @@ def build_registry(
             sums_seconds=sums_seconds,
         )
     )
+    registry.register(ReplicationCollector(scrape_store or store, cache_seconds=cache_seconds))
     with _SERVER_METRICS_LOCK:
         retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
     _observe_store(store, query_seconds=query_seconds, expired=retention.groups_expired)

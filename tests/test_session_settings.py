@@ -1,0 +1,146 @@
+"""The store's settings hold in every transaction it runs, whatever the session's defaults say.
+
+A pooler that drops startup parameters (PgBouncer rejects or ignores ``options``), or hands a
+session to another client between transactions, leaves each transaction with the database's
+defaults. Here those defaults are made as bad as they get (``synchronous_commit = off``, no
+statement or lock timeout): every path of the store (the hot pool's commits and fetches, the
+colder operations, the sinks' engine) must still commit synchronously and stay bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from offsetstore import storage
+from offsetstore.core.errors import StoreUnavailableError
+from offsetstore.core.types import OffsetCommit, ResetRequest
+from offsetstore.storage import database_url, migrate
+from offsetstore.storage.async_store import AsyncStore
+from offsetstore.storage.engine import create_engine
+from offsetstore.storage.store import Store
+
+# Each statement that writes offsets notes the settings it ran under.
+PROBE = """
+CREATE TABLE public.settings_seen (app text, sync text, statement_timeout text, lock_timeout text);
+CREATE FUNCTION public.note_settings() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.settings_seen VALUES (current_setting('application_name'),
+        current_setting('synchronous_commit'), current_setting('statement_timeout'), current_setting('lock_timeout'));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER note AFTER INSERT OR UPDATE ON offsetstore.offsets
+    FOR EACH STATEMENT EXECUTE FUNCTION public.note_settings();
+"""
+
+
+@pytest.fixture
+def careless_url(scratch_database_url: str) -> Iterator[str]:
+    """A migrated database whose session defaults promise nothing: what a pooler that drops settings leaves."""
+    url = scratch_database_url
+    migrate.upgrade(url)
+    dbname = database_url.parse(url)["dbname"]
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            for setting in ("synchronous_commit = off", "statement_timeout = 0", "lock_timeout = 0"):
+                conn.exec_driver_sql(f'ALTER DATABASE "{dbname}" SET {setting}')
+            conn.exec_driver_sql(PROBE)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off", "the defaults apply"
+    finally:
+        engine.dispose()
+    yield url
+
+
+def _seen(url: str) -> set[tuple[str, str, str, str]]:
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return {tuple(r) for r in conn.exec_driver_sql("SELECT * FROM public.settings_seen")}  # type: ignore[misc]
+    finally:
+        engine.dispose()
+
+
+def _run(store: Store, scenario):  # type: ignore[no-untyped-def]
+    async def main():  # type: ignore[no-untyped-def]
+        hot = AsyncStore(store, hot_pool_size=2)
+        await hot.open()
+        try:
+            # Bounded here: a statement the store failed to bound would wait forever.
+            return await asyncio.wait_for(scenario(hot), 60)
+        finally:
+            await hot.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_every_commit_path_commits_synchronously_and_bounded(careless_url: str, group_id: str, prepare: bool) -> None:
+    store = Store(create_engine(careless_url, pool_size=2, statement_timeout_ms=4000, prepare=prepare))
+    try:
+
+        async def commits(hot: AsyncStore) -> None:
+            await hot.commit_offsets(group_id, [OffsetCommit("t", 0, 1)])  # the hot pool's group commit
+            await hot.reset_offsets(ResetRequest(group_id, {"t": [0]}, to_offset=0))  # the cold engine
+
+        _run(store, commits)
+        with store.engine.begin() as conn:  # the sinks' engine, in the caller's transaction
+            storage.commit_offsets(conn, group_id, [OffsetCommit("t", 0, 5)])
+    finally:
+        store.dispose()
+    assert {(sync, timeout, lock) for _, sync, timeout, lock in _seen(careless_url)} == {("on", "4s", "4s")}
+
+
+def test_a_fetch_a_commit_and_a_reset_stay_bounded_while_a_lock_holds_the_table(
+    careless_url: str, group_id: str
+) -> None:
+    store = Store(create_engine(careless_url, pool_size=2, statement_timeout_ms=300))
+    store.commit_offsets(group_id, [OffsetCommit("t", 0, 1)])
+    conninfo = database_url.conninfo(careless_url)
+    try:
+        with psycopg.connect(conninfo) as holder:
+            holder.execute("LOCK TABLE offsetstore.offsets IN ACCESS EXCLUSIVE MODE")
+
+            async def blocked(hot: AsyncStore) -> list[str]:
+                outcomes = []
+                for call in (
+                    lambda: hot.fetch_offsets(group_id),
+                    lambda: hot.commit_offsets(group_id, [OffsetCommit("t", 0, 2)]),
+                    lambda: hot.reset_offsets(ResetRequest(group_id, {"t": [0]}, to_offset=0)),
+                ):
+                    try:
+                        await call()
+                        outcomes.append("ok")
+                    except StoreUnavailableError:
+                        outcomes.append("unavailable")
+                return outcomes
+
+            assert _run(store, blocked) == ["unavailable"] * 3
+    finally:
+        store.dispose()
+
+
+def test_with_prepare_off_the_hot_pool_leaves_no_prepared_statement(careless_url: str, group_id: str) -> None:
+    store = Store(create_engine(careless_url, pool_size=2, prepare=False))
+    try:
+
+        async def calls(hot: AsyncStore) -> int:
+            for n in range(8):  # past psycopg's automatic preparing (5 executions)
+                await hot.commit_offsets(group_id, [OffsetCommit("t", 0, n + 1)])
+                await hot.fetch_offsets(group_id)
+            count = 0
+            for _ in range(2):  # each connection of the pool
+                async with hot.hot.connection() as conn:
+                    row = await (await conn.execute("SELECT count(*) FROM pg_prepared_statements")).fetchone()
+                    count += row[0] if row else 0
+            return count
+
+        assert _run(store, calls) == 0
+    finally:
+        store.dispose()
