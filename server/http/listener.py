@@ -7,6 +7,7 @@ given, is the gRPC server's certificate and, under mutual TLS, the same client C
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
@@ -17,6 +18,7 @@ import grpc
 from aiohttp import web
 
 from offsetstore.server.http.connect import SERVICE, ConnectTransport
+from offsetstore.server.http.connections import ConnectionLimits, LimitedProtocol, Tally
 from offsetstore.server.http.describe import openapi_json
 
 __all__ = ["CONSOLE_FILES", "HttpListener", "http_ssl_context"]
@@ -62,8 +64,11 @@ class HttpListener:
         ssl_context: ssl.SSLContext | None = None,
         max_message_bytes: int,
         reuse_port: bool = False,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
+        self.limits = limits or ConnectionLimits()
+        self.tally = Tally(self.limits)
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
         self.port = int(port)
@@ -91,12 +96,12 @@ class HttpListener:
         return app
 
     async def start(self) -> None:
-        # No access log: the gate logs each call with its principal and outcome.
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        # No access log: the gate logs each call with its principal and outcome. aiohttp's
+        # keep-alive timer, armed at a connection's start and after each answer and not reset
+        # by a byte now and then, is the deadline of each request's headers.
+        self._runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.limits.request_seconds)
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.host, self.port, ssl_context=self.ssl_context, reuse_port=self.reuse_port or None
-        )
+        site = _LimitedSite(self._runner, self.host, self.port, self.ssl_context, self.reuse_port, self.tally)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -106,6 +111,37 @@ class HttpListener:
             self._runner._shutdown_timeout = grace or 0.0  # aiohttp reads it in cleanup()
             await self._runner.cleanup()
             self._runner = None
+
+
+class _LimitedSite(web.TCPSite):
+    """aiohttp's TCP site, whose connections are counted and timed (:mod:`.connections`); it runs TLS itself."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None,
+        reuse_port: bool,
+        tally: Tally,
+    ) -> None:
+        super().__init__(runner, host, port, reuse_port=reuse_port or None)
+        self._tls = tls
+        self._tally = tally
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: LimitedProtocol(server, self._tally, self._tls),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
 def _fixed(body: bytes, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
