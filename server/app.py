@@ -194,6 +194,7 @@ class OffsetStoreServer:
         http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
         http_ssl_context: ssl.SSLContext | None = None,
         http_limits: ConnectionLimits | None = None,
+        http_allowed_hosts: tuple[str, ...] = (),  # names the HTTP listener answers beside addresses and localhost
         kafka_mirror: KafkaMirror | None = None,
     ) -> None:
         self.store = store
@@ -225,7 +226,7 @@ class OffsetStoreServer:
             max_partitions=max_partitions_per_principal,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
-            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits),
+            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits, http_allowed_hosts),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
@@ -282,7 +283,7 @@ class OffsetStoreServer:
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
         # The HTTP listener calls the same gate, through the same interceptors.
-        http_listen, http_ssl, http_reuse_port, max_message_bytes, http_limits = o["http"]
+        http_listen, http_ssl, http_reuse_port, max_message_bytes, http_limits, http_hosts = o["http"]
         if http_listen:
             self.http = HttpListener(
                 gate.handler(),
@@ -292,6 +293,7 @@ class OffsetStoreServer:
                 max_message_bytes=max_message_bytes,
                 reuse_port=http_reuse_port,
                 limits=http_limits,
+                allowed_hosts=http_hosts,
             )
         self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)

@@ -139,6 +139,9 @@ class Settings:
     max_partitions_per_principal: int = 0
     """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
 
+    http_allowed_hosts: str = ""
+    """Comma-separated host names the HTTP listener answers besides IP addresses and localhost (``.example.com``: every name under it); others get 421 (DNS rebinding)."""
+
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")

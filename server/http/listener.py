@@ -20,6 +20,7 @@ from aiohttp import web
 from offsetstore.server.http.connect import SERVICE, ConnectTransport
 from offsetstore.server.http.connections import ConnectionLimits, LimitedProtocol, Tally
 from offsetstore.server.http.describe import openapi_json
+from offsetstore.server.http.origin import HostGuard
 
 __all__ = ["CONSOLE_FILES", "HttpListener", "http_ssl_context"]
 
@@ -65,12 +66,14 @@ class HttpListener:
         max_message_bytes: int,
         reuse_port: bool = False,
         limits: ConnectionLimits | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
         self.limits = limits or ConnectionLimits()
         self.tally = Tally(self.limits)
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
+        self.guard = HostGuard(self.host, allowed_hosts)
         self.port = int(port)
         self.ssl_context = ssl_context
         self.reuse_port = reuse_port
@@ -84,7 +87,9 @@ class HttpListener:
 
     def app(self) -> web.Application:
         """The aiohttp application: every route the listener serves."""
-        app = web.Application(client_max_size=self.transport.max_body_bytes, middlewares=[_headers])
+        app = web.Application(
+            client_max_size=self.transport.max_body_bytes, middlewares=[_headers, self.guard.middleware]
+        )
         app.router.add_post(f"/{SERVICE.full_name}/{{method}}", self.transport.handle)
         description = openapi_json().encode()
         app.router.add_get("/openapi.json", _fixed(description, "application/json"))
