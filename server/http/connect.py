@@ -202,6 +202,8 @@ class ConnectTransport:
             timeout = _timeout(request.headers)
         except ValueError as error:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, str(error), 400)
+        if timeout == 0:  # the deadline has passed already: the protocol's answer, not the store's 503
+            return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed (a timeout of 0)", 504)
         context = HttpCallContext(request, timeout)
         full_method = f"/{SERVICE.full_name}/{method.name}"
         handler = await self._method_handler(_CallDetails(full_method, context.invocation_metadata()))
