@@ -9,6 +9,7 @@ new connection. The servers here run in-process with short deadlines, plain and 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 import threading
@@ -156,3 +157,25 @@ def test_one_peer_cannot_hold_every_connection_nor_anyone_the_grpc_service(store
         for sock in held:
             sock.close()
         server.stop()
+
+
+def test_malformed_requests_are_one_warning_line_not_an_error_each(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    server = serve(store, QUICK)
+    malformed = [b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n"]
+    try:
+        for payload in malformed * 10:
+            with connect(server) as sock:
+                sock.sendall(payload)
+                answered = b""
+                while chunk := sock.recv(4096):  # to the end: handled (and logged) before the server closed it
+                    answered += chunk
+                assert answered.startswith(b"HTTP/1.0 400"), answered
+    finally:
+        server.stop()
+    records = [r for r in caplog.records if r.name == "aiohttp.server" and r.levelno >= logging.INFO]
+    # An ERROR with a traceback each, before: an anonymous log flood.
+    assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)], records
+    assert "malformed HTTP request refused (400" in records[0].getMessage()

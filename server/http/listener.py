@@ -8,7 +8,10 @@ given, is the gRPC server's certificate and, under mutual TLS, the same client C
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
+import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
@@ -16,13 +19,14 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from offsetstore.server.http.connect import SERVICE, ConnectTransport
 from offsetstore.server.http.connections import ConnectionLimits, LimitedProtocol, Tally
 from offsetstore.server.http.describe import openapi_json
 from offsetstore.server.http.origin import HostGuard
 
-__all__ = ["CONSOLE_FILES", "HttpListener", "http_ssl_context"]
+__all__ = ["CONSOLE_FILES", "HttpListener", "ServerLog", "http_ssl_context"]
 
 #: The console's files (package data of ``offsetstore.server.http``), by the name they are served at.
 CONSOLE_FILES = {
@@ -104,7 +108,12 @@ class HttpListener:
         # No access log: the gate logs each call with its principal and outcome. aiohttp's
         # keep-alive timer, armed at a connection's start and after each answer and not reset
         # by a byte now and then, is the deadline of each request's headers.
-        self._runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.limits.request_seconds)
+        self._runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            keepalive_timeout=self.limits.request_seconds,
+            logger=ServerLog(logging.getLogger("aiohttp.server")),
+        )
         await self._runner.setup()
         site = _LimitedSite(self._runner, self.host, self.port, self.ssl_context, self.reuse_port, self.tally)
         await site.start()
@@ -116,6 +125,39 @@ class HttpListener:
             self._runner._shutdown_timeout = grace or 0.0  # aiohttp reads it in cleanup()
             await self._runner.cleanup()
             self._runner = None
+
+
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log: a malformed request is a WARNING line at most once a minute (with the count since), its
+    traceback at DEBUG; anyone may send them, and each was an ERROR with a traceback. A crash of a handler stays an
+    ERROR with its traceback.
+    """
+
+    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
+        super().__init__(logger, {})
+        self.every = every
+        self.quiet_until = 0.0
+        self.suppressed = 0
+
+    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        error = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not isinstance(error, HttpProcessingError):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        self.logger.debug(msg, *args, exc_info=exc_info, **kwargs)
+        now = time.monotonic()
+        if now < self.quiet_until:
+            self.suppressed += 1
+            return
+        reason = (error.message or "").strip().partition("\n")[0][:200]
+        self.logger.warning(
+            "malformed HTTP request refused (%s: %s); %d more since the last such line",
+            error.code,
+            reason,
+            self.suppressed,
+        )
+        self.suppressed = 0
+        self.quiet_until = now + self.every
 
 
 class _LimitedSite(web.TCPSite):
