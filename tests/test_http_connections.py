@@ -9,24 +9,28 @@ new connection. The servers here run in-process with short deadlines, plain and 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import logging
 import socket
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.auth import server_credentials
+from offsetstore.server.auth import AuthInterceptor, server_credentials
 from offsetstore.server.http import ConnectionLimits, http_ssl_context
 from offsetstore.storage.store import Store
 from tests.fixtures.fix_auth import PKI
 
 QUICK = ConnectionLimits(request_seconds=1, connection_seconds=60)
 CAPPED = ConnectionLimits(max_connections=3, max_per_peer=2, request_seconds=60, connection_seconds=120)
+JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
@@ -179,3 +183,43 @@ def test_malformed_requests_are_one_warning_line_not_an_error_each(
     # An ERROR with a traceback each, before: an anonymous log flood.
     assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)], records
     assert "malformed HTTP request refused (400" in records[0].getMessage()
+
+
+def test_a_client_certificate_names_the_caller_through_the_listeners_own_handshake(store: Store, pki: PKI) -> None:
+    # The listener runs TLS itself (to count a connection before its handshake): the
+    # certificate must still reach the gate, which names the cert: principal by it.
+    server = OffsetStoreServer(
+        store,
+        auth=AuthInterceptor(None, mtls=True),
+        credentials=server_credentials(pki.server.cert, pki.server.key, pki.ca.cert),
+        http_listen="127.0.0.1:0",
+        http_ssl_context=http_ssl_context(pki.server.cert, pki.server.key, pki.ca.cert),
+    ).start()
+    group = f"t-mtls-{uuid.uuid4().hex[:8]}"
+    try:
+        assert server.http is not None
+        context = ssl.create_default_context(cafile=str(pki.ca.cert))
+        context.load_cert_chain(str(pki.alice.cert), str(pki.alice.key))
+        connection = http.client.HTTPSConnection("localhost", server.http.port, context=context, timeout=30)
+        body = json.dumps({"groupId": group, "offsets": [{"topic": "t", "partition": 0, "offset": "3"}]})
+        connection.request("POST", "/offsetstore.v1.OffsetStoreService/CommitOffsets", body, JSON_HEADERS)
+        committed = connection.getresponse()
+        committed.read()
+        assert committed.status == 200
+        connection.request(
+            "POST", "/offsetstore.v1.OffsetStoreService/ListOffsetHistory", json.dumps({"groupId": group}), JSON_HEADERS
+        )
+        response = connection.getresponse()
+        assert [c["actor"] for c in json.loads(response.read())["changes"]] == ["cert:CN=alice"]
+        connection.close()
+        anonymous = http.client.HTTPSConnection(
+            "localhost", server.http.port, context=ssl.create_default_context(cafile=str(pki.ca.cert))
+        )
+        try:
+            with pytest.raises((ssl.SSLError, ConnectionResetError)):  # no certificate: no handshake
+                anonymous.request("POST", "/offsetstore.v1.OffsetStoreService/FetchOffsets", "{}", JSON_HEADERS)
+                anonymous.getresponse()
+        finally:
+            anonymous.close()
+    finally:
+        server.stop()
