@@ -118,6 +118,15 @@ def test_a_json_body_of_millions_of_entries_is_refused_before_it_is_parsed(tenan
     assert peak.growth < 6 * len(body), f"the server grew by {peak.growth / MiB:.0f} MiB"
 
 
+def test_a_binary_body_of_too_many_entries_is_refused_before_it_is_decoded(tenants: Tenants) -> None:
+    body = empty_commits(fresh(), 6 * MiB)
+    with Peak(tenants.pid) as peak:
+        status, answer = tenants.post("CommitOffsets", body, "committer", {"Content-Type": "application/proto"})
+    assert (status, answer["code"]) == (400, "invalid_argument"), answer
+    assert answer["message"] == "offsets: at most 10000 partitions in one request"
+    assert peak.growth < 6 * len(body), f"the server grew by {peak.growth / MiB:.0f} MiB"
+
+
 def test_a_json_body_larger_than_the_message_limit_is_refused(tenants: Tenants) -> None:
     # A valid request padded past --max-message-bytes (48 MiB): within the old 4x, it was served.
     group = fresh()
