@@ -83,6 +83,10 @@ class LimitedProtocol(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.peer: str | None = None  # set while counted in
         self._expiry: asyncio.TimerHandle | None = None
+        # What TLS decrypted between the handshake's end and start_tls returning (a request
+        # sent with the client's Finished): handed to aiohttp's protocol once it exists.
+        self._early: list[bytes] = []
+        self._early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peername = transport.get_extra_info("peername")
@@ -124,6 +128,11 @@ class LimitedProtocol(asyncio.Protocol):
     def _start(self, transport: asyncio.BaseTransport) -> None:
         self.inner = self.make_inner()
         self.inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.inner.data_received(data)
+        if self._early_eof:
+            self.inner.eof_received()
 
     def _expire(self) -> None:
         self._expiry = None
@@ -142,9 +151,14 @@ class LimitedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.inner is not None:
             self.inner.data_received(data)
+        elif self.peer is not None:
+            self._early.append(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.inner is not None else None
+        if self.inner is None:
+            self._early_eof = True
+            return True  # keep the transport open until aiohttp's protocol has seen the data
+        return self.inner.eof_received()
 
     def pause_writing(self) -> None:
         if self.inner is not None:
