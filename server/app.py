@@ -20,7 +20,7 @@ from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import MAX_MESSAGE_BYTES
 from offsetstore.server.gate import Gate
-from offsetstore.server.http import HttpListener
+from offsetstore.server.http import ConnectionLimits, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.server.partition_quota import PartitionQuota
@@ -193,6 +193,8 @@ class OffsetStoreServer:
         reuse_port: bool = False,
         http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
         http_ssl_context: ssl.SSLContext | None = None,
+        http_limits: ConnectionLimits | None = None,
+        http_allowed_hosts: tuple[str, ...] = (),  # names the HTTP listener answers beside addresses and localhost
         kafka_mirror: KafkaMirror | None = None,
     ) -> None:
         self.store = store
@@ -224,7 +226,7 @@ class OffsetStoreServer:
             max_partitions=max_partitions_per_principal,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
-            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes),
+            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits, http_allowed_hosts),
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
@@ -281,7 +283,7 @@ class OffsetStoreServer:
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
         # The HTTP listener calls the same gate, through the same interceptors.
-        http_listen, http_ssl, http_reuse_port, max_message_bytes = o["http"]
+        http_listen, http_ssl, http_reuse_port, max_message_bytes, http_limits, http_hosts = o["http"]
         if http_listen:
             self.http = HttpListener(
                 gate.handler(),
@@ -290,6 +292,8 @@ class OffsetStoreServer:
                 ssl_context=http_ssl,
                 max_message_bytes=max_message_bytes,
                 reuse_port=http_reuse_port,
+                limits=http_limits,
+                allowed_hosts=http_hosts,
             )
         self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)

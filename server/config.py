@@ -146,6 +146,9 @@ class Settings:
     max_partitions_per_principal: int = 0
     """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
 
+    http_allowed_hosts: str = ""
+    """Comma-separated host names the HTTP listener answers besides IP addresses and localhost (``.example.com``: every name under it); others get 421 (DNS rebinding)."""
+
     def __post_init__(self) -> None:
         if self.database_url is not None:
             database_url.parse(self.database_url)  # InvalidDatabaseUrl (a ValueError): one line, exit 2

@@ -5,7 +5,9 @@ what it can from the call's metadata before a byte of the request is read::
 
     metadata   -> authenticate (token, client certificate)      UNAUTHENTICATED
                -> count the principal's calls in                 RESOURCE_EXHAUSTED (+ RetryInfo)
-    request    -> read it (within READ_SECONDS), decode it       DEADLINE_EXCEEDED, INVALID_ARGUMENT
+               -> a grant that could allow the method at all     PERMISSION_DENIED
+    request    -> read it (within READ_SECONDS)                  DEADLINE_EXCEEDED
+               -> count its partitions on the wire, decode it   INVALID_ARGUMENT (> 10,000 partitions: undecoded)
                -> authorise it against the grants               PERMISSION_DENIED
                -> the group quota                               RESOURCE_EXHAUSTED (GROUP_QUOTA)
                -> the partition quota                           RESOURCE_EXHAUSTED (PARTITION_QUOTA)
@@ -38,6 +40,7 @@ from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import fail
+from offsetstore.server.wire import check_entries
 from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -113,6 +116,9 @@ class Gate:
                 except OffsetStoreError:
                     name = None  # not counted in: nothing to count out
                     raise
+                if principal is not None:
+                    assert self.auth is not None
+                    self.auth.authorize_method(principal, method)  # before a byte of the request is read
                 request = await self._read(requests, request_class, method)
                 current_request.set(request)
                 if principal is not None:
@@ -168,6 +174,8 @@ class Gate:
             raise DeadlineExceededError(
                 f"the {method} request did not arrive within {self.read_seconds:g} s of the call's start"
             ) from None
+        # Counted before it is decoded: 20 million empty entries decode into gigabytes.
+        check_entries(request_class.DESCRIPTOR, data, method)
         try:
             return request_class.FromString(data)
         except (DecodeError, RuntimeError, ValueError):

@@ -167,6 +167,7 @@ def serving_process(
             kafka_mirror=mirror,
             # The HTTP listener, on the gRPC server's certificate and client CA.
             http_listen=settings.http_listen or None,
+            http_allowed_hosts=tuple(settings.http_allowed_hosts.split(",")),
             http_ssl_context=(
                 http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
                 if settings.tls_cert_file is not None and settings.tls_key_file is not None

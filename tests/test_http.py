@@ -150,6 +150,13 @@ def test_bad_bodies_headers_and_paths_are_refused_with_connect_errors(http_serve
     assert status == 415
 
 
+@pytest.mark.parametrize("header", ["Connect-Timeout-Ms: 0", "grpc-timeout: 0m"])
+def test_a_timeout_of_zero_is_deadline_exceeded(http_server: HttpServer, header: str) -> None:
+    # The Connect protocol's answer (504) to a call whose deadline has passed; it was 503, as if the store were down.
+    status, answer = http_server.curl("FetchOffsets", {"groupId": "g"}, headers=(header,))
+    assert (status, answer["code"]) == (504, "deadline_exceeded"), answer
+
+
 def test_http_calls_are_counted_by_the_grpc_metrics(http_server: HttpServer) -> None:
     def handled(code: str) -> float:
         labels = {"grpc_type": "unary", "grpc_service": SERVICE.full_name, "grpc_method": "DescribeGroup"}

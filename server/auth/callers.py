@@ -40,6 +40,22 @@ class AuthInterceptor:
         self.config = config
         self.mtls = mtls
 
+    def authorize_method(self, principal: Principal, method: str) -> None:
+        """Raises PermissionDeniedError unless some grant of ``principal`` could allow ``method`` at all.
+
+        Decided from the metadata, before the request is read: a caller without a grant that
+        could cover the call gets no body read or decoded (issue 34).
+        """
+        permission = RPC_PERMISSIONS.get(method)
+        if permission is None:
+            raise PermissionDeniedError(f"{method} is not open to any principal")
+        topics = method == "ReportWatermarks"
+        if not any(g.permission >= permission and g.topic == topics for g in principal.grants) and not (
+            topics and principal.may(Permission.ADMIN, "")
+        ):
+            what = "report watermarks of any topic" if topics else f"{_VERBS[permission]} any group"
+            raise PermissionDeniedError(f"{principal.name} may not {what}")
+
     def authorize(self, principal: Principal, method: str, request: Any) -> None:
         """Raises PermissionDeniedError unless ``principal`` may call ``method`` with ``request``."""
         permission = RPC_PERMISSIONS.get(method)

@@ -33,6 +33,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
+from offsetstore.storage.validate import MAX_PARTITIONS
 from offsetstore.v1 import offset_store_pb2 as pb
 
 __all__ = ["CONNECT_CODES", "JSON", "PROTO", "ConnectTransport", "HttpCallContext", "error_document"]
@@ -62,9 +63,16 @@ CONNECT_CODES: Mapping[grpc.StatusCode, tuple[str, int]] = {
     grpc.StatusCode.UNAUTHENTICATED: ("unauthenticated", 401),
 }
 
-#: A JSON body may be this many times the largest binary request before it is refused
-#: unread: proto3 JSON spells names and numbers out.
-JSON_EXPANSION = 4
+#: Tokens a JSON body may hold: a request of 10,000 partitions spells each in at most 24
+#: (an entry's brackets, five names and values, their colons and commas). A body with more
+#: is refused before ``json.loads`` builds an object for each: 10 MB of ``{},`` would be 3.3
+#: million dicts (issue 34).
+MAX_JSON_TOKENS = 32 * MAX_PARTITIONS + 256
+# One token per match, each where the last ended: a whole string (escapes included;
+# possessive, so one pass however long), an opening bracket or comma, or a run of anything
+# else (numbers, literals, colons, closing brackets, blanks). An unterminated string matches
+# nothing, and the body is refused there: no position is scanned twice.
+_JSON_TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[{,]|[^"\[{,]++')
 
 _GRPC_TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
 _GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -177,8 +185,8 @@ class ConnectTransport:
 
     @property
     def max_body_bytes(self) -> int:
-        """What the HTTP server reads of a body at most (a JSON body may be larger than its message)."""
-        return self.max_message_bytes * JSON_EXPANSION
+        """What the HTTP server reads of a body at most: ``--max-message-bytes``, JSON or binary."""
+        return self.max_message_bytes
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The aiohttp handler of ``POST /offsetstore.v1.OffsetStoreService/{method}``."""
@@ -194,6 +202,8 @@ class ConnectTransport:
             timeout = _timeout(request.headers)
         except ValueError as error:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, str(error), 400)
+        if timeout == 0:  # the deadline has passed already: the protocol's answer, not the store's 503
+            return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed (a timeout of 0)", 504)
         context = HttpCallContext(request, timeout)
         full_method = f"/{SERVICE.full_name}/{method.name}"
         handler = await self._method_handler(_CallDetails(full_method, context.invocation_metadata()))
@@ -250,23 +260,43 @@ def _timeout(headers: Mapping[str, str]) -> float | None:
 async def _requests(
     request: web.Request, request_class: type[Message], method: str, codec: str, limit: int
 ) -> AsyncIterator[bytes]:
-    """The call's one request message, binary; read only when the gate asks (after admission)."""
+    """The call's one request message, binary; read only when the gate asks (authenticated, admitted, permitted)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(method, limit)  # refused from its header, unread
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(method, limit) from None
     if codec == JSON:
-        message = request_class()
-        try:
-            json_format.Parse(body or b"{}", message)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError) as error:
-            text = str(error)
-            shown = text if len(text) <= 300 else text[:300] + "..."
-            raise InvalidArgumentError(f"the body is not a {method} request in proto3 JSON: {shown}") from None
-        body = message.SerializeToString()
+        # Off the event loop: parsing the largest valid body is about a second of Python,
+        # which would hold every gRPC and HTTP call of the process.
+        body = await asyncio.to_thread(_from_json, body, request_class, method)
     if len(body) > limit:
         raise _too_large(method, limit)
     yield body
+
+
+def _from_json(body: bytes, request_class: type[Message], method: str) -> bytes:
+    """The binary request of a JSON body, or INVALID_ARGUMENT; a body of too many tokens is refused before it is parsed."""
+    at = tokens = 0
+    while at < len(body):
+        token = _JSON_TOKEN.match(body, at)
+        if token is None:
+            raise InvalidArgumentError(f"the body is not a {method} request in proto3 JSON: an unterminated string")
+        at = token.end()
+        tokens += 1
+        if tokens > MAX_JSON_TOKENS:
+            raise InvalidArgumentError.field(
+                "body", f"more JSON than a {method} request of at most {MAX_PARTITIONS} partitions holds"
+            )
+    message = request_class()
+    try:
+        json_format.Parse(body or b"{}", message)
+    except (json_format.ParseError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        text = str(error)
+        shown = text if len(text) <= 300 else text[:300] + "..."
+        raise InvalidArgumentError(f"the body is not a {method} request in proto3 JSON: {shown}") from None
+    return message.SerializeToString()
 
 
 def _too_large(method: str, limit: int) -> ResourceExhaustedError:

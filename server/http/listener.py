@@ -7,7 +7,11 @@ given, is the gRPC server's certificate and, under mutual TLS, the same client C
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
+import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
@@ -15,11 +19,14 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from offsetstore.server.http.connect import SERVICE, ConnectTransport
+from offsetstore.server.http.connections import ConnectionLimits, LimitedProtocol, Tally
 from offsetstore.server.http.describe import openapi_json
+from offsetstore.server.http.origin import HostGuard
 
-__all__ = ["CONSOLE_FILES", "HttpListener", "http_ssl_context"]
+__all__ = ["CONSOLE_FILES", "HttpListener", "ServerLog", "http_ssl_context"]
 
 #: The console's files (package data of ``offsetstore.server.http``), by the name they are served at.
 CONSOLE_FILES = {
@@ -62,10 +69,15 @@ class HttpListener:
         ssl_context: ssl.SSLContext | None = None,
         max_message_bytes: int,
         reuse_port: bool = False,
+        limits: ConnectionLimits | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
+        self.limits = limits or ConnectionLimits()
+        self.tally = Tally(self.limits)
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
+        self.guard = HostGuard(self.host, allowed_hosts)
         self.port = int(port)
         self.ssl_context = ssl_context
         self.reuse_port = reuse_port
@@ -79,7 +91,9 @@ class HttpListener:
 
     def app(self) -> web.Application:
         """The aiohttp application: every route the listener serves."""
-        app = web.Application(client_max_size=self.transport.max_body_bytes, middlewares=[_headers])
+        app = web.Application(
+            client_max_size=self.transport.max_body_bytes, middlewares=[_headers, self.guard.middleware]
+        )
         app.router.add_post(f"/{SERVICE.full_name}/{{method}}", self.transport.handle)
         description = openapi_json().encode()
         app.router.add_get("/openapi.json", _fixed(description, "application/json"))
@@ -91,12 +105,17 @@ class HttpListener:
         return app
 
     async def start(self) -> None:
-        # No access log: the gate logs each call with its principal and outcome.
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.host, self.port, ssl_context=self.ssl_context, reuse_port=self.reuse_port or None
+        # No access log: the gate logs each call with its principal and outcome. aiohttp's
+        # keep-alive timer, armed at a connection's start and after each answer and not reset
+        # by a byte now and then, is the deadline of each request's headers.
+        self._runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            keepalive_timeout=self.limits.request_seconds,
+            logger=ServerLog(logging.getLogger("aiohttp.server")),
         )
+        await self._runner.setup()
+        site = _LimitedSite(self._runner, self.host, self.port, self.ssl_context, self.reuse_port, self.tally)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -106,6 +125,70 @@ class HttpListener:
             self._runner._shutdown_timeout = grace or 0.0  # aiohttp reads it in cleanup()
             await self._runner.cleanup()
             self._runner = None
+
+
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log: a malformed request is a WARNING line at most once a minute (with the count since), its
+    traceback at DEBUG; anyone may send them, and each was an ERROR with a traceback. A crash of a handler stays an
+    ERROR with its traceback.
+    """
+
+    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
+        super().__init__(logger, {})
+        self.every = every
+        self.quiet_until = 0.0
+        self.suppressed = 0
+
+    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        error = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not isinstance(error, HttpProcessingError):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        self.logger.debug(msg, *args, exc_info=exc_info, **kwargs)
+        now = time.monotonic()
+        if now < self.quiet_until:
+            self.suppressed += 1
+            return
+        reason = (error.message or "").strip().partition("\n")[0][:200]
+        self.logger.warning(
+            "malformed HTTP request refused (%s: %s); %d more since the last such line",
+            error.code,
+            reason,
+            self.suppressed,
+        )
+        self.suppressed = 0
+        self.quiet_until = now + self.every
+
+
+class _LimitedSite(web.TCPSite):
+    """aiohttp's TCP site, whose connections are counted and timed (:mod:`.connections`); it runs TLS itself."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None,
+        reuse_port: bool,
+        tally: Tally,
+    ) -> None:
+        super().__init__(runner, host, port, reuse_port=reuse_port or None)
+        self._tls = tls
+        self._tally = tally
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: LimitedProtocol(server, self._tally, self._tls),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
 def _fixed(body: bytes, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -1,0 +1,180 @@
+"""The HTTP listener's connections, bounded as ``/metrics``'s are: caps in all and per peer, deadlines, a lifetime.
+
+aiohttp closes nothing that never sends a request for an hour (its keep-alive timeout), and
+asyncio gives a TLS handshake a minute: 1,100 silent connections took every descriptor of a
+server limited to 1,024, and with them every new gRPC connection (issue 34, finding 6).
+Here each TCP connection is counted at accept, before its TLS handshake, which the listener
+runs itself under a deadline:
+
+- at most ``max_connections`` at once, ``max_per_peer`` of them from one address; more are
+  closed at once, so that nothing the listener accepts can take the descriptors gRPC needs;
+- the TLS handshake within ``request_seconds``, then each request's headers within
+  ``request_seconds`` of the connection's start or of the previous answer (aiohttp's
+  keep-alive timer, which a byte now and then does not reset): idle and slowloris alike;
+- ``connection_seconds`` at most in all, whatever the connection does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ConnectionLimits", "LimitedProtocol", "Tally"]
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What the HTTP listener allows its connections; see the module docstring."""
+
+    max_connections: int = 256
+    """Connections at once; more are closed at once. A descriptor each, and the process has 1,024 by default."""
+
+    max_per_peer: int = 32
+    """Connections one peer address may hold at once (behind a proxy: the proxy's)."""
+
+    request_seconds: float = 10.0
+    """To finish the TLS handshake, and then each request's headers (the first, and after an answer)."""
+
+    connection_seconds: float = 600.0
+    """A connection's life at most; browsers and clients reconnect by themselves."""
+
+
+class Tally:
+    """The connections open now, in all and per peer address; everything runs on one event loop."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.peers: dict[str, int] = {}
+
+    def enter(self, peer: str) -> bool:
+        held = self.peers.get(peer, 0)
+        if self.total >= self.limits.max_connections or held >= self.limits.max_per_peer:
+            return False
+        self.total += 1
+        self.peers[peer] = held + 1
+        return True
+
+    def leave(self, peer: str) -> None:
+        self.total -= 1
+        held = self.peers.pop(peer, 1) - 1
+        if held > 0:
+            self.peers[peer] = held
+
+
+class LimitedProtocol(asyncio.Protocol):
+    """One accepted connection: counted in, its TLS handshake run under the deadline, then aiohttp's protocol.
+
+    ``make_inner`` is aiohttp's protocol factory (its ``web.Server``), called once the
+    connection is admitted (and, with ``ssl_context``, its handshake done).
+    """
+
+    def __init__(
+        self, make_inner: Callable[[], asyncio.Protocol], tally: Tally, ssl_context: ssl.SSLContext | None
+    ) -> None:
+        self.make_inner = make_inner
+        self.tally = tally
+        self.ssl_context = ssl_context
+        self.inner: asyncio.Protocol | None = None
+        self.transport: asyncio.BaseTransport | None = None
+        self.peer: str | None = None  # set while counted in
+        self._expiry: asyncio.TimerHandle | None = None
+        # What TLS decrypted between the handshake's end and start_tls returning (a request
+        # sent with the client's Finished): handed to aiohttp's protocol once it exists.
+        self._early: list[bytes] = []
+        self._early_eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peername = transport.get_extra_info("peername")
+        peer = str(peername[0]) if peername else "unknown"
+        if not self.tally.enter(peer):
+            _abort(transport)  # full, or this peer holds its share: refused before anything is read
+            return
+        self.peer = peer
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_later(self.tally.limits.connection_seconds, self._expire)
+        if self.ssl_context is None:
+            self._start(transport)
+        else:
+            transport.pause_reading()  # type: ignore[attr-defined]  # the ClientHello waits for start_tls
+            loop.create_task(self._handshake(transport))
+
+    async def _handshake(self, transport: asyncio.BaseTransport) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.ssl_context is not None
+        try:
+            secure = await loop.start_tls(
+                transport,  # type: ignore[arg-type]
+                self,
+                self.ssl_context,
+                server_side=True,
+                ssl_handshake_timeout=self.tally.limits.request_seconds,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            _abort(transport)
+            self._leave()
+            return
+        if secure is None:  # the peer went away during the handshake
+            self._leave()
+            return
+        self.transport = secure
+        self._start(secure)
+
+    def _start(self, transport: asyncio.BaseTransport) -> None:
+        self.inner = self.make_inner()
+        self.inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.inner.data_received(data)
+        if self._early_eof:
+            self.inner.eof_received()
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if self.transport is not None:
+            _abort(self.transport)
+
+    def _leave(self) -> None:
+        if self.peer is not None:
+            self.tally.leave(self.peer)
+            self.peer = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    # --- what asyncio tells the protocol, passed on to aiohttp's ---
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+        elif self.peer is not None:
+            self._early.append(data)
+
+    def eof_received(self) -> bool | None:
+        if self.inner is None:
+            self._early_eof = True
+            return True  # keep the transport open until aiohttp's protocol has seen the data
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._leave()
+        self.transport = None
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
+
+
+def _abort(transport: Any) -> None:
+    with contextlib.suppress(Exception):
+        transport.abort()
