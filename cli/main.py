@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
         "--http-listen", metavar="HOST:PORT", help="HTTP/JSON API and web console address (default: off)"
     )
     serve.add_argument(
+        "--http-allowed-hosts",
+        metavar="NAME,..",
+        help="Host names the HTTP API answers besides IP addresses, localhost and the listen host; "
+        ".example.com allows every name under it (env OFFSETSTORE_HTTP_ALLOWED_HOSTS)",
+    )
+    serve.add_argument(
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
     serve.add_argument(

@@ -21,6 +21,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 __all__ = ["InvalidDatabaseUrl", "conninfo", "display", "normalize_url", "parse", "psycopg_connector"]
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+# Values libpq checks only when it connects; checked here so that a typo is a bad URL, not an outage.
+_CHOICES = {
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+}
 
 
 class InvalidDatabaseUrl(ValueError):
@@ -66,6 +71,10 @@ def parse(url: str) -> dict[str, str]:
     for port in str(params.get("port", "")).split(","):
         if port and not port.isdigit():
             raise InvalidDatabaseUrl(f"invalid database URL: port {port!r} is not a number")
+    for key, allowed in _CHOICES.items():
+        value = params.get(key)
+        if value is not None and value not in allowed:
+            raise InvalidDatabaseUrl(f"invalid database URL: {key} must be one of {', '.join(allowed)}, not {value!r}")
     return {key: str(value) for key, value in params.items() if value is not None}
 
 

@@ -46,6 +46,8 @@ def test_every_spelling_libpq_accepts(url: str, expected: dict[str, str]) -> Non
         ("postgresql://u@h/db?foo=1", 'invalid URI query parameter: "foo"'),
         ("postgresql://u@h:port/db", "port 'port' is not a number"),
         ("mysql://u@h/db", "scheme 'mysql' is not PostgreSQL's"),
+        ("postgresql://u@h/db?target_session_attrs=sometimes", "target_session_attrs must be one of any, read-write"),
+        ("postgresql://u@h/db?sslmode=yes", "sslmode must be one of disable"),
         ("", "it is empty"),
         ("just words", "expected postgresql://"),
     ],

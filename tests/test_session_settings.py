@@ -20,7 +20,8 @@ from sqlalchemy.pool import NullPool
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit, ResetRequest
-from offsetstore.storage import database_url, migrate
+from offsetstore.storage import migrate
+from offsetstore.storage.database_url import conninfo, parse
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
@@ -44,7 +45,7 @@ def careless_url(scratch_database_url: str) -> Iterator[str]:
     """A migrated database whose session defaults promise nothing: what a pooler that drops settings leaves."""
     url = scratch_database_url
     migrate.upgrade(url)
-    dbname = database_url.parse(url)["dbname"]
+    dbname = parse(url)["dbname"]
     engine = sa.create_engine(url, poolclass=NullPool)
     try:
         with engine.begin() as conn:
@@ -102,9 +103,8 @@ def test_a_fetch_a_commit_and_a_reset_stay_bounded_while_a_lock_holds_the_table(
 ) -> None:
     store = Store(create_engine(careless_url, pool_size=2, statement_timeout_ms=300))
     store.commit_offsets(group_id, [OffsetCommit("t", 0, 1)])
-    conninfo = database_url.conninfo(careless_url)
     try:
-        with psycopg.connect(conninfo) as holder:
+        with psycopg.connect(conninfo(careless_url)) as holder:
             holder.execute("LOCK TABLE offsetstore.offsets IN ACCESS EXCLUSIVE MODE")
 
             async def blocked(hot: AsyncStore) -> list[str]:
@@ -144,3 +144,22 @@ def test_with_prepare_off_the_hot_pool_leaves_no_prepared_statement(careless_url
         assert _run(store, calls) == 0
     finally:
         store.dispose()
+
+
+@pytest.mark.parametrize("session", ["off", "local", "remote_apply"])
+def test_the_sql_api_commits_synchronously_whatever_the_callers_session_says(
+    database_url: str, group_id: str, session: str
+) -> None:
+    # The SQL API's callers bring their own sessions; the rule's function raises the setting
+    # for the transaction (read at COMMIT) and keeps a stronger one.
+    with psycopg.connect(conninfo(database_url)) as conn:
+        conn.execute(f"SET synchronous_commit = {session}")
+        generation = conn.execute("SELECT offsetstore.join_group(%s)", (group_id,)).fetchone()
+        assert generation is not None
+        conn.execute(
+            "SELECT * FROM offsetstore.commit_offsets(%s, %s, ARRAY['t'], ARRAY[0], ARRAY[3])",
+            (group_id, generation[0]),
+        )
+        seen = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()
+        conn.rollback()
+    assert seen == ("remote_apply" if session == "remote_apply" else "on",)

@@ -19,6 +19,12 @@ DECLARE
     created boolean;
     bad record;
 BEGIN
+    -- An acknowledged offset is durable whoever calls: the SQL API's callers bring sessions of
+    -- their own (and a pooler may drop settings). synchronous_commit is read at COMMIT, so
+    -- setting it for the transaction holds; a stronger choice of the caller (remote_apply) stays.
+    IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
     FOR i IN SELECT s FROM generate_subscripts(r_group, 1) AS s ORDER BY r_group[s], s LOOP
         IF r_join[i] THEN
             RETURN QUERY
