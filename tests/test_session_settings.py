@@ -21,8 +21,8 @@ from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit, ResetRequest
 from offsetstore.storage import migrate
-from offsetstore.storage.database_url import conninfo, parse
 from offsetstore.storage.async_store import AsyncStore
+from offsetstore.storage.database_url import conninfo, parse
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 
