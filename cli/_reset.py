@@ -82,15 +82,11 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
     # Read first only to name placeholders: a -1 that was stored is the latest one, not "none".
     before = stored_offsets(fetched)
     existed = _exists(client, group)
+    if not before and not existed and not args.all_groups:
+        _refuse_unknown(group, selection)
     per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
     if per_partition is not None:
         return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
-    whole_topics = selection is not None and any(not parts for parts in selection.values())
-    if not before and not existed and whole_topics and not args.all_groups:
-        raise UsageError(
-            f"group {group} has no offsets for that selection, and the store does not know a topic's "
-            "partitions: name them (--topic TOPIC:0,1,2) or give --bootstrap-server to ask the broker"
-        )
     result = client.reset_offsets(group, **replace(target, topics=selection).keywords())
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
     # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
@@ -109,6 +105,7 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
             "group_id": group,
             "generation": result.generation,
             "dry_run": result.dry_run,
+            "group_existed": existed,
             # A reset never deletes: a new -1 is the latest placeholder.
             "changes": [change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
             "kept_placeholders": [
@@ -146,8 +143,31 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
     return None
 
 
+def _refuse_unknown(group: str, selection: dict[str, list[int]] | None) -> None:
+    """A group that does not exist is reset only where the command names its partitions.
+
+    As with kafka-consumer-groups, a reset of an unknown group with its topic's partitions
+    creates it (pre-positioning a consumer before its first start); a mistyped name with
+    ``--all-topics`` or a bare topic is far likelier than that intent, so it is said first.
+    """
+    if selection is not None and all(selection.values()):
+        return
+    hint = (
+        "--all-topics selects the topics it has"
+        if selection is None
+        else "the store does not know a topic's partitions"
+    )
+    raise UsageError(
+        f"group {group} does not exist ({hint}); `offsetstore groups list` shows the groups that do. "
+        "To create it with these offsets, name its partitions (--topic TOPIC:0,1,2) or give "
+        "--bootstrap-server to ask the broker for them"
+    )
+
+
 def _applied_line(out: Output, group: str, dry_run: bool, existed: bool, generation: int, changed: bool) -> None:
-    if dry_run:
+    if dry_run and not existed and changed:
+        out.line(f"Group {group} does not exist: --execute creates it with these offsets. Dry run: nothing changed.")
+    elif dry_run:
         out.line("Dry run: nothing changed. Run again with --execute to apply.")
     elif not existed and changed:
         out.line(f"Created group {group} at generation {generation} with these offsets.")
@@ -231,6 +251,7 @@ def _reset_each(
             "group_id": group,
             "generation": generation,
             "dry_run": not args.execute,
+            "group_existed": existed,
             "changes": offsets_set_json(rows, previous_stored=before),
         }
     out.table(
