@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
@@ -14,6 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offsetstore", description="A transactional offset store for stream consumers."
     )
+    parser.add_argument("--version", action="version", version=f"offsetstore {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -207,6 +209,14 @@ def _token(args: argparse.Namespace) -> int:
     print(f"token:          {token}")
     print(f'token_sha256 = "{hash_token(token)}"')
     return 0
+
+
+def _version() -> str:
+    """The installed distribution's version (what a bug report needs), as the build-info gauge reports it."""
+    try:
+        return metadata.version("offsetstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -377,4 +380,13 @@ def test_error_messages() -> None:
     )
     assert _error_message(many, args, NOWHERE) == (
         "Error: 2 invalid fields\n  topics[0].topic: bad\n  to_offset: must be >= 0"
+    )
+
+
+def test_version_prints_the_installed_version_and_exits_0() -> None:
+    done = subprocess.run([sys.executable, "-m", "offsetstore.cli.main", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (
+        0,
+        f"offsetstore {metadata.version('offsetstore')}",
+        "",
     )
