@@ -68,6 +68,16 @@ def main() -> int:
     args = p.parse_args()
     if not args.database_url:
         p.error("--database-url (or OFFSETSTORE_DATABASE_URL) is required")
+    try:
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError:
+        # `make run` installs the server only: name the extra rather than end in a traceback.
+        print(
+            f"PySpark is not installed in {sys.executable}: install the spark extra into it "
+            "(from the checkout: .venv/bin/pip install -e '.[spark]'; see docs/spark.md)",
+            file=sys.stderr,
+        )
+        return 2
 
     # The sink logs one line per batch on logger offsetstore.spark_integration.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -77,8 +87,6 @@ def main() -> int:
     with engine.begin() as conn:
         conn.exec_driver_sql(TABLE_DDL.format(table=args.table))
     engine.dispose()
-
-    from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(args.group)
     if args.source == "kafka":
