@@ -96,3 +96,13 @@ def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -
 def test_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     assert "offsetstore = offsetstore.cli.main:main" in wheel.read(entry_points).decode()
+
+
+def test_the_license_travels_with_the_wheel(wheel: zipfile.ZipFile) -> None:
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = wheel.read(metadata).decode().split("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0" in fields
+    assert "License-File: LICENSE" in fields
+    (license_file,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file).decode() == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
