@@ -83,6 +83,12 @@ _EXPIRE_HELP = (
     "CHANGE_KIND_EXPIRE; each group keeps its generation, so a rejoin gets a higher one. Nothing changes "
     "without --execute. At most 1000 groups, longest idle first; run again for more."
 )
+_RESET_EXPORT_HELP = (
+    "write the plan (each selected partition's new offset) to standard output as CSV instead of the table, "
+    "as kafka-consumer-groups --reset-offsets --export does: topic,partition,offset lines for one group, "
+    "group,topic,partition,offset lines for several (--group repeated, --all-groups); notes go to standard "
+    "error. With --dry-run (the default) it plans; with --execute it applies and writes what it set"
+)
 _DELETE_HELP = (
     "Delete the selected offsets (--all-topics deletes the group). Like 'reset' and 'import', and unlike "
     "kafka-consumer-groups, it only shows what it would delete until --execute is given."
@@ -111,9 +117,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "HOST: the member id and peer of its latest JoinGroup), metadata and commit time (- where unknown; "
         "'earliest' and 'latest' are the placeholders -2 and -1). An unknown group is an error.",
     )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("group", metavar="GROUP", nargs="?", help="the group to describe")
-    which.add_argument("--all-groups", action="store_true", help="describe every group")
+    _add_groups(p, "describe")
     view = p.add_mutually_exclusive_group()
     view.add_argument(
         "--members",
@@ -157,6 +161,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--by-duration", type=parse_by_duration, metavar="DURATION", help=_BY_DURATION_HELP)
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=_BOOTSTRAP_HELP)
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
+    p.add_argument("--export", action="store_true", help=_RESET_EXPORT_HELP)
     _add_execute(p)
 
     p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)
@@ -274,6 +279,14 @@ def _add_selection(parser: argparse.ArgumentParser, *, required: bool) -> None:
 def _add_groups(parser: argparse.ArgumentParser, verb: str) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("group", metavar="GROUP", nargs="?", help=f"the group to {verb}")
+    which.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        metavar="GROUP",
+        help=f"{verb} this group; repeat for several, as kafka-consumer-groups takes them (--output json then "
+        "writes a list, as with --all-groups)",
+    )
     which.add_argument("--all-groups", action="store_true", help=f"{verb} every group (one after another)")
 
 

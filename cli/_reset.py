@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ from offsetstore.cli._group_state import (
     known_ranges,
     out_of_range,
     selection_of,
+    several,
     stored_offsets,
     topic_selection,
     warn_out_of_range,
@@ -32,22 +34,75 @@ from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, OffsetChange, Re
 
 RESET_MEMBER_ID = "offsetstore-cli-reset"
 
+#: A reset's plan: each selected partition's new offset (placeholders as their numbers).
+Plan = list[tuple[TopicPartition, int]]
+
 
 def cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
-    documents = []
+    if args.export and out.json:
+        out.error("Error: --export writes CSV: leave out --output json")
+        return EXIT_ERROR
+    shown = _ExportNotes(out) if args.export else out
+    documents, plans = [], []
     try:
-        for n, group in enumerate(groups_of(client, args)):
+        selection = _selection(args)
+        groups = groups_of(client, args)
+        if not args.all_groups:
+            for group in groups:  # before any change: a mistyped name among several stops them all
+                _check_known(client, group, selection)
+        for n, group in enumerate(groups):
             if n and not out.json:
-                out.line()
-            documents.append(_reset_group(client, group, args, out))
+                shown.line()
+            document, plan = _reset_group(client, group, selection, args, shown)
+            documents.append(document)
+            plans.append((group, plan))
     except (UsageError, _broker.BrokerError) as error:
         out.error(f"Error: {error}")
         return EXIT_ERROR
-    if out.json:
-        out.document(documents if args.all_groups else documents[0])
+    if args.export:
+        out.out.write(_plan_csv(plans, with_group=several(args)))
+    elif out.json:
+        out.document(documents if several(args) else documents[0])
     elif args.all_groups and not documents:
         out.line("There are no groups.")
     return EXIT_OK
+
+
+class _ExportNotes(Output):
+    """Where ``reset --export`` shows what it says: the CSV alone on standard output, notes on standard error."""
+
+    def __init__(self, out: Output) -> None:
+        super().__init__("table", out.err, out.err)
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        pass  # the CSV is the table
+
+    def line(self, text: str = "") -> None:
+        if text:
+            self.err.write(text + "\n")
+
+
+def _plan_csv(plans: list[tuple[str, Plan]], *, with_group: bool) -> str:
+    """kafka-consumer-groups' export: topic,partition,offset for one group, group first for several."""
+    return "".join(
+        f"{group},{tp.topic},{tp.partition},{offset}\n" if with_group else f"{tp.topic},{tp.partition},{offset}\n"
+        for group, plan in plans
+        for tp, offset in plan
+    )
+
+
+def _selection(args: argparse.Namespace) -> dict[str, list[int]] | None:
+    selection = topic_selection(args)
+    if args.bootstrap_server and selection is not None and any(not parts for parts in selection.values()):
+        # kafka-consumer-groups: a whole topic is every partition the broker has.
+        whole = [t for t, parts in selection.items() if not parts]
+        selection = _broker.expand(selection, _broker.topic_partitions(args.bootstrap_server, whole))
+    return selection
+
+
+def _check_known(client: OffsetStoreClient, group: str, selection: dict[str, list[int]] | None) -> None:
+    if not stored_offsets(client.fetch_offsets(group, selection)) and not _exists(client, group):
+        _refuse_unknown(group, selection)
 
 
 def _reset_target(args: argparse.Namespace, group: str) -> ResetRequest:
@@ -69,21 +124,20 @@ def _reset_target(args: argparse.Namespace, group: str) -> ResetRequest:
     return replace(request, to_commit_time=instant)
 
 
-def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace, out: Output) -> dict | None:
-    """Resets one group as the options say; returns its JSON document (None in table mode)."""
+def _reset_group(
+    client: OffsetStoreClient,
+    group: str,
+    selection: dict[str, list[int]] | None,
+    args: argparse.Namespace,
+    out: Output,
+) -> tuple[dict | None, Plan]:
+    """Resets one group as the options say; returns its JSON document (None in table mode) and its plan."""
     target = _reset_target(args, group)
     instant = target.to_commit_time
-    selection = topic_selection(args)
-    if args.bootstrap_server and selection is not None and any(not parts for parts in selection.values()):
-        # kafka-consumer-groups: a whole topic is every partition the broker has.
-        whole = [t for t, parts in selection.items() if not parts]
-        selection = _broker.expand(selection, _broker.topic_partitions(args.bootstrap_server, whole))
     fetched = client.fetch_offsets(group, selection)
     # Read first only to name placeholders: a -1 that was stored is the latest one, not "none".
     before = stored_offsets(fetched)
     existed = _exists(client, group)
-    if not before and not existed and not args.all_groups:
-        _refuse_unknown(group, selection)
     per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
     if per_partition is not None:
         return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
@@ -96,6 +150,8 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
         for tp, off in before.items()
         if target.shift_by is not None and tp not in changed and off in (EARLIEST, LATEST)
     )
+
+    plan = sorted([*((TopicPartition(c.topic, c.partition), c.new_offset) for c in changes), *kept])
 
     def previous_stored(c: OffsetChange) -> bool:
         return TopicPartition(c.topic, c.partition) in before
@@ -112,7 +168,7 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
                 {"topic": tp.topic, "partition": tp.partition, **offset_json("offset", off, stored=True)}
                 for tp, off in kept
             ],
-        }
+        }, plan
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         (
@@ -140,7 +196,7 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
     if not changes and not kept:
         out.line(f"No partition selected: group {group} has no offsets for that selection.")
     _applied_line(out, group, result.dry_run, existed, result.generation, bool(changes))
-    return None
+    return None, plan
 
 
 def _refuse_unknown(group: str, selection: dict[str, list[int]] | None) -> None:
@@ -243,8 +299,9 @@ def _reset_each(
     existed: bool,
     generation_before: int,
     instant: datetime | None,
-) -> dict | None:
+) -> tuple[dict | None, Plan]:
     rows = sorted((tp, before.get(tp, NO_OFFSET), offset) for tp, offset in new.items())
+    plan = [(tp, offset) for tp, _, offset in rows]
     generation = _set_offsets(client, group, new, existed) if args.execute and new else generation_before
     if out.json:
         return {
@@ -253,7 +310,7 @@ def _reset_each(
             "dry_run": not args.execute,
             "group_existed": existed,
             "changes": offsets_set_json(rows, previous_stored=before),
-        }
+        }, plan
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         ((group, tp.topic, tp.partition, offset_cell(old, stored=tp in before), off) for tp, old, off in rows),
@@ -267,4 +324,4 @@ def _reset_each(
     if not rows:
         out.line(f"No partition selected: group {group} has no offsets for that selection.")
     _applied_line(out, group, not args.execute, existed, generation, bool(rows))
-    return None
+    return None, plan

@@ -15,4 +15,5 @@ pytest_plugins = [
     "tests.fixtures.fix_server",
     "tests.fixtures.fix_auth",
     "tests.fixtures.fix_http",
+    "tests.fixtures.fix_cli",
 ]

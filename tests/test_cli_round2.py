@@ -3,36 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import Watermark
 from offsetstore.server import metrics
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def groups(server, capsys: pytest.CaptureFixture[str]):
-    def run(*argv: str) -> Run:
-        capsys.readouterr()
-        code = cli.main([*argv, "--server", server.address])
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
 
 
 @pytest.fixture
