@@ -70,7 +70,9 @@ _IMPORT_HELP = (
     "'reset --to-earliest' does). With --execute: placeholders are reset first, else the group is joined "
     f"as '{IMPORT_MEMBER_ID}'; either bumps the generation and so fences live writers; then every real "
     "offset of the file is committed with that generation in one transaction. Partitions not in the file "
-    "keep their offsets."
+    "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
+    "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
+    "lines with 'import GROUP FILE'."
 )
 _IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
 _IDLE_FOR_LIST_HELP = (
@@ -188,7 +190,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
     p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
-    p.add_argument("operands", nargs="+", metavar="GROUP FILE", help="the group to set the offsets of, and the file")
+    p.add_argument(
+        "operands",
+        nargs="+",
+        metavar="[GROUP] FILE",
+        help="the group to set the offsets of, and the file (no GROUP: the file's group column names them)",
+    )
     p.add_argument("--group", metavar="GROUP", help=argparse.SUPPRESS)  # the older 'import FILE --group GROUP'
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     _add_execute(p)

@@ -1,4 +1,4 @@
-"""``offsetstore groups`` as kafka-consumer-groups users type it: several --group at once, ``reset --export``."""
+"""``offsetstore groups`` as kafka-consumer-groups users type it: several --group at once, ``reset --export``, 4-column files."""
 
 from __future__ import annotations
 
@@ -98,3 +98,33 @@ def test_reset_export_is_csv_only(groups, two: list[str]) -> None:
     run = groups("reset", two[0], "--all-topics", "--to-offset", "1", "--export", "--output", "json")
     assert (run.code, run.out) == (1, "")
     assert "--export writes CSV" in run.err
+
+
+def test_import_reads_the_four_column_file_of_several_groups(client, groups, two, topic, tmp_path: Path) -> None:
+    a, b = two
+    exported = groups("reset", "--group", a, "--group", b, "--all-topics", "--to-offset", "3", "--export")
+    assert exported.code == 0, exported.err
+    plan = tmp_path / "plan.csv"
+    plan.write_text("group,topic,partition,offset\n" + exported.out)  # a header is tolerated
+    run = groups("import", str(plan), "--execute", "--output", "json")
+    assert run.code == 0, run.err
+    assert [d["group_id"] for d in run.json()] == [a, b]
+    assert offsets_of(client, a) == offsets_of(client, b) == {(topic, 0): 3, (topic, 1): 3}
+    # GROUP FILE takes that group's lines only, and says the others were left alone.
+    plan.write_text(f"{a},{topic},0,4\n{b},{topic},0,5\n")
+    run = groups("import", a, str(plan), "--execute")
+    assert run.code == 0, run.err
+    assert "1 other group(s)" in run.err
+    assert (offsets_of(client, a)[(topic, 0)], offsets_of(client, b)[(topic, 0)]) == (4, 3)
+
+
+def test_import_of_a_one_group_file_without_a_group_asks_for_it(groups, two, topic, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.csv"
+    plan.write_text(f"{topic},0,4\n")
+    run = groups("import", str(plan), "--execute")
+    assert (run.code, run.out) == (1, "")
+    assert "name the group, import GROUP FILE" in run.err
+    plan.write_text(f"{two[0]},{topic},0,4\n{two[0]},{topic},1\n")
+    run = groups("import", str(plan))
+    assert run.code == 1
+    assert "line 2: expected group,topic,partition,offset" in run.err and "Nothing was imported." in run.err

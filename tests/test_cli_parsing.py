@@ -329,7 +329,8 @@ def test_a_wrong_flag_prints_the_usage_of_its_command(
         ["describe"],  # a group or --all-groups
         ["describe", "g", "--all-groups"],
         ["reset", "g", "--all-topics", "--to-current", "--shift-by", "1"],
-        ["import", "plan.csv"],  # and import a group
+        ["import", "g", "plan.csv", "more.csv"],
+        ["describe", "g", "--group", "h"],  # GROUP or --group, not both
         ["list", "--output", "yaml"],
         ["list", "--timeout", "0"],
         [],
