@@ -190,6 +190,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
     p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
+    p.usage = "%(prog)s [options] [--clamp] [--dry-run | --execute] [GROUP] FILE"
     p.add_argument(
         "operands",
         nargs="+",
