@@ -1,4 +1,4 @@
-"""The ``offsetstore`` command: ``serve``, ``migrate`` and the ``groups`` admin commands."""
+"""The ``offsetstore`` command: ``serve``, ``migrate``, the ``groups`` admin commands, ``token`` and ``completion``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
+from offsetstore.cli._completion import bash_script
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -164,6 +165,15 @@ def _parser() -> argparse.ArgumentParser:
 
     groups = sub.add_parser("groups", help="inspect and manage consumer groups (like kafka-consumer-groups)")
     groups_cli.configure_parser(groups)
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script of every command and option: source <(offsetstore completion bash) "
+        "in ~/.bashrc, or save it in bash-completion's directory. Zsh runs it after "
+        "autoload -U bashcompinit && bashcompinit.",
+    )
+    completion.add_argument("shell", choices=["bash"])
     return parser
 
 
@@ -227,6 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "completion":
+        print(bash_script(_parser()), end="")
+        return 0
     from offsetstore.server.config import Settings
     from offsetstore.server.serve import serve
 
