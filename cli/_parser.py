@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
 from offsetstore.cli._offsets_file import IMPORT_MEMBER_ID, import_operands
+from offsetstore.cli._profile import PROFILE_ENV
 from offsetstore.cli._values import (
     int64,
     nonnegative_int,
@@ -245,7 +246,7 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
     parser.add_argument(
         "--output",
         choices=("table", "json"),
-        default=default("table"),
+        default=default(None),
         help="a readable table (default), or one JSON document with the contract's field names",
     )
     parser.add_argument(
@@ -265,6 +266,14 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
     )
     parser.add_argument(
         "--token-file", metavar="FILE", default=default(None), help="read the bearer token from the first line of FILE"
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=default(None),
+        help=f"a profile of these options as key=value lines (server, timeout, output, tls, tls-ca, tls-cert, "
+        f"tls-key, token, token-file), like kafka-consumer-groups' --command-config; env {PROFILE_ENV}. "
+        "Options given here win over it, and it over OFFSETSTORE_SERVER and OFFSETSTORE_TOKEN",
     )
 
 
