@@ -171,12 +171,13 @@ def _quiet_fence_traces(spark: SparkSession) -> None:
     """Leaves a fenced batch to the one line above: py4j and Spark would each log it with a stack trace.
 
     Any other failure still ends in awaitTermination's exception, which carries the same cause.
+    Stopping an idle query makes the scheduler warn that it had no job to cancel: noise too.
     """
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     jvm = spark.sparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF
-    )
+    level, configurator = jvm.org.apache.logging.log4j.Level, jvm.org.apache.logging.log4j.core.config.Configurator
+    configurator.setLevel("org.apache.spark.sql.execution.streaming", level.OFF)
+    configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", level.ERROR)
 
 
 if __name__ == "__main__":
