@@ -108,7 +108,7 @@ def compose() -> dict:
 
 def test_compose_services(compose: dict, stages: list[Stage]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "offsetstore", "prometheus"}
+    assert set(services) == {"postgres", "offsetstore", "prometheus", "grafana"}
 
     postgres = services["postgres"]
     assert re.fullmatch(r"postgres:1[56](\.\d+)?", postgres["image"])
@@ -126,12 +126,38 @@ def test_compose_services(compose: dict, stages: list[Stage]) -> None:
     )
     assert env.get("OFFSETSTORE_MIGRATE", "true") == "true"  # migrates at start
     assert offsetstore["depends_on"]["postgres"]["condition"] == "service_healthy"
+    # The image's ports, and the HTTP/JSON API with the web console, which compose turns on.
     published = {p.split(":")[-1] for p in offsetstore["ports"]}
-    assert published == set(stages[-1].last("EXPOSE").split())
+    http = env["OFFSETSTORE_HTTP_LISTEN"].rpartition(":")[2]
+    assert published == {*stages[-1].last("EXPOSE").split(), http}
 
     prometheus = services["prometheus"]
     assert "./deploy:/etc/prometheus/deploy:ro" in prometheus["volumes"]
     assert "--config.file=/etc/prometheus/deploy/compose/prometheus.yml" in prometheus["command"]
+
+
+def test_compose_grafana_shows_the_shipped_dashboard_on_the_compose_prometheus(compose: dict) -> None:
+    import yaml
+
+    grafana = compose["services"]["grafana"]
+    assert "./deploy:/etc/grafana/deploy:ro" in grafana["volumes"]
+    env = grafana["environment"]
+
+    def on_host(path: str) -> Path:
+        """Where a path inside the Grafana container is in this checkout (deploy/ is mounted read-only)."""
+        inside = Path(path)
+        assert inside.is_relative_to("/etc/grafana/deploy"), path
+        return ROOT / "deploy" / inside.relative_to("/etc/grafana/deploy")
+
+    provisioning = on_host(env["GF_PATHS_PROVISIONING"])
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    port = compose["services"]["prometheus"]["ports"][0].rpartition(":")[2]
+    assert (source["type"], source["url"], source["isDefault"]) == ("prometheus", f"http://prometheus:{port}", True)
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "offsetstore.yml").read_text())["providers"]
+    dashboards = on_host(provider["options"]["path"])
+    assert (dashboards / "offsetstore-dashboard.json").is_file()
+    home = on_host(env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert json.loads(home.read_text())["uid"] == "offsetstore"
 
 
 def test_compose_prometheus_scrapes_offsetstore_with_the_shipped_job(compose: dict) -> None:
