@@ -18,7 +18,7 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY proto/ proto/
 COPY server/ server/
 COPY client/ client/
@@ -29,9 +29,10 @@ COPY cli/ cli/
 COPY spark_integration/ spark_integration/
 COPY kafka_integration/ kafka_integration/
 COPY migrations/ migrations/
-# A regular (non-editable) install into a virtualenv that the final stage copies whole.
+# A regular (non-editable) install into a virtualenv that the final stage copies whole; the
+# mirror extra (confluent-kafka) so that every flag of `serve` works, --mirror-kafka-* included.
 RUN python -m venv /opt/offsetstore \
-    && /opt/offsetstore/bin/pip install --no-cache-dir . \
+    && /opt/offsetstore/bin/pip install --no-cache-dir '.[mirror]' \
     && /opt/offsetstore/bin/offsetstore --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from offsetstore.cli._errors import EXIT_OK
-from offsetstore.cli._group_state import groups_of, stored_offsets, topic_selection
+from offsetstore.cli._group_state import groups_of, several, stored_offsets, topic_selection
 from offsetstore.cli._render import Output, offset_cell, offset_json
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import NO_OFFSET
@@ -18,7 +18,7 @@ def cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
             out.line()
         documents.append(_delete_group(client, group, args, out))
     if out.json:
-        out.document(documents if args.all_groups else documents[0])
+        out.document(documents if several(args) else documents[0])
     elif args.all_groups and not documents:
         out.line("There are no groups.")
     return EXIT_OK

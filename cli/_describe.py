@@ -6,7 +6,8 @@ import argparse
 from datetime import datetime
 from typing import Any
 
-from offsetstore.cli._errors import EXIT_OK
+from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK
+from offsetstore.cli._group_state import named_groups, several
 from offsetstore.cli._render import Output, json_time, offset_cell, offset_json, table_time, text_cell, unknown_cell
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import GroupNotFoundError
@@ -14,23 +15,39 @@ from offsetstore.core.types import GroupDescription
 
 
 def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    groups: list[GroupDescription] = []
+    missing: list[str] = []
     if args.all_groups:
-        groups: list[GroupDescription] = []
         for summary in client.iter_groups():
             try:
                 groups.append(client.describe_group(summary.group_id))
             except GroupNotFoundError:
                 continue  # deleted since it was listed
-    else:
+    elif not several(args):
         groups = [client.describe_group(args.group)]
+    else:
+        # As kafka-consumer-groups does with several --group: each one that exists is shown.
+        for name in named_groups(args):
+            try:
+                groups.append(client.describe_group(name))
+            except GroupNotFoundError:
+                missing.append(name)
     if args.members:
-        return _describe_members(groups, args, out)
-    if args.state:
-        return _describe_state(groups, args, out)
+        _describe_members(groups, args, out)
+    elif args.state:
+        _describe_state(groups, args, out)
+    else:
+        _describe_offsets(groups, args, out)
+    for name in missing:
+        out.error(f"Error: group {name} does not exist.")
+    return EXIT_ERROR if missing else EXIT_OK
+
+
+def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> None:
     if out.json:
         documents = [_describe_json(g) for g in groups]
-        out.document(documents if args.all_groups else documents[0])
-        return EXIT_OK
+        out.document(documents if several(args) else documents[0])
+        return
     out.table(
         (
             "GROUP",
@@ -65,16 +82,16 @@ def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Outpu
         ),
     )
     empty = [g for g in groups if not g.partitions]
-    if empty or not groups:
+    none = args.all_groups and not groups
+    if empty or none:
         out.line()
     for group in empty:
         out.line(f"Group {group.group_id} has no offsets (generation {group.generation}).")
-    if not groups:
+    if none:
         out.line("There are no groups.")
     for group in groups:
         for warning in _past_end_warnings(group):
             out.error(warning)
-    return EXIT_OK
 
 
 def _describe_json(group: GroupDescription) -> dict[str, Any]:
@@ -130,7 +147,7 @@ def _past_end_warnings(group: GroupDescription) -> list[str]:
     ]
 
 
-def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> int:
+def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> None:
     # The store knows the latest JoinGroup of a group, not every live member as a Kafka coordinator does.
     rows = [
         {
@@ -144,8 +161,8 @@ def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, 
         for g in groups
     ]
     if out.json:
-        out.document(rows if args.all_groups else rows[0])
-        return EXIT_OK
+        out.document(rows if several(args) else rows[0])
+        return
     out.table(
         ("GROUP", "CONSUMER-ID", "HOST", "GENERATION", "LAST-ACTIVE", "#PARTITIONS"),
         (
@@ -164,10 +181,9 @@ def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, 
     out.line(
         "CONSUMER-ID and HOST are the latest member to join (JoinGroup); offsetstore keeps no list of live members."
     )
-    return EXIT_OK
 
 
-def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> int:
+def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> None:
     rows = [
         {
             "group_id": g.group_id,
@@ -180,8 +196,8 @@ def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, ou
         for g in groups
     ]
     if out.json:
-        out.document(rows if args.all_groups else rows[0])
-        return EXIT_OK
+        out.document(rows if several(args) else rows[0])
+        return
     out.table(
         ("GROUP", "STATE", "GENERATION", "RESETS", "#PARTITIONS", "LAST-ACTIVE"),
         (
@@ -194,4 +210,3 @@ def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, ou
         "STATE: Empty (no offsets), Stable (offsets, none past its log end) or PastLogEnd (see describe's "
         "warnings). LAST-ACTIVE: the latest join, reset or commit."
     )
-    return EXIT_OK

@@ -37,7 +37,19 @@ def stored_offsets(fetched: FetchResult) -> dict[TopicPartition, int]:
 def groups_of(client: OffsetStoreClient, args: argparse.Namespace) -> list[str]:
     if getattr(args, "all_groups", False):
         return [g.group_id for g in client.iter_groups()]
+    return named_groups(args)
+
+
+def named_groups(args: argparse.Namespace) -> list[str]:
+    """The groups the command names: GROUP, or each --group once in the order given."""
+    if getattr(args, "groups", None):
+        return list(dict.fromkeys(args.groups))
     return [args.group]
+
+
+def several(args: argparse.Namespace) -> bool:
+    """Whether the command was asked about groups in the plural (--all-groups, --group): JSON is then a list."""
+    return bool(getattr(args, "all_groups", False) or getattr(args, "groups", None))
 
 
 def known_ranges(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
 from offsetstore.cli._offsets_file import IMPORT_MEMBER_ID, import_operands
+from offsetstore.cli._profile import PROFILE_ENV
 from offsetstore.cli._values import (
     int64,
     nonnegative_int,
@@ -70,7 +71,9 @@ _IMPORT_HELP = (
     "'reset --to-earliest' does). With --execute: placeholders are reset first, else the group is joined "
     f"as '{IMPORT_MEMBER_ID}'; either bumps the generation and so fences live writers; then every real "
     "offset of the file is committed with that generation in one transaction. Partitions not in the file "
-    "keep their offsets."
+    "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
+    "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
+    "lines with 'import GROUP FILE'."
 )
 _IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
 _IDLE_FOR_LIST_HELP = (
@@ -82,6 +85,12 @@ _EXPIRE_HELP = (
     "offsets.retention.minutes): their offsets are removed and recorded in their history as "
     "CHANGE_KIND_EXPIRE; each group keeps its generation, so a rejoin gets a higher one. Nothing changes "
     "without --execute. At most 1000 groups, longest idle first; run again for more."
+)
+_RESET_EXPORT_HELP = (
+    "write the plan (each selected partition's new offset) to standard output as CSV instead of the table, "
+    "as kafka-consumer-groups --reset-offsets --export does: topic,partition,offset lines for one group, "
+    "group,topic,partition,offset lines for several (--group repeated, --all-groups); notes go to standard "
+    "error. With --dry-run (the default) it plans; with --execute it applies and writes what it set"
 )
 _DELETE_HELP = (
     "Delete the selected offsets (--all-topics deletes the group). Like 'reset' and 'import', and unlike "
@@ -111,9 +120,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "HOST: the member id and peer of its latest JoinGroup), metadata and commit time (- where unknown; "
         "'earliest' and 'latest' are the placeholders -2 and -1). An unknown group is an error.",
     )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("group", metavar="GROUP", nargs="?", help="the group to describe")
-    which.add_argument("--all-groups", action="store_true", help="describe every group")
+    _add_groups(p, "describe")
     view = p.add_mutually_exclusive_group()
     view.add_argument(
         "--members",
@@ -157,6 +164,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--by-duration", type=parse_by_duration, metavar="DURATION", help=_BY_DURATION_HELP)
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=_BOOTSTRAP_HELP)
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
+    p.add_argument("--export", action="store_true", help=_RESET_EXPORT_HELP)
     _add_execute(p)
 
     p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)
@@ -183,7 +191,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
     p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
-    p.add_argument("operands", nargs="+", metavar="GROUP FILE", help="the group to set the offsets of, and the file")
+    p.usage = "%(prog)s [options] [--clamp] [--dry-run | --execute] [GROUP] FILE"
+    p.add_argument(
+        "operands",
+        nargs="+",
+        metavar="[GROUP] FILE",
+        help="the group to set the offsets of, and the file (no GROUP: the file's group column names them)",
+    )
     p.add_argument("--group", metavar="GROUP", help=argparse.SUPPRESS)  # the older 'import FILE --group GROUP'
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     _add_execute(p)
@@ -232,7 +246,7 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
     parser.add_argument(
         "--output",
         choices=("table", "json"),
-        default=default("table"),
+        default=default(None),
         help="a readable table (default), or one JSON document with the contract's field names",
     )
     parser.add_argument(
@@ -252,6 +266,14 @@ def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> N
     )
     parser.add_argument(
         "--token-file", metavar="FILE", default=default(None), help="read the bearer token from the first line of FILE"
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=default(None),
+        help=f"a profile of these options as key=value lines (server, timeout, output, tls, tls-ca, tls-cert, "
+        f"tls-key, token, token-file), like kafka-consumer-groups' --command-config; env {PROFILE_ENV}. "
+        "Options given here win over it, and it over OFFSETSTORE_SERVER and OFFSETSTORE_TOKEN",
     )
 
 
@@ -274,6 +296,14 @@ def _add_selection(parser: argparse.ArgumentParser, *, required: bool) -> None:
 def _add_groups(parser: argparse.ArgumentParser, verb: str) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("group", metavar="GROUP", nargs="?", help=f"the group to {verb}")
+    which.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        metavar="GROUP",
+        help=f"{verb} this group; repeat for several, as kafka-consumer-groups takes them (--output json then "
+        "writes a list, as with --all-groups)",
+    )
     which.add_argument("--all-groups", action="store_true", help=f"{verb} every group (one after another)")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ from offsetstore.cli._group_state import (
     known_ranges,
     out_of_range,
     selection_of,
+    several,
     stored_offsets,
     topic_selection,
     warn_out_of_range,
@@ -32,22 +34,75 @@ from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, OffsetChange, Re
 
 RESET_MEMBER_ID = "offsetstore-cli-reset"
 
+#: A reset's plan: each selected partition's new offset (placeholders as their numbers).
+Plan = list[tuple[TopicPartition, int]]
+
 
 def cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
-    documents = []
+    if args.export and out.json:
+        out.error("Error: --export writes CSV: leave out --output json")
+        return EXIT_ERROR
+    shown = _ExportNotes(out) if args.export else out
+    documents, plans = [], []
     try:
-        for n, group in enumerate(groups_of(client, args)):
+        selection = _selection(args)
+        groups = groups_of(client, args)
+        if not args.all_groups:
+            for group in groups:  # before any change: a mistyped name among several stops them all
+                _check_known(client, group, selection)
+        for n, group in enumerate(groups):
             if n and not out.json:
-                out.line()
-            documents.append(_reset_group(client, group, args, out))
+                shown.line()
+            document, plan = _reset_group(client, group, selection, args, shown)
+            documents.append(document)
+            plans.append((group, plan))
     except (UsageError, _broker.BrokerError) as error:
         out.error(f"Error: {error}")
         return EXIT_ERROR
-    if out.json:
-        out.document(documents if args.all_groups else documents[0])
+    if args.export:
+        out.out.write(_plan_csv(plans, with_group=several(args)))
+    elif out.json:
+        out.document(documents if several(args) else documents[0])
     elif args.all_groups and not documents:
         out.line("There are no groups.")
     return EXIT_OK
+
+
+class _ExportNotes(Output):
+    """Where ``reset --export`` shows what it says: the CSV alone on standard output, notes on standard error."""
+
+    def __init__(self, out: Output) -> None:
+        super().__init__("table", out.err, out.err)
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        pass  # the CSV is the table
+
+    def line(self, text: str = "") -> None:
+        if text:
+            self.err.write(text + "\n")
+
+
+def _plan_csv(plans: list[tuple[str, Plan]], *, with_group: bool) -> str:
+    """kafka-consumer-groups' export: topic,partition,offset for one group, group first for several."""
+    return "".join(
+        f"{group},{tp.topic},{tp.partition},{offset}\n" if with_group else f"{tp.topic},{tp.partition},{offset}\n"
+        for group, plan in plans
+        for tp, offset in plan
+    )
+
+
+def _selection(args: argparse.Namespace) -> dict[str, list[int]] | None:
+    selection = topic_selection(args)
+    if args.bootstrap_server and selection is not None and any(not parts for parts in selection.values()):
+        # kafka-consumer-groups: a whole topic is every partition the broker has.
+        whole = [t for t, parts in selection.items() if not parts]
+        selection = _broker.expand(selection, _broker.topic_partitions(args.bootstrap_server, whole))
+    return selection
+
+
+def _check_known(client: OffsetStoreClient, group: str, selection: dict[str, list[int]] | None) -> None:
+    if not stored_offsets(client.fetch_offsets(group, selection)) and not _exists(client, group):
+        _refuse_unknown(group, selection)
 
 
 def _reset_target(args: argparse.Namespace, group: str) -> ResetRequest:
@@ -69,15 +124,16 @@ def _reset_target(args: argparse.Namespace, group: str) -> ResetRequest:
     return replace(request, to_commit_time=instant)
 
 
-def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace, out: Output) -> dict | None:
-    """Resets one group as the options say; returns its JSON document (None in table mode)."""
+def _reset_group(
+    client: OffsetStoreClient,
+    group: str,
+    selection: dict[str, list[int]] | None,
+    args: argparse.Namespace,
+    out: Output,
+) -> tuple[dict | None, Plan]:
+    """Resets one group as the options say; returns its JSON document (None in table mode) and its plan."""
     target = _reset_target(args, group)
     instant = target.to_commit_time
-    selection = topic_selection(args)
-    if args.bootstrap_server and selection is not None and any(not parts for parts in selection.values()):
-        # kafka-consumer-groups: a whole topic is every partition the broker has.
-        whole = [t for t, parts in selection.items() if not parts]
-        selection = _broker.expand(selection, _broker.topic_partitions(args.bootstrap_server, whole))
     fetched = client.fetch_offsets(group, selection)
     # Read first only to name placeholders: a -1 that was stored is the latest one, not "none".
     before = stored_offsets(fetched)
@@ -85,12 +141,6 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
     per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
     if per_partition is not None:
         return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
-    whole_topics = selection is not None and any(not parts for parts in selection.values())
-    if not before and not existed and whole_topics and not args.all_groups:
-        raise UsageError(
-            f"group {group} has no offsets for that selection, and the store does not know a topic's "
-            "partitions: name them (--topic TOPIC:0,1,2) or give --bootstrap-server to ask the broker"
-        )
     result = client.reset_offsets(group, **replace(target, topics=selection).keywords())
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
     # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
@@ -101,6 +151,8 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
         if target.shift_by is not None and tp not in changed and off in (EARLIEST, LATEST)
     )
 
+    plan = sorted([*((TopicPartition(c.topic, c.partition), c.new_offset) for c in changes), *kept])
+
     def previous_stored(c: OffsetChange) -> bool:
         return TopicPartition(c.topic, c.partition) in before
 
@@ -109,13 +161,14 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
             "group_id": group,
             "generation": result.generation,
             "dry_run": result.dry_run,
+            "group_existed": existed,
             # A reset never deletes: a new -1 is the latest placeholder.
             "changes": [change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
             "kept_placeholders": [
                 {"topic": tp.topic, "partition": tp.partition, **offset_json("offset", off, stored=True)}
                 for tp, off in kept
             ],
-        }
+        }, plan
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         (
@@ -143,11 +196,34 @@ def _reset_group(client: OffsetStoreClient, group: str, args: argparse.Namespace
     if not changes and not kept:
         out.line(f"No partition selected: group {group} has no offsets for that selection.")
     _applied_line(out, group, result.dry_run, existed, result.generation, bool(changes))
-    return None
+    return None, plan
+
+
+def _refuse_unknown(group: str, selection: dict[str, list[int]] | None) -> None:
+    """A group that does not exist is reset only where the command names its partitions.
+
+    As with kafka-consumer-groups, a reset of an unknown group with its topic's partitions
+    creates it (pre-positioning a consumer before its first start); a mistyped name with
+    ``--all-topics`` or a bare topic is far likelier than that intent, so it is said first.
+    """
+    if selection is not None and all(selection.values()):
+        return
+    hint = (
+        "--all-topics selects the topics it has"
+        if selection is None
+        else "the store does not know a topic's partitions"
+    )
+    raise UsageError(
+        f"group {group} does not exist ({hint}); `offsetstore groups list` shows the groups that do. "
+        "To create it with these offsets, name its partitions (--topic TOPIC:0,1,2) or give "
+        "--bootstrap-server to ask the broker for them"
+    )
 
 
 def _applied_line(out: Output, group: str, dry_run: bool, existed: bool, generation: int, changed: bool) -> None:
-    if dry_run:
+    if dry_run and not existed and changed:
+        out.line(f"Group {group} does not exist: --execute creates it with these offsets. Dry run: nothing changed.")
+    elif dry_run:
         out.line("Dry run: nothing changed. Run again with --execute to apply.")
     elif not existed and changed:
         out.line(f"Created group {group} at generation {generation} with these offsets.")
@@ -223,16 +299,18 @@ def _reset_each(
     existed: bool,
     generation_before: int,
     instant: datetime | None,
-) -> dict | None:
+) -> tuple[dict | None, Plan]:
     rows = sorted((tp, before.get(tp, NO_OFFSET), offset) for tp, offset in new.items())
+    plan = [(tp, offset) for tp, _, offset in rows]
     generation = _set_offsets(client, group, new, existed) if args.execute and new else generation_before
     if out.json:
         return {
             "group_id": group,
             "generation": generation,
             "dry_run": not args.execute,
+            "group_existed": existed,
             "changes": offsets_set_json(rows, previous_stored=before),
-        }
+        }, plan
     out.table(
         ("GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"),
         ((group, tp.topic, tp.partition, offset_cell(old, stored=tp in before), off) for tp, old, off in rows),
@@ -246,4 +324,4 @@ def _reset_each(
     if not rows:
         out.line(f"No partition selected: group {group} has no offsets for that selection.")
     _applied_line(out, group, not args.execute, existed, generation, bool(rows))
-    return None
+    return None, plan

@@ -36,6 +36,7 @@ from offsetstore.cli._history import cmd_history
 from offsetstore.cli._list import cmd_expire, cmd_list
 from offsetstore.cli._offsets_file import cmd_export, cmd_import
 from offsetstore.cli._parser import configure_parser
+from offsetstore.cli._profile import ProfileError, apply_profile
 from offsetstore.cli._render import Output
 from offsetstore.cli._reset import cmd_reset
 from offsetstore.client import OffsetStoreClient
@@ -70,7 +71,12 @@ _with_default_port = _connect.with_default_port
 
 def run(args: argparse.Namespace) -> int:
     """Executes the parsed ``groups`` command; returns the process exit code."""
-    out = Output(args.output, sys.stdout, sys.stderr)
+    try:
+        apply_profile(args)
+    except ProfileError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    out = Output(args.output or "table", sys.stdout, sys.stderr)
     server = with_default_port(args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER)
     options: dict[str, Any] = {} if args.timeout is None else {"timeout": args.timeout}
     try:

@@ -1,19 +1,22 @@
-"""The ``offsetstore`` command: ``serve``, ``migrate`` and the ``groups`` admin commands."""
+"""The ``offsetstore`` command: ``serve``, ``migrate``, the ``groups`` admin commands, ``token`` and ``completion``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
+from offsetstore.cli._completion import bash_script
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offsetstore", description="A transactional offset store for stream consumers."
     )
+    parser.add_argument("--version", action="version", version=f"offsetstore {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -181,6 +184,15 @@ def _parser() -> argparse.ArgumentParser:
 
     groups = sub.add_parser("groups", help="inspect and manage consumer groups (like kafka-consumer-groups)")
     groups_cli.configure_parser(groups)
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script of every command and option: source <(offsetstore completion bash) "
+        "in ~/.bashrc, or save it in bash-completion's directory. Zsh runs it after "
+        "autoload -U bashcompinit && bashcompinit.",
+    )
+    completion.add_argument("shell", choices=["bash"])
     return parser
 
 
@@ -242,6 +254,14 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version (what a bug report needs), as the build-info gauge reports it."""
+    try:
+        return metadata.version("offsetstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "groups":
@@ -250,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "completion":
+        print(bash_script(_parser()), end="")
+        return 0
     from offsetstore.server.config import Settings
     from offsetstore.server.serve import serve
 

@@ -51,9 +51,11 @@ def serve(settings: Settings) -> int:
     configure_logging(settings.log_level, settings.log_format)
     try:
         _, auth = security(settings)  # read and checked now: a bad file stops the start, not a child
-        reservation = _reserve(settings.listen)
+        reservation = _reserve(settings.listen, "--listen")
         # The HTTP port (--http-listen) is held for the serving processes like the gRPC one.
-        http_reservation = _reserve(settings.http_listen) if settings.http_listen else None
+        http_reservation = _reserve(settings.http_listen, "--http-listen") if settings.http_listen else None
+        if settings.metrics_listen:  # said now, before the database starts, not after a worker serves
+            _probe(settings.metrics_listen, "--metrics-listen")
         if http_reservation is not None:
             host, port = http_reservation.getsockname()[:2]
             settings = dataclasses.replace(
@@ -133,6 +135,21 @@ def _supervise(
     metrics_server = None
     maintenance = None
     try:
+        if settings.metrics_listen:
+            # Before the serving processes: a port taken since the probe stops the start before
+            # anything reports SERVING.
+            tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
+            try:
+                metrics_server = metrics.serve_http(
+                    registry,
+                    settings.metrics_listen,
+                    certfile=settings.tls_cert_file if tls else None,
+                    keyfile=settings.tls_key_file if tls else None,
+                    client_cafile=settings.tls_client_ca_file if tls else None,
+                    cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+                )
+            except OSError as error:
+                raise _taken(settings.metrics_listen, "--metrics-listen", error) from None
         workers.start()
         maintenance = Maintenance(
             store,
@@ -141,16 +158,6 @@ def _supervise(
             interval=settings.maintenance_interval,
             metrics=metrics.retention_metrics(registry),
         ).start()
-        if settings.metrics_listen:
-            tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
-            metrics_server = metrics.serve_http(
-                registry,
-                settings.metrics_listen,
-                certfile=settings.tls_cert_file if tls else None,
-                keyfile=settings.tls_key_file if tls else None,
-                client_cafile=settings.tls_client_ca_file if tls else None,
-                cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
-            )
         log.info(
             "serving",
             extra={
@@ -235,17 +242,27 @@ def _reload(settings: Settings, workers: Workers) -> None:
     workers.signal(signal.SIGHUP)
 
 
-def _reserve(listen: str) -> socket.socket:
+def _reserve(listen: str, flag: str) -> socket.socket:
     """A socket that holds ``listen``'s port for the serving processes (SO_REUSEPORT, bound, not listening).
 
     First a plain bind: SO_REUSEPORT alone would let this server share a port with another
     offsetstore already serving there, which must be a clear error instead.
     """
+    family, address = _probe(listen, flag)
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind(address)
+    return held
+
+
+def _probe(listen: str, flag: str) -> tuple[socket.AddressFamily, Any]:
+    """``listen``'s family and address (the port the kernel chose for port 0); a StartError naming ``flag`` when taken."""
     try:
         host, port = split_host_port(listen)
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (ValueError, OSError) as error:
-        raise StartError(f"cannot listen on {listen!r}: {error}") from None
+        raise StartError(f"cannot listen on {listen!r} ({flag}): {error}") from None
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # SO_REUSEADDR: the connections of a server stopped a moment ago (TIME_WAIT) are no
         # reason to refuse; a socket listening there still is.
@@ -253,13 +270,12 @@ def _reserve(listen: str) -> socket.socket:
         try:
             probe.bind(address)
         except OSError as error:
-            raise StartError(
-                f"cannot listen on {listen}: {error.strerror or error}; is another offsetstore serving there? "
-                "Stop it, or choose another address with --listen"
-            ) from None
-        address = probe.getsockname()  # port 0: the port the kernel chose
-    held = socket.socket(family, socket.SOCK_STREAM)
-    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    held.bind(address)
-    return held
+            raise _taken(listen, flag, error) from None
+        return family, probe.getsockname()
+
+
+def _taken(listen: str, flag: str, error: OSError) -> StartError:
+    return StartError(
+        f"cannot listen on {listen} ({flag}): {error.strerror or error}; is another offsetstore serving there? "
+        f"Stop it, or choose another address with {flag}"
+    )

@@ -16,4 +16,5 @@ pytest_plugins = [
     "tests.fixtures.fix_auth",
     "tests.fixtures.fix_http",
     "tests.fixtures.fix_tenants",
+    "tests.fixtures.fix_cli",
 ]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -17,29 +15,6 @@ from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def groups(server: OffsetStoreServer, capsys: pytest.CaptureFixture[str]):
-    """Runs ``offsetstore groups ARGS`` on the session's server, as ``python -m offsetstore.cli.groups``."""
-
-    def run(*argv: str) -> Run:
-        capsys.readouterr()
-        code = cli.main([*argv, "--server", server.address])
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
 
 
 def offsets_of(client: OffsetStoreClient, group_id: str) -> dict[tuple[str, int], int]:

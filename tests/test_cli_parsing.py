@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -326,7 +329,8 @@ def test_a_wrong_flag_prints_the_usage_of_its_command(
         ["describe"],  # a group or --all-groups
         ["describe", "g", "--all-groups"],
         ["reset", "g", "--all-topics", "--to-current", "--shift-by", "1"],
-        ["import", "plan.csv"],  # and import a group
+        ["import", "g", "plan.csv", "more.csv"],
+        ["describe", "g", "--group", "h"],  # GROUP or --group, not both
         ["list", "--output", "yaml"],
         ["list", "--timeout", "0"],
         [],
@@ -343,7 +347,8 @@ def test_common_options_go_before_or_after_the_command() -> None:
     args = parse("--server", "a:1", "--output", "json", "--timeout", "2.5", "list")
     assert (args.server, args.output, args.timeout) == ("a:1", "json", 2.5)
     args = parse("--server", "a:1", "list", "--server", "b:2")
-    assert (args.server, args.output, args.timeout) == ("b:2", "table", None)
+    # None: not given, so a --command-config profile may say it; a table otherwise.
+    assert (args.server, args.output, args.timeout) == ("b:2", None, None)
     args = parse("history", "g")
     assert (args.server, args.limit, args.topics, args.since) == (None, 100, None, None)
 
@@ -377,4 +382,13 @@ def test_error_messages() -> None:
     )
     assert _error_message(many, args, NOWHERE) == (
         "Error: 2 invalid fields\n  topics[0].topic: bad\n  to_offset: must be >= 0"
+    )
+
+
+def test_version_prints_the_installed_version_and_exits_0() -> None:
+    done = subprocess.run([sys.executable, "-m", "offsetstore.cli.main", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (
+        0,
+        f"offsetstore {metadata.version('offsetstore')}",
+        "",
     )

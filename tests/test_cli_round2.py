@@ -3,36 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import Watermark
 from offsetstore.server import metrics
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def groups(server, capsys: pytest.CaptureFixture[str]):
-    def run(*argv: str) -> Run:
-        capsys.readouterr()
-        code = cli.main([*argv, "--server", server.address])
-        captured = capsys.readouterr()
-        return Run(code, captured.out, captured.err)
-
-    return run
 
 
 @pytest.fixture
@@ -123,11 +100,28 @@ def test_a_reset_of_a_new_group_creates_it_and_says_so(client, groups, group_id,
     assert groups("describe", group_id).code == 0
 
 
-def test_a_reset_of_a_whole_topic_of_a_new_group_asks_for_partitions(client, groups, group_id, topic) -> None:
-    run = groups("reset", group_id, "--topic", topic, "--to-offset", "5", "--execute")
-    assert run.code == 1
-    assert "name them (--topic TOPIC:0,1,2) or give --bootstrap-server" in run.err
+@pytest.mark.parametrize("selection", [["--topic", "TOPIC"], ["--all-topics"]])
+def test_a_reset_of_a_mistyped_group_says_it_does_not_exist(client, groups, group_id, topic, selection) -> None:
+    selection = [topic if word == "TOPIC" else word for word in selection]
+    for mode in ("--dry-run", "--execute"):
+        run = groups("reset", group_id, *selection, "--to-offset", "5", mode)
+        assert (run.code, run.out) == (1, ""), run.err
+        assert f"group {group_id} does not exist" in run.err
+        assert "name its partitions (--topic TOPIC:0,1,2)" in run.err
     assert client.fetch_offsets(group_id).generation == 0
+    assert groups("describe", group_id).code == 1
+
+
+def test_a_dry_run_that_would_create_a_group_says_so(client, groups, group_id, topic) -> None:
+    run = groups("reset", group_id, "--topic", f"{topic}:0", "--to-offset", "5")
+    assert run.code == 0, run.err
+    assert f"Group {group_id} does not exist: --execute creates it with these offsets." in run.out
+    document = groups("reset", group_id, "--topic", f"{topic}:0", "--to-offset", "5", "--output", "json").json()
+    assert (document["dry_run"], document["group_existed"]) == (True, False)
+    assert client.fetch_offsets(group_id).generation == 0
+    client.commit_offsets(group_id, {(topic, 0): 1})
+    run = groups("reset", group_id, "--topic", f"{topic}:0", "--to-offset", "5")
+    assert "does not exist" not in run.out and "Dry run: nothing changed." in run.out
 
 
 def test_history_of_an_unknown_group_is_an_error(groups, group_id) -> None:

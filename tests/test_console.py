@@ -217,3 +217,59 @@ def test_a_slow_answer_for_an_older_view_does_not_overwrite_the_newer_one(
         seeded + "billing",
         seeded + "orders",
     ]
+
+
+def test_history_shows_no_previous_offset_of_a_first_commit_as_the_cli_does(
+    browser: Any, http_server: HttpServer, seeded: str
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    group = seeded + "history"
+    for offset in (100, 200):
+        offsets = [{"topic": "orders", "partition": 0, "offset": str(offset)}]
+        assert http_server.curl("CommitOffsets", {"groupId": group, "offsets": offsets})[0] == 200
+    _sign_in(browser, http_server, "admin")
+    browser.get(f"{http_server.url}/#/?prefix={group}")
+    _open_group(browser, group, admin="yes")
+    items = _wait(browser, lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#timeline li")])
+    assert [item.split("orders [0]: ")[1].split(" generation")[0] for item in items] == ["100 → 200", "- → 100"]
+
+
+# Keeps the body of every ResetOffsets the page sends, for a test to read.
+_RECORD_RESETS = """
+const original = window.fetch;
+window.resets = [];
+window.fetch = async (url, init) => {
+  if (String(url).endsWith("/ResetOffsets")) window.resets.push(JSON.parse(init.body));
+  return original(url, init);
+};
+"""
+
+
+def test_a_reset_to_a_time_without_a_zone_reads_it_as_utc(browser: Any, http_server: HttpServer, seeded: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    # A browser east of UTC: a time read as the browser's own would be 05:30 off.
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    try:
+        _sign_in(browser, http_server, "admin")
+        browser.get(f"{http_server.url}/#/?prefix={seeded}")
+        _open_group(browser, seeded + "billing", admin="yes")
+        assert browser.execute_script("return new Date(2026, 0, 31).getTimezoneOffset()") == -330
+        browser.execute_script(_RECORD_RESETS)
+        Select(browser.find_element(By.ID, "reset-target")).select_by_value("toCommitTime")
+        for typed, asked in (
+            ("2026-01-31T12:00:00", "2026-01-31T12:00:00.000Z"),
+            ("2026-01-31T12:00:00Z", "2026-01-31T12:00:00.000Z"),
+            ("2026-01-31T12:00:00+01:00", "2026-01-31T11:00:00.000Z"),
+        ):
+            value = browser.find_element(By.ID, "reset-value")
+            value.clear()
+            value.send_keys(typed)
+            browser.find_element(By.ID, "reset-preview").click()
+            _wait(browser, lambda d: d.find_elements(By.ID, "fence"))
+            sent = browser.execute_script("return window.resets.pop()")
+            assert (sent["toCommitTime"], sent["dryRun"]) == (asked, True), typed
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})

@@ -66,7 +66,16 @@ def test_image_promises(stages: list[Stage]) -> None:
     # The package comes from the repository, installed regularly (not editable).
     installs = [run for s in stages for run in s.all("RUN") if "pip install" in run]
     assert installs and all(" -e " not in run and "--editable" not in run for run in installs)
-    assert any(re.search(r"pip install( --\S+)* \.(\s|$)", run) for run in installs), installs
+    assert any(re.search(r"pip install( --\S+)* '?\.(\[[\w,]+\])?'?(\s|$)", run) for run in installs), installs
+    # Every flag of serve works in the image: the Kafka mirror needs confluent-kafka.
+    assert "mirror" in _image_extras(stages), installs
+
+
+def _image_extras(stages: list[Stage]) -> list[str]:
+    """The extras the build stage installs the package with (``pip install '.[a,b]'``)."""
+    installs = " ".join(run for s in stages for run in s.all("RUN") if "pip install" in run)
+    found = re.search(r"'?\.\[([\w,]+)\]'?", installs)
+    return found.group(1).split(",") if found else []
 
 
 def test_dockerignore_keeps_what_the_build_copies(stages: list[Stage]) -> None:
@@ -99,7 +108,7 @@ def compose() -> dict:
 
 def test_compose_services(compose: dict, stages: list[Stage]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "offsetstore", "prometheus"}
+    assert set(services) == {"postgres", "offsetstore", "prometheus", "grafana"}
 
     postgres = services["postgres"]
     assert re.fullmatch(r"postgres:1[56](\.\d+)?", postgres["image"])
@@ -117,12 +126,38 @@ def test_compose_services(compose: dict, stages: list[Stage]) -> None:
     )
     assert env.get("OFFSETSTORE_MIGRATE", "true") == "true"  # migrates at start
     assert offsetstore["depends_on"]["postgres"]["condition"] == "service_healthy"
+    # The image's ports, and the HTTP/JSON API with the web console, which compose turns on.
     published = {p.split(":")[-1] for p in offsetstore["ports"]}
-    assert published == set(stages[-1].last("EXPOSE").split())
+    http = env["OFFSETSTORE_HTTP_LISTEN"].rpartition(":")[2]
+    assert published == {*stages[-1].last("EXPOSE").split(), http}
 
     prometheus = services["prometheus"]
     assert "./deploy:/etc/prometheus/deploy:ro" in prometheus["volumes"]
     assert "--config.file=/etc/prometheus/deploy/compose/prometheus.yml" in prometheus["command"]
+
+
+def test_compose_grafana_shows_the_shipped_dashboard_on_the_compose_prometheus(compose: dict) -> None:
+    import yaml
+
+    grafana = compose["services"]["grafana"]
+    assert "./deploy:/etc/grafana/deploy:ro" in grafana["volumes"]
+    env = grafana["environment"]
+
+    def on_host(path: str) -> Path:
+        """Where a path inside the Grafana container is in this checkout (deploy/ is mounted read-only)."""
+        inside = Path(path)
+        assert inside.is_relative_to("/etc/grafana/deploy"), path
+        return ROOT / "deploy" / inside.relative_to("/etc/grafana/deploy")
+
+    provisioning = on_host(env["GF_PATHS_PROVISIONING"])
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    port = compose["services"]["prometheus"]["ports"][0].rpartition(":")[2]
+    assert (source["type"], source["url"], source["isDefault"]) == ("prometheus", f"http://prometheus:{port}", True)
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "offsetstore.yml").read_text())["providers"]
+    dashboards = on_host(provider["options"]["path"])
+    assert (dashboards / "offsetstore-dashboard.json").is_file()
+    home = on_host(env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert json.loads(home.read_text())["uid"] == "offsetstore"
 
 
 def test_compose_prometheus_scrapes_offsetstore_with_the_shipped_job(compose: dict) -> None:
@@ -182,8 +217,10 @@ def image_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory) ->
                 shutil.copy(origin, target)
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    extras = _image_extras(stages)
+    target = f"{src}[{','.join(extras)}]" if extras else str(src)
     installed = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "--quiet", str(src)],
+        [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "--quiet", target],
         capture_output=True,
         text=True,
         timeout=900,
@@ -207,6 +244,10 @@ def test_entrypoint_migrates_serves_and_reports_healthy(
     # An empty database, as compose starts with, in libpq's spelling as compose passes it.
     url = sa.make_url(scratch_database_url).set(drivername="postgresql")
     env["OFFSETSTORE_DATABASE_URL"] = url.render_as_string(hide_password=False)
+    # Every flag works in the image, the Kafka mirror's too (it failed at start without confluent-kafka).
+    # No broker listens there: the mirror retries in the background and the server serves.
+    env["OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP"] = f"127.0.0.1:{free_port()}"
+    env["OFFSETSTORE_MIRROR_KAFKA_GROUPS"] = "image-"
 
     # The package runs from the virtualenv, not from this checkout.
     where = subprocess.run(
@@ -253,6 +294,7 @@ def test_entrypoint_migrates_serves_and_reports_healthy(
     # OFFSETSTORE_LOG_FORMAT=json: one object per line.
     records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     assert any(r.get("listen", "").endswith(f":{listen}") for r in records), output
+    assert any(r.get("message") == "kafka mirror started" for r in records), output
 
     # It migrated the empty database at start.
     engine = sa.create_engine(scratch_database_url, poolclass=sa.NullPool)

@@ -11,6 +11,7 @@ import ast
 import re
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -140,6 +141,19 @@ def test_no_install_line_needs_a_pypi_release() -> None:
         if re.search(r"pip install\s+['\"]?offsetstore\b", line)
     ]
     assert offenders == []
+
+
+def test_the_one_machine_spark_recipe_without_pyspark_names_the_spark_extra() -> None:
+    # `make run` installs no PySpark; docs/spark.md's recipe then runs examples/spark/orders_job.py.
+    without_pyspark = (
+        "import runpy, sys; sys.modules['pyspark'] = None; "
+        "sys.argv = ['orders_job.py', '--database-url', 'postgresql://nobody@127.0.0.1:1/none']; "
+        f"runpy.run_path({str(ROOT / 'examples/spark/orders_job.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", without_pyspark], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "install the spark extra" in done.stderr and "Traceback" not in done.stderr
+    assert ".venv/bin/pip install -e '.[spark]'" in (ROOT / "docs/spark.md").read_text()
 
 
 # --- Go ---

@@ -26,15 +26,16 @@ PACKAGE_ROOTS = (
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[zipfile.ZipFile, str]:
+    """The wheel, and what its build printed (-v: the build backend's warnings too)."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            "--quiet",
+            "-v",
             "--no-deps",
             "--no-build-isolation",
             "-w",
@@ -43,10 +44,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
         ],
         check=True,
         capture_output=True,
+        text=True,
         cwd=out,
     )
     (path,) = out.glob("offsetstore-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(path), done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built: tuple[zipfile.ZipFile, str]) -> zipfile.ZipFile:
+    return built[0]
 
 
 def _package_dirs() -> list[Path]:
@@ -83,8 +90,19 @@ def test_data_files_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
         "offsetstore/v1/offset_store_pb2.pyi",
         "offsetstore/migrations/script.py.mako",
         "offsetstore/migrations/versions/0001_initial.py",
+        *(f"offsetstore/storage/sql/{f.name}" for f in (ROOT / "storage" / "sql").glob("*.sql")),
+        *(f"offsetstore/server/http/console/{f.name}" for f in (ROOT / "server" / "http" / "console").iterdir()),
     ):
         assert needed in names
+
+
+def test_the_build_warns_of_nothing(built: tuple[zipfile.ZipFile, str]) -> None:
+    # A first install printed ~80 lines of setuptools warnings (issue 37): a folder of data files
+    # that Python can import but the configuration did not list.
+    warnings = [
+        line.strip() for line in built[1].splitlines() if "Warning:" in line or "Package would be ignored" in line
+    ]
+    assert warnings == []
 
 
 def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -> None:
@@ -96,3 +114,13 @@ def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -
 def test_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     assert "offsetstore = offsetstore.cli.main:main" in wheel.read(entry_points).decode()
+
+
+def test_the_license_travels_with_the_wheel(wheel: zipfile.ZipFile) -> None:
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = wheel.read(metadata).decode().split("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0" in fields
+    assert "License-File: LICENSE" in fields
+    (license_file,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file).decode() == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()

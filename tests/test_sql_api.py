@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -244,15 +246,98 @@ def test_the_documented_role_does_the_loop_and_nothing_else(
         conn.execute(f"DROP ROLE {role}")
 
 
-def test_the_docs_loop_runs_as_written(conn: psycopg.Connection, group_id: str) -> None:
+def _doc_loop(group_id: str, table: str = "orders_copy") -> tuple[str, list[str]]:
+    """docs/sql.md's loop for ``group_id`` and ``table``: the join, and the batch's statements (BEGIN to COMMIT).
+
+    psql's ``\\gset`` goes, and its ``:generation`` becomes a psycopg parameter.
+    """
     blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
     (loop,) = [b for b in blocks if "BEGIN;" in b]
+    assert re.search(r"'orders-etl', \d", loop) is None, "the loop names a generation of its own"
+    loop = loop.replace("'orders-etl'", f"'{group_id}'").replace("orders_copy", table)
+    loop = loop.replace(" \\gset", ";").replace(":generation", "%(generation)s")
+    code = "\n".join(line for line in loop.splitlines() if not line.lstrip().startswith("--"))
+    statements = [s.strip() for s in code.split(";") if s.strip()]
+    assert statements[1] == "BEGIN" and statements[-1] == "COMMIT", statements
+    return statements[0], statements[1:]
+
+
+def test_the_docs_loop_runs_as_written(conn: psycopg.Connection, group_id: str) -> None:
     conn.execute("CREATE TEMP TABLE orders_copy (id integer, amount numeric, kafka_offset bigint)")
-    statements = [s for s in loop.replace("'orders-etl'", f"'{group_id}'").split(";") if s.strip(" \n-")]
-    joined = conn.execute(statements[0]).fetchone()[0]
-    for statement in statements[1:]:
-        conn.execute(re.sub(rf"'{group_id}', 7\b", f"'{group_id}', {joined}", statement))
+    join, batch = _doc_loop(group_id)
+    generation = {"generation": conn.execute(join).fetchone()[0]}
+    for statement in batch:
+        conn.execute(statement, generation)
     assert conn.execute(
         "SELECT topic, partition, next_offset FROM offsetstore.read_offsets(%s)", [group_id]
     ).fetchall() == [("orders", 0, 122)]
     assert conn.execute("SELECT count(*) FROM orders_copy").fetchone()[0] == 2
+
+
+def _documented_writer(conn: psycopg.Connection, batch: list[str], generation: dict[str, int]) -> list[str]:
+    """The doc's batch as its text says to run it, retried from BEGIN on 40001; what happened, in order."""
+    begin, begin_write, insert, commit_offsets, commit = batch
+    events = []
+    for _ in range(2):
+        conn.execute(begin)
+        try:
+            (next_offset,) = [row[2] for row in conn.execute(begin_write, generation).fetchall()]
+            events.append(f"saw {next_offset}")
+            if next_offset <= 120:  # the doc's records are 120 and 121: write those at or above it
+                conn.execute(insert)
+                conn.execute(commit_offsets, generation)
+            conn.execute(commit)
+            return [*events, "committed"]
+        except errors.SerializationFailure:
+            conn.execute("ROLLBACK")
+            events.append("40001")
+    return events
+
+
+@pytest.mark.parametrize(
+    ("level", "documented"),
+    [
+        # Waits, then sees the first writer's offsets and skips what it wrote.
+        ("READ COMMITTED", ["saw 122", "committed"]),
+        # Sees the offsets of its snapshot, fails at its commit with 40001; the retry skips.
+        ("REPEATABLE READ", ["saw 120", "40001", "saw 122", "committed"]),
+    ],
+)
+def test_a_second_writer_of_the_docs_loop_behaves_as_documented(
+    conn: psycopg.Connection, database_url: str, group_id: str, level: str, documented: list[str]
+) -> None:
+    text = " ".join(DOC.read_text().split())
+    assert "could not serialize access due to concurrent update" in text and "| `40001`" in text
+    table = f"public.orders_copy_{uuid.uuid4().hex[:10]}"
+    conn.execute(f"CREATE TABLE {table} (id integer, amount numeric, kafka_offset bigint)")
+    join, batch = _doc_loop(group_id, table)
+    generation = {"generation": conn.execute(join).fetchone()[0]}
+    conn.execute(
+        "SELECT * FROM offsetstore.commit_offsets(%s, %s, '{orders}', '{0}', '{120}')",
+        [group_id, generation["generation"]],
+    )
+    try:
+        with (
+            psycopg.connect(conninfo(database_url), autocommit=True) as first,
+            psycopg.connect(conninfo(database_url), autocommit=True) as second,
+        ):
+            second.execute(f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {level}")
+            for statement in batch[:-1]:  # the first writer holds the group's lock, its rows written
+                first.execute(statement, generation)
+            with ThreadPoolExecutor(1) as pool:
+                waiter = pool.submit(_documented_writer, second, batch, generation)
+                deadline = time.monotonic() + 30
+                while not conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    [first.info.backend_pid],
+                ).fetchone()[0]:
+                    assert time.monotonic() < deadline and not waiter.done(), "the second writer did not wait"
+                    time.sleep(0.02)
+                first.execute(batch[-1])
+                assert waiter.result(timeout=30) == documented
+        assert conn.execute(f"SELECT kafka_offset FROM {table} ORDER BY 1").fetchall() == [(120,), (121,)]
+        assert conn.execute(
+            "SELECT topic, partition, next_offset FROM offsetstore.read_offsets(%s)", [group_id]
+        ).fetchall() == [("orders", 0, 122)]
+    finally:
+        conn.execute(f"DROP TABLE {table}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,18 @@ def say(text: str) -> None:
 
 def command(text: str) -> None:
     print(f"$ {text}", flush=True)
+
+
+def cli_command() -> str:
+    """How to run this interpreter's ``offsetstore`` from here: bare only where PATH finds that very one."""
+    mine = Path(sys.executable).parent / "offsetstore"
+    found = shutil.which("offsetstore")
+    if found is not None and Path(found).resolve() == mine.resolve():
+        return "offsetstore"
+    try:
+        return str(mine.relative_to(Path.cwd()))  # make demo: .venv/bin/offsetstore
+    except ValueError:
+        return str(mine)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +172,7 @@ def run(client: OffsetStoreClient, engine, broker: testing.TansuBroker, database
             time.sleep(0.5)
 
     def groups(*argv: str) -> None:
-        command("offsetstore groups " + " ".join(argv))
+        command(f"{cli_command()} groups " + " ".join(argv))
         if groups_cli(["--server", args.server, *argv]) != 0:
             raise RuntimeError(f"offsetstore groups {argv[0]} failed")
 
@@ -206,7 +219,7 @@ def run(client: OffsetStoreClient, engine, broker: testing.TansuBroker, database
     if rows != produced or distinct != produced:
         print("NOT exactly once: see above", file=sys.stderr)
         return 1
-    print("Exactly once. Try it yourself: offsetstore groups history " + args.group, flush=True)
+    print(f"Exactly once. Try it yourself: {cli_command()} groups history {args.group}", flush=True)
     return 0
 
 

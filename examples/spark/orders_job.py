@@ -26,6 +26,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -35,6 +36,17 @@ from offsetstore.spark_integration import (
     check_workers,
     checkpoint_location,
     starting_offsets,
+)
+
+if TYPE_CHECKING:  # PySpark is the spark extra's: imported in main(), where its absence is said in one line
+    from pyspark.sql import SparkSession
+
+#: The exit code of a run that a reset, a delete or a newer run fenced (as the Kafka example's).
+FENCED = 3
+FENCED_HINT = (
+    "group {group} moved on (a reset, a delete or a newer run of the job; `offsetstore groups history {group}` "
+    "says which); nothing of the refused batch was written. Run the same command again to continue from "
+    "the stored offsets on a fresh checkpoint"
 )
 
 TABLE_DDL = """
@@ -68,6 +80,17 @@ def main() -> int:
     args = p.parse_args()
     if not args.database_url:
         p.error("--database-url (or OFFSETSTORE_DATABASE_URL) is required")
+    try:
+        from pyspark.errors import StreamingQueryException
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError:
+        # `make run` installs the server only: name the extra rather than end in a traceback.
+        print(
+            f"PySpark is not installed in {sys.executable}: install the spark extra into it "
+            "(from the checkout: .venv/bin/pip install -e '.[spark]'; see docs/spark.md)",
+            file=sys.stderr,
+        )
+        return 2
 
     # The sink logs one line per batch on logger offsetstore.spark_integration.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -78,8 +101,6 @@ def main() -> int:
         conn.exec_driver_sql(TABLE_DDL.format(table=args.table))
     engine.dispose()
 
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.appName(args.group)
     if args.source == "kafka":
         import pyspark
@@ -88,6 +109,7 @@ def main() -> int:
         builder = builder.config("spark.jars.packages", package)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_fence_traces(spark)
     try:
         # Before anything runs on the workers (the local source does): one clear line if
         # they cannot import offsetstore, instead of a task's traceback.
@@ -129,9 +151,33 @@ def main() -> int:
     )
     query = (writer.trigger(availableNow=True) if args.until_caught_up else writer).start()
     print(f"started: group {args.group}, topic {args.topic}, from {start}", flush=True)
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as error:
+        if "StaleGenerationError" not in str(error):
+            raise
+        # A batch was refused: nothing of it was written. Say so in one line, not in Spark's traces.
+        print(f"fenced: {FENCED_HINT.format(group=args.group)}", file=sys.stderr, flush=True)
+        return FENCED
+    if not args.until_caught_up:
+        # A query that waits for more ends only when the sink's idle watch stopped it (it logged why).
+        print(f"stopped: {FENCED_HINT.format(group=args.group)}", file=sys.stderr, flush=True)
+        return FENCED
     print("caught up", flush=True)
     return 0
+
+
+def _quiet_fence_traces(spark: SparkSession) -> None:
+    """Leaves a fenced batch to the one line above: py4j and Spark would each log it with a stack trace.
+
+    Any other failure still ends in awaitTermination's exception, which carries the same cause.
+    Stopping an idle query makes the scheduler warn that it had no job to cancel: noise too.
+    """
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    jvm = spark.sparkContext._jvm
+    level, configurator = jvm.org.apache.logging.log4j.Level, jvm.org.apache.logging.log4j.core.config.Configurator
+    configurator.setLevel("org.apache.spark.sql.execution.streaming", level.OFF)
+    configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", level.ERROR)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,34 @@ function offsetText(v) {
   return n === -2 ? "earliest" : n === -1 ? "latest" : String(v);
 }
 
+// A change's -1 is "none" unless the partition stored the latest placeholder just before (as
+// the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
+function storedFlags(changesNewestFirst) {
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET"];
+  const last = new Map();
+  const flags = [];
+  for (const c of [...changesNewestFirst].reverse()) {
+    const key = `${c.topic}\u0000${c.partition}`;
+    const stored = stores.includes(c.kind);
+    flags.push({ previous: last.get(key) || false, next: stored });
+    last.set(key, stored);
+  }
+  return flags.reverse();
+}
+
+function changeOffsetText(v, stored) {
+  return num(v) === -1 && !stored ? "-" : offsetText(v);
+}
+
+// A time typed without a zone is UTC, as the label says (a bare date-time would be the browser's own zone).
+function utcInstant(v) {
+  const text = v.replace(" ", "T");
+  const zoned = /(Z|[+-]\d\d:?\d\d)$/i.test(text) || !text.includes("T");
+  const instant = new Date(zoned ? text : text + "Z");
+  if (Number.isNaN(instant.getTime())) throw new Error("give the time as 2026-01-31T12:00:00 (UTC unless it ends in Z or +hh:mm)");
+  return instant.toISOString();
+}
+
 function lagText(v) {
   return num(v) < 0 ? "unknown" : String(v);
 }
@@ -218,9 +246,10 @@ async function history(groupId, mine) {
     const { items } = await pages("ListOffsetHistory", { groupId, pageSize: 1000 }, "changes");
     if (movedOn(mine)) return;
     items.sort((a, b) => (a.changeTime < b.changeTime ? 1 : a.changeTime > b.changeTime ? -1 : 0));
-    const list = el("ol", { class: "timeline", id: "timeline" }, items.slice(0, 500).map((c) => el("li", { class: "kind-" + c.kind },
+    const stored = storedFlags(items);
+    const list = el("ol", { class: "timeline", id: "timeline" }, items.slice(0, 500).map((c, i) => el("li", { class: "kind-" + c.kind },
       when(c.changeTime), " ", el("span", { class: "kind" }, String(c.kind).replace("CHANGE_KIND_", "").toLowerCase()), " ",
-      `${c.topic} [${c.partition}]: ${offsetText(c.previousOffset)} → ${offsetText(c.newOffset)}`,
+      `${c.topic} [${c.partition}]: ${changeOffsetText(c.previousOffset, stored[i].previous)} → ${changeOffsetText(c.newOffset, stored[i].next)}`,
       el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}`))));
     $("#history").replaceChildren(items.length ? list : el("p", { class: "muted" }, "No history kept."));
   } catch (error) {
@@ -250,7 +279,7 @@ function resetPanel(groupId, topics, group) {
     const v = value.value.trim();
     if (target.value.startsWith("BOUNDARY_")) body.toBoundary = target.value;
     else if (!v) throw new Error("give a value for the target");
-    else if (target.value === "toCommitTime") body.toCommitTime = new Date(v).toISOString();
+    else if (target.value === "toCommitTime") body.toCommitTime = utcInstant(v);
     else if (!/^-?\d+$/.test(v)) throw new Error("the offset or shift must be a whole number");
     else body[target.value] = v;
     return body;
