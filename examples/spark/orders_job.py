@@ -28,8 +28,6 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
 from offsetstore.spark_integration import (
     ExactlyOnceSink,
     WorkerEnvironmentError,
@@ -37,6 +35,7 @@ from offsetstore.spark_integration import (
     checkpoint_location,
     starting_offsets,
 )
+from offsetstore.storage.engine import create_engine
 
 if TYPE_CHECKING:  # PySpark is the spark extra's: imported in main(), where its absence is said in one line
     from pyspark.sql import SparkSession
@@ -96,7 +95,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    engine = sa.create_engine(args.database_url)
+    # The store's engine factory reads the URL as libpq does (a multi-host URL too).
+    engine = create_engine(args.database_url, pool_size=None)
     with engine.begin() as conn:
         conn.exec_driver_sql(TABLE_DDL.format(table=args.table))
     engine.dispose()
