@@ -87,8 +87,10 @@ def classify(name: str, error: BaseException) -> OffsetStoreError | None:
 def one_requests_fault(error: OffsetStoreError) -> bool:
     """A batch that timed out or waited too long for a lock may have waited for one request's group."""
     cause = error.__cause__
-    orig = getattr(cause, "orig", None)
-    return isinstance(orig, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable))
+    if cause is None:
+        return False
+    # SQLAlchemy's error around psycopg's (the sync path), or psycopg's own (the asyncio hot path).
+    return isinstance(_cause(cause)[0], (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable))
 
 
 _deadline: contextvars.ContextVar[Bound | None] = contextvars.ContextVar("offsetstore_deadline", default=None)

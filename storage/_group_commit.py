@@ -7,8 +7,10 @@ whenever it is free, so while one batch is in the database the next one gathers
 own outcome (:func:`storage.write_batch`). The batch's statement timeout is that of its
 most pressed caller; a caller that left before COMMIT has its request taken out and the
 rest redone, so a caller that went away never has its request committed. A reply is
-sent only after COMMIT returned. A batch that timed out or failed in a statement runs
-each request alone, so one locked group cannot fail the others.
+sent only after COMMIT returned. A batch of several requests waits for a group's lock
+:data:`BATCH_LOCK_TIMEOUT_MS` at most; a batch that timed out, waited too long for a lock or
+failed in a statement runs each request alone, so one locked group cannot fail or stall
+the others.
 
 The drivers do only the I/O, as psycopg builds its sync and async APIs on one core:
 :class:`~offsetstore.storage.store.WriteBatcher` (threads and a condition) and
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 #: Up to this much goes into one batch; a larger request is a batch of its own.
 MAX_BATCH_REQUESTS = 512
 MAX_BATCH_OFFSETS = 10_000
+
+#: How long a batch of several requests waits for a group's lock before each request runs
+#: alone: a group held in a long transaction stalls only its own callers (issue 34).
+BATCH_LOCK_TIMEOUT_MS = 50
 
 GONE = "the caller went away before the transaction committed"
 LATE = "the caller's deadline passed before the database answered"

@@ -67,7 +67,12 @@ FETCH_SLICE = 200
 
 
 async def run_hot(
-    conn: psycopg.AsyncConnection, steps: storage.HotSteps[R], settings: SessionSettings, timeout_ms: int | None = None
+    conn: psycopg.AsyncConnection,
+    steps: storage.HotSteps[R],
+    settings: SessionSettings,
+    timeout_ms: int | None = None,
+    *,
+    lock_timeout_ms: int | None = None,
 ) -> R:
     """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, pipelined.
 
@@ -77,8 +82,8 @@ async def run_hot(
     they are part of it. Statements are prepared where ``settings.prepare`` allows, unless
     wide; the settings statement only in its fixed texts, not per deadline.
     """
-    prepare = settings.prepare
-    before = settings.sql(timeout_ms, custom_plans=False)
+    prepare = settings.prepare and lock_timeout_ms is None  # prepared: the settings' few fixed texts only
+    before = settings.sql(timeout_ms, custom_plans=False, lock_timeout_ms=lock_timeout_ms)
     async with conn.pipeline() as pipeline:
         try:
             statement = next(steps)
@@ -90,10 +95,12 @@ async def run_hot(
                 sql, params = statement
                 wide = is_wide(params)
                 if wide:  # planned for its arrays, not with a plan cached for small ones
-                    await conn.execute(settings.sql(timeout_ms, custom_plans=True), prepare=False)
+                    await conn.execute(
+                        settings.sql(timeout_ms, custom_plans=True, lock_timeout_ms=lock_timeout_ms), prepare=False
+                    )
                 else:
                     await conn.execute(before, prepare=prepare and timeout_ms is None)
-                cursor = await conn.execute(sql, params, prepare=prepare and not wide)
+                cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
                 await pipeline.sync()
                 rows: list[tuple[Any, ...]] = []
                 if cursor.description is None:
@@ -469,7 +476,16 @@ class AsyncWriteBatcher:
             # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
             # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
             async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
-                outcomes = await run_hot(conn, storage.write_batch_steps(requests), self.store.settings, ms)
+                outcomes = await run_hot(
+                    conn,
+                    storage.write_batch_steps(requests),
+                    self.store.settings,
+                    ms,
+                    # A batch of several callers never waits long on one group's lock: a group
+                    # held in a long transaction (a Spark sink's, a SQL API caller's) fails the
+                    # batch at once, and each request runs alone, waiting the whole lock timeout.
+                    lock_timeout_ms=gc.BATCH_LOCK_TIMEOUT_MS if len(requests) > 1 else None,
+                )
                 flush.check_callers()  # raises: rolled back
                 return outcomes
 

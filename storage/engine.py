@@ -85,7 +85,9 @@ class SessionSettings:
         if self.connect_timeout_s < 0:
             raise ValueError("connect_timeout_s must be >= 0")
 
-    def sql(self, statement_timeout_ms: int | None = None, *, custom_plans: bool = True) -> str:
+    def sql(
+        self, statement_timeout_ms: int | None = None, *, custom_plans: bool = True, lock_timeout_ms: int | None = None
+    ) -> str:
         """One statement setting this transaction's settings (``set_config(..., true)``: until COMMIT or ROLLBACK).
 
         ``statement_timeout_ms`` (a caller's shorter deadline) replaces the statement
@@ -94,9 +96,12 @@ class SessionSettings:
         cached for a guessed size cost a page of a 10,000-partition fetch 1.2 s instead of
         40 ms; the server's hot pool keeps cached plans for its narrow statements.
         ``synchronous_commit`` is read at COMMIT, so setting it here covers the commit.
+        ``lock_timeout_ms`` replaces the lock timeout (a group-commit batch's short one).
         """
         statement = self.statement_timeout_ms if statement_timeout_ms is None else statement_timeout_ms
         lock = self.statement_timeout_ms if self.lock_timeout_ms is None else self.lock_timeout_ms
+        if lock_timeout_ms is not None:
+            lock = min(lock, lock_timeout_ms) if lock else lock_timeout_ms
         settings = [
             ("synchronous_commit", "on"),
             ("statement_timeout", str(int(statement))),
