@@ -180,7 +180,7 @@ def test_while_no_primary_is_up_commits_fail_at_once_and_resume_after_the_promot
         assert answers == ["UNAVAILABLE"] * 2, f"{answers}\n" + "\n".join(log_lines(served, "WARNING", "ERROR")[-20:])
         sync_cluster.standby.promote()
         wait_for(lambda: commits(client), "a commit on the new primary", 60)
-        assert client.health() == "SERVING"
+        wait_for(lambda: client.health() == "SERVING", "health SERVING again", 30)
 
 
 def test_a_single_address_behind_haproxy_fails_over_without_a_restart(sync_cluster: PgCluster) -> None:
