@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import psycopg
@@ -25,9 +26,9 @@ from offsetstore.client import (
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc
 from tests.fixtures.concurrency import run_in_threads
-from tests.fixtures.fix_pg_cluster import PgCluster
+from tests.fixtures.fix_pg_cluster import PgCluster, pg_single
 from tests.fixtures.fix_pgbouncer import PgBouncer, pgbouncer
-from tests.fixtures.fix_production import GAP_STATUSES, health_or_exit, launched, status_of
+from tests.fixtures.fix_production import GAP_STATUSES, health_or_exit, launched, offsetstore, status_of
 from tests.fixtures.fix_server import Served
 
 TOPIC = "orders"
@@ -197,3 +198,14 @@ def test_serve_refuses_prepared_statements_behind_a_transaction_pooler(pooled_cl
         output = served.output()
         assert "Traceback" not in output, output
         assert "--database-prepare off" in output, output
+
+
+def test_migrators_started_together_through_a_transaction_pooler_migrate_once() -> None:
+    """Replicas that start at once each migrate: the migration lock is per transaction, which a transaction pooler keeps."""
+    with pg_single() as node, pgbouncer("transaction", node.port) as bouncer:
+        with ThreadPoolExecutor(3) as pool:
+            runs = list(pool.map(lambda _: offsetstore("migrate", "--database-url", bouncer.url()), range(3)))
+        for run in runs:
+            assert run.returncode == 0, run.stdout + run.stderr
+        assert len({run.stdout.strip() for run in runs}) == 1, [run.stdout for run in runs]
+        assert node.query("SELECT count(*) FROM offsetstore.alembic_version") == 1
