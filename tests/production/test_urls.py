@@ -26,6 +26,11 @@ def spellings(cluster: PgCluster) -> dict[str, str]:
         "multi-host, standby first": f"postgresql://postgres@127.0.0.1:{s},127.0.0.1:{p}/{DATABASE}"
         "?target_session_attrs=read-write",
         "query list": cluster.query_list_url(),
+        # SQLAlchemy's: one host=h:p per server (issue 32: it started, then never served).
+        "sqlalchemy hosts": f"postgresql+psycopg://postgres@/{DATABASE}?host=127.0.0.1:{s}&host=127.0.0.1:{p}"
+        "&target_session_attrs=read-write",
+        "key=value": f"host=127.0.0.1,127.0.0.1 port={s},{p} dbname={DATABASE} user=postgres "
+        "target_session_attrs=read-write",
     }
 
 
@@ -36,11 +41,13 @@ def test_migrate_takes_every_spelling(cluster: PgCluster) -> None:
     assert cluster.primary.query("SELECT count(*) FROM offsetstore.alembic_version") == 1
 
 
-def test_serve_on_the_standby_first_url_writes_to_the_primary(cluster: PgCluster) -> None:
-    with serving(spellings(cluster)["multi-host, standby first"]) as served:
+@pytest.mark.parametrize("spelling", ["multi-host, standby first", "sqlalchemy hosts"])
+def test_serve_writes_to_the_primary_whichever_server_is_listed_first(cluster: PgCluster, spelling: str) -> None:
+    group = f"url-{spelling.replace(' ', '-').replace(',', '')}"
+    with serving(spellings(cluster)[spelling]) as served:
         with OffsetStoreClient(served.address, timeout=20) as client:
-            client.commit_offsets("url-spelling", {("orders", 0): 7})
-    assert cluster.primary.query("SELECT \"offset\" FROM offsetstore.offsets WHERE group_id = 'url-spelling'") == 7
+            client.commit_offsets(group, {("orders", 0): 7})
+    assert cluster.primary.query(f"SELECT \"offset\" FROM offsetstore.offsets WHERE group_id = '{group}'") == 7
 
 
 @pytest.mark.parametrize(
