@@ -8,6 +8,7 @@ see the figures.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -218,3 +219,29 @@ def set_read_only(cluster: PgCluster, value: str) -> None:
     cluster.primary.query(f"ALTER SYSTEM SET default_transaction_read_only = {value}", "postgres")
     cluster.primary.query("SELECT pg_reload_conf()", "postgres")
     wait_for(lambda: cluster.primary.query("SHOW default_transaction_read_only", "postgres") == value, "the reload")
+
+
+def test_a_commit_in_its_commit_when_the_primary_dies_is_unknown_never_ok_nor_internal(sync_cluster: PgCluster) -> None:
+    """The issue's fault: the standby promoted while a batch is in its COMMIT (waiting for the standby's flush)."""
+    with serving(sync_cluster.url()) as served, OffsetStoreClient(served.address, timeout=30) as client:
+        client.commit_offsets("in-commit", {("orders", 0): 1})
+        sync_cluster.stall_standby()
+        answer: list[str] = []
+
+        def commit() -> None:
+            try:
+                client.commit_offsets("in-commit", {("orders", 0): 2})
+                answer.append("OK")
+            except OffsetStoreError as error:
+                answer.append(f"{status_of(error).name}: {error.message}")
+
+        thread = threading.Thread(target=commit, daemon=True)
+        thread.start()
+        wait_for(lambda: sync_cluster.sync_waits() > 0, "the commit to wait for the standby in its COMMIT", 30)
+        sync_cluster.failover()
+        thread.join(40)
+        assert len(answer) == 1 and answer[0].startswith("UNAVAILABLE"), answer
+        assert "may or may not have been applied" in answer[0], answer
+        # Settled on the new primary: either offset may be there (the outcome was unknown), nothing else.
+        wait_for(lambda: commits(client), "a commit on the new primary", 60)
+        assert client.fetch_offsets("in-commit").offsets[("orders", 0)].offset in (1, 2)

@@ -84,11 +84,6 @@ def test_the_kafka_writer_through_the_pooler_writes_each_record_once(
     assert stored(pooled_cluster, group) == {0: 60, 1: 60}
 
 
-def sync_waits(cluster: PgCluster) -> int:
-    """Backends of the primary whose COMMIT waits for the synchronous standby."""
-    return cluster.primary.query("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'", "postgres")
-
-
 def assert_waits_for_the_standby(cluster: PgCluster, commit: Callable[[], None]) -> None:
     """``commit`` runs while the standby is stalled: it must wait on SyncRep, then finish once the standby is back."""
     errors: list[BaseException] = []
@@ -103,7 +98,7 @@ def assert_waits_for_the_standby(cluster: PgCluster, commit: Callable[[], None])
     thread = threading.Thread(target=run, daemon=True)
     try:
         thread.start()
-        wait_for(lambda: sync_waits(cluster) > 0 or not thread.is_alive(), "the commit to wait for the standby", 30)
+        wait_for(lambda: cluster.sync_waits() > 0 or not thread.is_alive(), "the commit to wait for the standby", 30)
         assert thread.is_alive(), f"committed while the synchronous standby was stalled: not durable {errors}"
     finally:
         cluster.resume()
