@@ -245,3 +245,29 @@ def test_a_commit_in_its_commit_when_the_primary_dies_is_unknown_never_ok_nor_in
         # Settled on the new primary: either offset may be there (the outcome was unknown), nothing else.
         wait_for(lambda: commits(client), "a commit on the new primary", 60)
         assert client.fetch_offsets("in-commit").offsets[("orders", 0)].offset in (1, 2)
+
+
+def test_require_synchronous_replication_refuses_writes_after_a_failover_until_a_standby_is_synchronous_again(
+    sync_cluster: PgCluster,
+) -> None:
+    """docs/operations.md: after a failover to a primary without synchronous replication, calls answer
+    UNAVAILABLE and health is NOT_SERVING until one is configured; then the server serves again, unrestarted."""
+    with serving(sync_cluster.url(), "--require-synchronous-replication") as served:
+        load = CommitLoad(served.address, writers=3)
+        load.start()
+        try:
+            wait_for(lambda: load.acks_after(0) >= 50, "50 commits before the kill")
+            sync_cluster.primary.crash()
+            killed = time.monotonic()
+            sync_cluster.standby.promote()
+            with OffsetStoreClient(served.address, timeout=10) as client:
+                wait_for(lambda: client.health() == "NOT_SERVING", "health NOT_SERVING", 30)
+                wait_for(lambda: len(load.failures) >= 10, "commits refused on the new primary", 30)
+                # Not one commit was acknowledged by a primary without a synchronous standby.
+                assert load.acks_after(killed) == 0, load.acked[-5:]
+                sync_cluster.new_synchronous_standby()
+                wait_for(lambda: commits(client), "a commit once a standby is synchronous again", 60)
+                wait_for(lambda: client.health() == "SERVING", "health SERVING again", 30)
+        finally:
+            load.finish()
+        assert set(load.statuses()) <= {code.name for code in GAP_STATUSES}, load.statuses()
