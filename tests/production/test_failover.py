@@ -17,7 +17,7 @@ import pytest
 
 from offsetstore.client import DeadlineExceededError, OffsetStoreClient, OffsetStoreError, StoreUnavailableError
 from tests.fixtures.fix_haproxy import haproxy
-from tests.fixtures.fix_pg_cluster import PgCluster, wait_for
+from tests.fixtures.fix_pg_cluster import PgCluster
 from tests.fixtures.fix_production import (
     GAP_STATUSES,
     CommitLoad,
@@ -32,6 +32,7 @@ from tests.fixtures.fix_production import (
     stored_offsets,
 )
 from tests.fixtures.fix_server import Served
+from tests.fixtures.processes import wait_for
 
 SYNC_STANDBYS = "offsetstore_database_synchronous_standbys"
 

@@ -15,8 +15,9 @@ import sqlalchemy as sa
 from offsetstore.core.errors import StoreUnavailableError
 from tests.fixtures.exactly_once import assert_exactly_once
 from tests.fixtures.fix_kafka import read_all
-from tests.fixtures.fix_pg_cluster import PgCluster, wait_for
+from tests.fixtures.fix_pg_cluster import PgCluster
 from tests.fixtures.fix_production import migrate
+from tests.fixtures.processes import wait_for
 
 pytest.importorskip("confluent_kafka", reason="the kafka extra (confluent-kafka) is not installed")
 

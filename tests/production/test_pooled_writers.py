@@ -16,8 +16,9 @@ import pytest
 
 from offsetstore.kafka_integration import ExactlyOnceWriter
 from tests.fixtures.exactly_once import assert_exactly_once
-from tests.fixtures.fix_pg_cluster import PgCluster, wait_for
+from tests.fixtures.fix_pg_cluster import PgCluster
 from tests.fixtures.fix_pgbouncer import PgBouncer
+from tests.fixtures.processes import wait_for
 
 COLUMNS = ("topic", "partition", "offset", "value")
 
