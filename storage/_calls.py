@@ -93,6 +93,12 @@ def one_requests_fault(error: OffsetStoreError) -> bool:
     return isinstance(_cause(cause)[0], (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable))
 
 
+def lock_wait_ran_out(error: OffsetStoreError) -> bool:
+    """The operation waited longer than its lock timeout for a lock (someone else's long transaction)."""
+    cause = error.__cause__
+    return cause is not None and isinstance(_cause(cause)[0], psycopg.errors.LockNotAvailable)
+
+
 _deadline: contextvars.ContextVar[Bound | None] = contextvars.ContextVar("offsetstore_deadline", default=None)
 
 

@@ -7,10 +7,10 @@ whenever it is free, so while one batch is in the database the next one gathers
 own outcome (:func:`storage.write_batch`). The batch's statement timeout is that of its
 most pressed caller; a caller that left before COMMIT has its request taken out and the
 rest redone, so a caller that went away never has its request committed. A reply is
-sent only after COMMIT returned. A batch of several requests waits for a group's lock
-:data:`BATCH_LOCK_TIMEOUT_MS` at most; a batch that timed out, waited too long for a lock or
-failed in a statement runs each request alone, so one locked group cannot fail or stall
-the others.
+sent only after COMMIT returned. A flusher's batch waits for a group's lock
+:data:`BATCH_LOCK_TIMEOUT_MS` at most (asyncio driver); a batch that timed out, waited too
+long for a lock or failed in a statement runs each request alone, by its own caller, so one
+locked group cannot fail the others, nor stall them by holding the flushers.
 
 The drivers do only the I/O, as psycopg builds its sync and async APIs on one core:
 :class:`~offsetstore.storage.store.WriteBatcher` (threads and a condition) and
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
-from offsetstore.storage._calls import Bound, one_requests_fault
+from offsetstore.storage._calls import Bound, lock_wait_ran_out, one_requests_fault
 from offsetstore.storage.writes import WriteOutcome, WriteRequest
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 MAX_BATCH_REQUESTS = 512
 MAX_BATCH_OFFSETS = 10_000
 
-#: How long a batch of several requests waits for a group's lock before each request runs
-#: alone: a group held in a long transaction stalls only its own callers (issue 34).
+#: How long a flusher's batch waits for a group's lock before its requests run alone, each
+#: by its own caller: a group held in a long transaction stalls only its own callers.
 BATCH_LOCK_TIMEOUT_MS = 50
 
 GONE = "the caller went away before the transaction committed"
@@ -130,11 +130,17 @@ class Flush(Generic[W]):
     """One batch through the database: the callers still waiting (:attr:`live`), and what each hears.
 
     ``timeout_ms`` is the store's: the statement timeout a caller's bound asks for, or None.
+    With ``lock_timeout_ms``, the batch waits for a group's lock that long at most (the
+    driver sets it), and a request whose lock wait ran out runs alone, by its own caller,
+    with the whole lock timeout: a flusher never waits long on one group's lock.
     """
 
-    def __init__(self, live: list[W], timeout_ms: Callable[[Bound | None], int | None]) -> None:
+    def __init__(
+        self, live: list[W], timeout_ms: Callable[[Bound | None], int | None], lock_timeout_ms: int | None = None
+    ) -> None:
         self._timeout = timeout_ms
         self.live = live
+        self.lock_timeout_ms = lock_timeout_ms
 
     def requests(self) -> list[WriteRequest]:
         return [write.request for write in self.live]
@@ -172,7 +178,9 @@ class Flush(Generic[W]):
                 write.finish(StoreUnavailableError(GONE))
             self.live = [write for write in live if write not in error.gone]
         elif isinstance(error, OffsetStoreError):
-            alone = len(live) > 1 and one_requests_fault(error)
+            alone = (len(live) > 1 and one_requests_fault(error)) or (
+                self.lock_timeout_ms is not None and lock_wait_ran_out(error)
+            )
             for write in live:
                 write.finish(ALONE if alone else error)
         elif len(live) == 1:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -60,6 +61,8 @@ __all__ = ["AsyncStore", "AsyncWriteBatcher"]
 
 R = TypeVar("R")
 
+log = logging.getLogger(__name__)
+
 #: How long a call waits for a pooled connection while the health probe finds the database down.
 DOWN_WAIT_SECONDS = 0.2
 #: Rows converted between two turns of the event loop.
@@ -73,48 +76,68 @@ async def run_hot(
     timeout_ms: int | None = None,
     *,
     lock_timeout_ms: int | None = None,
+    read_only: bool = False,
 ) -> R:
-    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``, pipelined.
+    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``.
 
-    Each statement goes with the transaction's settings (:meth:`SessionSettings.sql`, the
-    caller's ``timeout_ms`` if nearer) in one round trip: on an autocommit connection the
-    two share one implicit transaction (no Sync between them), inside ``conn.transaction()``
-    they are part of it. Statements are prepared where ``settings.prepare`` allows, unless
-    wide; the settings statement only in its fixed texts, not per deadline.
+    A statement goes with the transaction's settings (:meth:`SessionSettings.sql`, the
+    caller's ``timeout_ms`` if nearer) in one round trip, pipelined: on an autocommit
+    connection the two share one implicit transaction (no Sync between them), inside
+    ``conn.transaction()`` they are part of it. A narrow statement of ``read_only`` steps
+    needs none of them (no COMMIT to make durable, no lock to wait for but DDL's): it is
+    bounded here instead, by cancelling it when its time is up, which holds through any
+    pooler as well and costs no statement. Statements are prepared where
+    ``settings.prepare`` allows, unless wide (then planned for their arrays).
     """
-    prepare = settings.prepare and lock_timeout_ms is None  # prepared: the settings' few fixed texts only
-    before = settings.sql(timeout_ms, custom_plans=False, lock_timeout_ms=lock_timeout_ms)
-    async with conn.pipeline() as pipeline:
-        try:
-            statement = next(steps)
-            while True:
-                if statement is storage.PAUSE:
-                    await asyncio.sleep(0)  # other calls run between slices of a wide request
-                    statement = steps.send(None)
-                    continue
-                sql, params = statement
-                wide = is_wide(params)
-                if wide:  # planned for its arrays, not with a plan cached for small ones
-                    await conn.execute(
-                        settings.sql(timeout_ms, custom_plans=True, lock_timeout_ms=lock_timeout_ms), prepare=False
-                    )
-                else:
-                    await conn.execute(before, prepare=prepare and timeout_ms is None)
-                cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
-                await pipeline.sync()
-                rows: list[tuple[Any, ...]] = []
-                if cursor.description is None:
-                    pass
-                elif cursor.rowcount <= FETCH_SLICE:
-                    rows = await cursor.fetchall()
-                else:  # converted a slice at a time: a 10,000-row answer would hold the loop for milliseconds
-                    while batch := await cursor.fetchmany(FETCH_SLICE):
-                        rows.extend(batch)
-                        await asyncio.sleep(0)
-                statement = steps.send(rows)
-        except StopIteration as done:
-            result: R = done.value
-            return result
+    try:
+        statement = next(steps)
+        while True:
+            if statement is storage.PAUSE:
+                await asyncio.sleep(0)  # other calls run between slices of a wide request
+                statement = steps.send(None)
+                continue
+            sql, params = statement
+            wide = is_wide(params)
+            if read_only and not wide:
+                rows = await _bounded(conn, sql, params, settings, timeout_ms)
+            else:
+                # Prepared: the settings' few fixed texts, not one per deadline or lock bound.
+                fixed = settings.prepare and timeout_ms is None and lock_timeout_ms is None and not wide
+                before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
+                async with conn.pipeline() as pipeline:
+                    await conn.execute(before, prepare=fixed)
+                    cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
+                    await pipeline.sync()
+                    rows = await _rows(cursor)
+            statement = steps.send(rows)
+    except StopIteration as done:
+        result: R = done.value
+        return result
+
+
+async def _bounded(
+    conn: psycopg.AsyncConnection, sql: str, params: Mapping[str, object], settings: SessionSettings, ms: int | None
+) -> list[tuple[Any, ...]]:
+    """One read, cancelled in the server (psycopg does, on cancellation) when its time is up."""
+    ms = settings.statement_timeout_ms if ms is None else ms
+    try:
+        async with asyncio.timeout(ms / 1000 if ms else None):
+            return await _rows(await conn.execute(sql, params, prepare=settings.prepare))
+    except TimeoutError:
+        log.warning("database unavailable (read timed out)", extra={"ms": ms})
+        raise StoreUnavailableError("the offset store's database did not answer in time") from None
+
+
+async def _rows(cursor: psycopg.AsyncCursor[Any]) -> list[tuple[Any, ...]]:
+    if cursor.description is None:
+        return []
+    if cursor.rowcount <= FETCH_SLICE:
+        return await cursor.fetchall()
+    rows: list[tuple[Any, ...]] = []
+    while batch := await cursor.fetchmany(FETCH_SLICE):  # a slice at a time: 10,000 rows would hold the loop
+        rows.extend(batch)
+        await asyncio.sleep(0)
+    return rows
 
 
 class AsyncStore:
@@ -210,13 +233,13 @@ class AsyncStore:
         """Runs a read of the storage core (in a transaction: the settings that bound it are the transaction's)."""
         return await self.run(operation, *args, **kwargs)
 
-    async def run_hot(self, name: str, steps: Callable[[], storage.HotSteps[R]]) -> R:
+    async def run_hot(self, name: str, steps: Callable[[], storage.HotSteps[R]], *, read_only: bool = False) -> R:
         """Runs the hot-path ``steps`` on a pooled psycopg connection, its settings in the same round trip."""
 
         async def once() -> R:
             ms = self._timeout_ms()
             async with self.hot_connection(ms) as conn:
-                return await run_hot(conn, steps(), self.settings, ms)
+                return await run_hot(conn, steps(), self.settings, ms, read_only=read_only)
 
         return await self._timed(name, self._attempts(name, once))
 
@@ -313,7 +336,7 @@ class AsyncStore:
             # A retried attempt starts the steps afresh.
             return first.pop() if first else storage.fetch_offsets_steps(group_id, topics, page)
 
-        return await self.run_hot("fetch_offsets", once)
+        return await self.run_hot("fetch_offsets", once, read_only=True)
 
     async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
@@ -456,7 +479,7 @@ class AsyncWriteBatcher:
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another flusher may take it
             try:
-                flush = gc.Flush(gc.waiting(batch), self.store.store._timeout_ms)
+                flush = gc.Flush(gc.waiting(batch), self.store.store._timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
                 while flush.live:
                     try:
                         outcomes = await self._transaction(flush)
@@ -481,10 +504,10 @@ class AsyncWriteBatcher:
                     storage.write_batch_steps(requests),
                     self.store.settings,
                     ms,
-                    # A batch of several callers never waits long on one group's lock: a group
-                    # held in a long transaction (a Spark sink's, a SQL API caller's) fails the
-                    # batch at once, and each request runs alone, waiting the whole lock timeout.
-                    lock_timeout_ms=gc.BATCH_LOCK_TIMEOUT_MS if len(requests) > 1 else None,
+                    # A flusher never waits long on one group's lock: a group held in a long
+                    # transaction (a Spark sink's, a SQL API caller's) fails the batch at once,
+                    # and each request runs alone in its caller's task, with the whole lock timeout.
+                    lock_timeout_ms=flush.lock_timeout_ms,
                 )
                 flush.check_callers()  # raises: rolled back
                 return outcomes
