@@ -146,3 +146,27 @@ secrets = Table(
     Column("name", Text, primary_key=True),
     Column("value", LargeBinary, nullable=False),
 )
+
+# The SQL API's grants (migration 0011, docs/sql.md): what a database role may do to the
+# groups whose id starts with group_prefix, as a tokens file's grants for a principal. The
+# role is session_user, a name; text here, as the functions compare it. Written by the
+# schema's owner (offsetstore.grant_groups / revoke_groups), read by the API's functions.
+sql_grants = Table(
+    "sql_grants",
+    metadata,
+    Column("role", Text, primary_key=True),
+    Column("group_prefix", Text, primary_key=True),
+    Column("access", Text, nullable=False),
+    CheckConstraint("access IN ('read', 'commit', 'admin')", name="access_valid"),
+)
+
+# The SQL API's quotas per role (offsetstore.set_quotas): a tokens file's max_groups and
+# max_partitions; 0 is no quota, as is no row.
+sql_quotas = Table(
+    "sql_quotas",
+    metadata,
+    Column("role", Text, primary_key=True),
+    Column("max_groups", Integer, nullable=False, server_default="0"),
+    Column("max_partitions", Integer, nullable=False, server_default="0"),
+    CheckConstraint("max_groups >= 0 AND max_partitions >= 0", name="quotas_non_negative"),
+)

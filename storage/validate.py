@@ -20,6 +20,10 @@ MAX_GROUP_ID_BYTES = 255
 MAX_TOPIC_CHARS = 249
 MAX_METADATA_BYTES = 4096
 MAX_PARTITIONS = 10_000
+#: The SQL API's commit_offsets arrays (docs/sql.md): a partition may repeat there (each
+#: written record's offset + 1), so they may be longer than MAX_PARTITIONS, but are bounded
+#: before anything walks them, as the gRPC API counts a request's entries before decoding.
+MAX_SQL_ELEMENTS = 10 * MAX_PARTITIONS
 MAX_PAGE_SIZE = 1000
 #: The most one FetchOffsets or DescribeGroup answer holds (``--max-response-bytes``); larger
 #: answers come in pages. Serialising a page holds the interpreter lock that every RPC thread

@@ -12,6 +12,7 @@ pytest.register_assert_rewrite("tests.fixtures")
 
 pytest_plugins = [
     "tests.fixtures.fix_db",
+    "tests.fixtures.fix_sql_roles",
     "tests.fixtures.fix_server",
     "tests.fixtures.fix_auth",
     "tests.fixtures.fix_http",

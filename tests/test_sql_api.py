@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from psycopg import errors
 
 from tests.fixtures.fix_db import conninfo
+from tests.fixtures.fix_sql_roles import SqlRole
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
 
@@ -106,10 +107,12 @@ def test_the_loop_commits_max_plus_one_with_history(conn: psycopg.Connection, gr
         "FROM offsetstore.offset_history WHERE group_id = %s ORDER BY new_offset",
         [group_id],
     ).fetchall()
+    # The actor is the role that logged in, whatever the call says (issue 34, finding 4).
+    (role,) = conn.execute("SELECT session_user::text").fetchone()
     assert history == [
-        ("u", 3, None, 1, 1, 1, "sql"),
-        ("t", 0, None, 8, 1, 1, "sql"),
-        ("t", 0, 8, 9, 1, 1, "tester"),
+        ("u", 3, None, 1, 1, 1, role),
+        ("t", 0, None, 8, 1, 1, role),
+        ("t", 0, 8, 9, 1, 1, role),
     ]
 
 
@@ -188,35 +191,42 @@ def test_the_limits_are_validate_pys() -> None:
     assert f"> {validate.MAX_GROUP_ID_BYTES}" in text
     assert f"> {validate.MAX_TOPIC_CHARS}" in text
     assert f"> {validate.MAX_PARTITIONS}" in text
+    assert f"> {validate.MAX_SQL_ELEMENTS}" in text
     assert validate._TOPIC.pattern in text
 
 
-def _recipe(role: str) -> str:
-    """docs/sql.md's role recipe, for ``role``."""
+def _recipe(role: str, password: str, prefix: str) -> str:
+    """docs/sql.md's role recipe, for ``role`` with ``password`` and a grant on ``prefix``."""
     blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
     (recipe,) = [b for b in blocks if "GRANT EXECUTE" in b]
-    return recipe.replace("orders_consumer", role).replace("LOGIN PASSWORD 'change-me'", "NOLOGIN")
+    assert "'orders-'" in recipe and "grant_groups" in recipe
+    return (
+        recipe.replace("orders_consumer", role)
+        .replace("'change-me'", f"'{password}'")
+        .replace("'orders-'", f"'{prefix}'")
+    )
 
 
 def test_the_documented_role_does_the_loop_and_nothing_else(
-    conn: psycopg.Connection, engine: sa.Engine, group_id: str
+    conn: psycopg.Connection, engine: sa.Engine, database_url: str, group_id: str
 ) -> None:
-    role = f"sqlapi_{uuid.uuid4().hex[:10]}"
-    conn.execute(_recipe(role))
+    role = SqlRole(f"sqlapi_{uuid.uuid4().hex[:10]}", uuid.uuid4().hex, database_url)
+    conn.execute(_recipe(role.name, role.password, group_id))
     try:
-        conn.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
-        with conn.transaction():
-            conn.execute(f"SET LOCAL ROLE {role}")
-            conn.execute(f"CREATE TABLE {role}.sink (topic text, partition int, kafka_offset bigint)")
-            generation = conn.execute("SELECT offsetstore.join_group(%s)", [group_id]).fetchone()[0]
+        conn.execute(f"CREATE SCHEMA {role.name} AUTHORIZATION {role.name}")
+        consumer = role.connect()  # logged in as the role: session_user is what the grants name
+        with consumer.transaction():
+            consumer.execute(f"CREATE TABLE {role.name}.sink (topic text, partition int, kafka_offset bigint)")
+            generation = consumer.execute("SELECT offsetstore.join_group(%s)", [group_id]).fetchone()[0]
             assert (
-                conn.execute("SELECT * FROM offsetstore.begin_write(%s, %s)", [group_id, generation]).fetchall() == []
+                consumer.execute("SELECT * FROM offsetstore.begin_write(%s, %s)", [group_id, generation]).fetchall()
+                == []
             )
-            conn.execute(f"INSERT INTO {role}.sink VALUES ('t', 0, 0), ('t', 0, 1)")
-            conn.execute(
+            consumer.execute(f"INSERT INTO {role.name}.sink VALUES ('t', 0, 0), ('t', 0, 1)")
+            consumer.execute(
                 "SELECT * FROM offsetstore.commit_offsets(%s, %s, '{t,t}', '{0,0}', '{1,2}')", [group_id, generation]
             )
-            assert conn.execute(
+            assert consumer.execute(
                 "SELECT topic, partition, next_offset FROM offsetstore.read_offsets(%s)", [group_id]
             ).fetchall() == [("t", 0, 2)]
         forbidden = [
@@ -224,15 +234,20 @@ def test_the_documented_role_does_the_loop_and_nothing_else(
             'UPDATE offsetstore.offsets SET "offset" = 0',
             "DELETE FROM offsetstore.offsets",
             "SELECT * FROM offsetstore.offsets",
+            "SELECT * FROM offsetstore.sql_grants",
             "SELECT * FROM offsetstore.lock_for_write('x', 0)",
             "SELECT * FROM offsetstore.write_batch('{t}', '{x}', '{1}', '{a}', '{\"\"}', '{\"\"}', '{f}', '{1}', "
             "'{0}', '{}', '{}', '{}', '{}', '{}')",
             "SELECT offsetstore.lock_group('x', true)",
+            "SELECT offsetstore.grant_groups(session_user, '', 'admin')",
         ]
         for statement in forbidden:
-            with pytest.raises(errors.InsufficientPrivilege), conn.transaction():
-                conn.execute(f"SET LOCAL ROLE {role}")
-                conn.execute(statement)
+            with pytest.raises(errors.InsufficientPrivilege):
+                consumer.execute(statement)
+        # Another consumer's group is not its own (tests/test_sql_grants.py tries each function).
+        with pytest.raises(psycopg.Error) as caught:
+            consumer.execute("SELECT * FROM offsetstore.read_offsets(%s)", [f"x{group_id}"])
+        assert caught.value.sqlstate == "OS003"
         with engine.connect() as owner:
             assert (
                 owner.exec_driver_sql(
@@ -241,9 +256,12 @@ def test_the_documented_role_does_the_loop_and_nothing_else(
                 == 2
             )
     finally:
-        conn.execute(f"DROP SCHEMA IF EXISTS {role} CASCADE")
-        conn.execute(f"DROP OWNED BY {role}")
-        conn.execute(f"DROP ROLE {role}")
+        role.close()
+        conn.execute(f"DROP SCHEMA IF EXISTS {role.name} CASCADE")
+        conn.execute("SELECT offsetstore.revoke_groups(%s)", [role.name])
+        conn.execute("DELETE FROM offsetstore.sql_quotas WHERE role = %s", [role.name])
+        conn.execute(f"DROP OWNED BY {role.name}")
+        conn.execute(f"DROP ROLE {role.name}")
 
 
 def _doc_loop(group_id: str, table: str = "orders_copy") -> tuple[str, list[str]]:

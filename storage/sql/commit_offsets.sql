@@ -3,6 +3,8 @@
 -- expected_offsets is given (OS002; -1 = none stored; a NULL element is not checked), history
 -- rows as every commit writes them. A partition may repeat: its largest offset wins, so a
 -- caller may pass each written record's offset + 1. Checks are storage/validate.py's rules.
+-- A commit grant on the group, the role's quotas; the history's actor is the role that logged
+-- in (session_user), whatever `actor` says (kept, and checked, for v1's signature).
 CREATE OR REPLACE FUNCTION offsetstore.commit_offsets(
     group_id text, generation bigint, topics text[], partitions integer[], next_offsets bigint[],
     expected_offsets bigint[] DEFAULT NULL, actor text DEFAULT 'sql'
@@ -18,12 +20,18 @@ DECLARE
     e bigint[];
     conflict integer;
     invalid boolean;
+    restricted boolean;
     r record;
 BEGIN
     PERFORM offsetstore.api_check_group(commit_offsets.group_id);
     PERFORM offsetstore.api_check_generation(commit_offsets.generation);
+    restricted := offsetstore.api_authorize(commit_offsets.group_id, 'commit');
+    -- Bounded before anything walks the arrays (the gRPC API counts a request's entries on
+    -- the wire); repeats are allowed here (each record's offset + 1), hence 10 per partition.
     IF topics IS NULL THEN
         PERFORM offsetstore.api_invalid('topics', 'must not be NULL');
+    ELSIF n > 100000 THEN
+        PERFORM offsetstore.api_invalid('topics', 'at most 100000 elements in one call');
     ELSIF partitions IS NULL OR cardinality(partitions) <> n THEN
         PERFORM offsetstore.api_invalid('partitions', 'must be as long as topics');
     ELSIF next_offsets IS NULL OR cardinality(next_offsets) <> n THEN
@@ -72,11 +80,14 @@ BEGIN
     ELSIF n > 10000 THEN
         PERFORM offsetstore.api_invalid('partitions', 'at most 10000 distinct partitions in one call');
     END IF;
+    IF restricted THEN
+        PERFORM offsetstore.api_check_quota(commit_offsets.group_id, coalesce(t, '{}'), coalesce(p, '{}'));
+    END IF;
 
     FOR r IN SELECT * FROM offsetstore.write_batch(
-        ARRAY[false], ARRAY[commit_offsets.group_id], ARRAY[commit_offsets.generation], ARRAY[actor], ARRAY[''],
-        ARRAY[''], ARRAY[expected_offsets IS NOT NULL], ARRAY[1], ARRAY[n], coalesce(t, '{}'), coalesce(p, '{}'),
-        coalesce(o, '{}'), array_fill(''::text, ARRAY[n]), coalesce(e, '{}')
+        ARRAY[false], ARRAY[commit_offsets.group_id], ARRAY[commit_offsets.generation], ARRAY[session_user::text],
+        ARRAY[''], ARRAY[''], ARRAY[expected_offsets IS NOT NULL], ARRAY[1], ARRAY[n], coalesce(t, '{}'),
+        coalesce(p, '{}'), coalesce(o, '{}'), array_fill(''::text, ARRAY[n]), coalesce(e, '{}')
     ) LOOP
         IF r.outcome = 1 THEN
             PERFORM offsetstore.api_stale(commit_offsets.group_id, commit_offsets.generation, r.stored);

@@ -18,6 +18,7 @@ from offsetstore.kafka_integration import ExactlyOnceWriter
 from tests.fixtures.exactly_once import assert_exactly_once
 from tests.fixtures.fix_pg_cluster import PgCluster
 from tests.fixtures.fix_pgbouncer import PgBouncer
+from tests.fixtures.fix_sql_roles import API_FUNCTIONS
 from tests.fixtures.processes import wait_for
 
 COLUMNS = ("topic", "partition", "offset", "value")
@@ -52,6 +53,40 @@ def test_the_sql_api_loop_through_the_pooler(pooler: PgBouncer, pooled_server, p
     for offset in range(1, 21):  # more than psycopg's prepare threshold, which is off here
         sql_api_commit(pooler.url(), group, offset)
     assert stored(pooled_cluster, group) == {0: 20}
+
+
+def test_a_consumer_role_through_the_pooler_is_checked_and_recorded_as_itself(
+    pooler: PgBouncer, pooled_server, pooled_cluster: PgCluster
+) -> None:
+    """Grants name session_user: the pooler logs in as each client's own role, in both modes."""
+    role = f"pooled_{uuid.uuid4().hex[:8]}"
+    group = f"{role}-orders"
+    with pooled_cluster.primary.connect() as owner:
+        owner.execute(f"CREATE ROLE {role} LOGIN")
+        owner.execute(f"GRANT USAGE ON SCHEMA offsetstore TO {role}")
+        owner.execute(f"GRANT EXECUTE ON FUNCTION {', '.join(API_FUNCTIONS)} TO {role}")
+        owner.execute("SELECT offsetstore.grant_groups(%s, %s, 'commit')", (role, f"{role}-"))
+        try:
+            pooler.add_user(role)
+            for offset in range(1, 4):
+                sql_api_commit(pooler.url(user=role), group, offset)
+            assert stored(pooled_cluster, group) == {0: 3}
+            actors = owner.execute(
+                "SELECT DISTINCT actor FROM offsetstore.offset_history WHERE group_id = %s", (group,)
+            )
+            assert actors.fetchall() == [(role,)]
+            # PgBouncer pools per user: the owner's server connections never carry the role's calls.
+            sql_api_commit(pooler.url(), f"sql-{role}", 1)
+            with pytest.raises(psycopg.Error) as caught:
+                sql_api_commit(pooler.url(user=role), f"sql-{role}", 2)
+            assert caught.value.sqlstate == "OS003"
+            assert stored(pooled_cluster, f"sql-{role}") == {0: 1}
+        finally:
+            owner.execute("SELECT offsetstore.revoke_groups(%s)", (role,))
+            # The pooler keeps its server connections as the role; only those are ended.
+            owner.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            owner.execute(f"DROP OWNED BY {role}")
+            owner.execute(f"DROP ROLE {role}")
 
 
 def test_the_kafka_writer_through_the_pooler_writes_each_record_once(
