@@ -406,6 +406,8 @@ def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
         all_topics=value.all_topics,
         dry_run=value.dry_run,
     )
+    if value.expected_generation is not None:
+        request.expected_generation = value.expected_generation
     if value.to_offset is not None:
         request.to_offset = value.to_offset
     elif value.shift_by is not None:
@@ -435,4 +437,5 @@ def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
         to_boundary=to_boundary,
         to_commit_time=timestamp_field(request, "to_commit_time") if target == "to_commit_time" else None,
         dry_run=request.dry_run,
+        expected_generation=request.expected_generation if request.HasField("expected_generation") else None,
     )

@@ -214,6 +214,8 @@ class ResetRequest:
     to_commit_time: datetime | None = None
     #: Say what would change, and change nothing.
     dry_run: bool = False
+    #: Apply (or preview) only while the group is at this generation, e.g. the one a preview answered.
+    expected_generation: int | None = None
 
     @property
     def targets(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from offsetstore.storage._groups import (
     now,
     or_no_offset,
     record_changes,
+    stale_error,
     where_selected,
 )
 from offsetstore.storage.retention import history_horizon
@@ -110,6 +111,7 @@ def reset_offsets(
     to_boundary: Boundary | None = None,
     to_commit_time: datetime | None = None,
     dry_run: bool = False,
+    expected_generation: int | None = None,
     actor: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
@@ -120,12 +122,23 @@ def reset_offsets(
     request = (
         group_id
         if isinstance(group_id, ResetRequest)
-        else ResetRequest(group_id, topics, all_topics, to_offset, shift_by, to_boundary, to_commit_time, dry_run)
+        else ResetRequest(
+            group_id,
+            topics,
+            all_topics,
+            to_offset,
+            shift_by,
+            to_boundary,
+            to_commit_time,
+            dry_run,
+            expected_generation,
+        )
     )
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
     group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
     to_commit_time, dry_run = request.to_commit_time, request.dry_run
+    expected = request.expected_generation
     v = check.Violations()
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
@@ -137,9 +150,15 @@ def reset_offsets(
         v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
         v.add("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+    if expected is not None and not 0 <= expected <= check.INT64_MAX:
+        v.add("expected_generation", "must be >= 0")
     v.raise_if_any()
 
     group = lock_group(conn, group_id)
+    # Decided under the group's lock: a confirm applies only to the state its preview showed.
+    current = group.generation if group is not None else 0
+    if expected is not None and expected != current:
+        raise stale_error(group_id, expected, current)
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -180,7 +199,7 @@ def reset_offsets(
             at = past.get(tp)
             new[tp] = EARLIEST if at is None else at
 
-    generation = group.generation if group is not None else 0
+    generation = current
     # A reset of a live group always fences its writers; an unknown or deleted group
     # is (re)created only when the reset gives it an offset.
     live = group is not None and group.deleted_at is None
