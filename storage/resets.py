@@ -24,6 +24,7 @@ from offsetstore.core.types import (
     Boundary,
     ChangeKind,
     OffsetChange,
+    OffsetOutOfRange,
     ResetRequest,
     ResetResult,
     TopicPartition,
@@ -112,6 +113,7 @@ def reset_offsets(
     to_commit_time: datetime | None = None,
     dry_run: bool = False,
     expected_generation: int | None = None,
+    clamp: bool = False,
     actor: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
@@ -132,6 +134,7 @@ def reset_offsets(
             to_commit_time,
             dry_run,
             expected_generation,
+            clamp,
         )
     )
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
@@ -175,9 +178,10 @@ def reset_offsets(
     if to_commit_time is not None:
         past = _offsets_at(conn, group_id, sels, to_commit_time)
         selected.update(tp for tp, off in past.items() if off is not None)
-    marks = read_watermarks(conn, selected) if to_commit_time is None else {}
+    marks = read_watermarks(conn, selected)
 
     new: dict[TopicPartition, int] = {}
+    outside: list[OffsetOutOfRange] = []
     for tp in sorted(selected):
         old = stored.get(tp)
         start, end = marks.get(tp, (None, None))
@@ -198,6 +202,12 @@ def reset_offsets(
             # A reset never deletes: no offset at that instant means "from the start".
             at = past.get(tp)
             new[tp] = EARLIEST if at is None else at
+        # A boundary resolves to a bound by itself; any other offset may lie outside them.
+        bound = None if to_boundary is not None or tp not in new else _passed_bound(new[tp], start, end)
+        if bound is not None:
+            outside.append(OffsetOutOfRange(tp.topic, tp.partition, new[tp], bound, request.clamp))
+            if request.clamp:
+                new[tp] = bound
 
     generation = current
     # A reset of a live group always fences its writers; an unknown or deleted group
@@ -210,11 +220,22 @@ def reset_offsets(
         for tp, off in new.items()
     ]
     if dry_run:
-        return ResetResult(changes, generation, True)
+        return ResetResult(changes, generation, True, outside)
     if bumps:
         generation = bump_generation(conn, group_id)
     when = _apply_reset(conn, group_id, new, stored, generation, actor)
-    return ResetResult([replace(c, change_time=when) for c in changes], generation, False)
+    return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
+
+
+def _passed_bound(offset: int, start: int | None, end: int | None) -> int | None:
+    """The known log bound that ``offset`` lies beyond (start below, end above), or None; placeholders pass none."""
+    if offset < 0:
+        return None
+    if end is not None and end >= 0 and offset > end:
+        return end
+    if start is not None and start >= 0 and offset < start:
+        return start
+    return None
 
 
 def _apply_reset(
