@@ -135,3 +135,35 @@ def test_delete_of_a_whole_topic(browser: Any, http_server: HttpServer) -> None:
     browser.find_element(By.ID, "delete-confirm").click()
     wait(browser, lambda d: "Deleted 2 offset(s)" in d.find_element(By.ID, "message").text)
     assert _stored(http_server, group) == {}
+
+
+def test_a_preview_says_which_offsets_lie_outside_the_log_and_clamp_sets_the_bound(
+    browser: Any, http_server: HttpServer
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    group, topic = f"console-r-{uuid.uuid4().hex[:8]}", f"ranged-{uuid.uuid4().hex[:8]}"
+    assert (
+        http_server.curl(
+            "CommitOffsets", {"groupId": group, "offsets": [{"topic": topic, "partition": 0, "offset": "150"}]}
+        )[0]
+        == 200
+    )
+    marks = [{"topic": topic, "partition": 0, "logStartOffset": "100", "logEndOffset": "200"}]
+    assert http_server.curl("ReportWatermarks", {"watermarks": marks})[0] == 200
+    _open(browser, http_server, group)
+    Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
+    browser.find_element(By.ID, "reset-value").send_keys("250")
+    browser.find_element(By.ID, "reset-preview").click()
+    said = wait(browser, lambda d: d.find_element(By.ID, "out-of-range")).text
+    assert f"{topic} [0]: offset 250 is past the log end 200: set as asked" in said
+    assert _preview_rows(browser) == [[topic, "0", "150", "250"]]
+
+    browser.find_element(By.ID, "reset-clamp").click()
+    browser.find_element(By.ID, "reset-preview").click()
+    wait(browser, lambda d: "set to 200 (clamp)" in d.find_element(By.ID, "out-of-range").text)
+    assert _preview_rows(browser) == [[topic, "0", "150", "200"]]
+    browser.find_element(By.ID, "reset-confirm").click()
+    wait(browser, lambda d: d.find_element(By.ID, "generation").text == "1")
+    assert _stored(http_server, group) == {0: "200"}

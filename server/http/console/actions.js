@@ -35,6 +35,7 @@ function resetPanel(groupId, partitions, group) {
     el("option", { value: "BOUNDARY_EARLIEST" }, "to earliest"), el("option", { value: "BOUNDARY_LATEST" }, "to latest"),
     el("option", { value: "toCommitTime" }, "to time (UTC, as committed then)"));
   const value = el("input", { id: "reset-value", placeholder: "offset, shift or 2026-01-31T12:00:00Z", size: 28 });
+  const clamp = el("input", { type: "checkbox", id: "reset-clamp" });
   const preview = el("div", { id: "preview" });
   const confirm = el("button", { type: "button", id: "reset-confirm", class: "danger", disabled: true }, "Confirm reset");
   // The previewed request and the generation the preview was computed at: the confirm sends
@@ -44,7 +45,7 @@ function resetPanel(groupId, partitions, group) {
   const invalidate = () => { request = null; previewed = null; confirm.disabled = true; preview.replaceChildren(); };
   const picker = partitionPicker("reset-partitions", partitions, invalidate);
   // "change" too: a select may report a choice with it alone.
-  for (const input of [scope, target, value]) for (const kind of ["input", "change"]) input.addEventListener(kind, invalidate);
+  for (const input of [scope, target, value, clamp]) for (const kind of ["input", "change"]) input.addEventListener(kind, invalidate);
   scope.addEventListener("change", () => picker.show(scope.value));
 
   function build() {
@@ -59,6 +60,7 @@ function resetPanel(groupId, partitions, group) {
     else if (target.value === "toCommitTime") body.toCommitTime = utcInstant(v);
     else if (!/^-?\d+$/.test(v)) throw new Error("the offset or shift must be a whole number");
     else body[target.value] = v;
+    if (clamp.checked) body.clamp = true;
     return body;
   }
 
@@ -78,7 +80,8 @@ function resetPanel(groupId, partitions, group) {
           { label: "Partition", num: true, cell: (c) => String(c.partition) },
           { label: "Now", num: true, cell: (c) => offsetText(c.previousOffset) },
           { label: "After", num: true, cell: (c) => el("span", { class: num(c.previousOffset) !== num(c.newOffset) ? "changed" : "" }, offsetText(c.newOffset)) },
-        ], changes, "preview-table"));
+        ], changes, "preview-table"),
+        outOfRange(answer.outOfRange));
       request = body;
       previewed = generation;
       confirm.disabled = changes.length === 0;
@@ -94,7 +97,9 @@ function resetPanel(groupId, partitions, group) {
     const seen = previewed;
     try {
       const answer = await call("ResetOffsets", { ...request, expectedGeneration: seen });
-      say(`Reset ${(answer.changes || []).length} partition(s) of ${groupId}; generation is now ${answer.generation}.`);
+      const outside = (answer.outOfRange || []).filter((o) => !o.clamped).length;
+      say(`Reset ${(answer.changes || []).length} partition(s) of ${groupId}; generation is now ${answer.generation}.` +
+        (outside ? ` ${outside} offset(s) outside the known log range were set as asked.` : ""));
       await groupPage(groupId, ++visit);
     } catch (error) {
       if (error.reason !== "STALE_GENERATION") { preview.replaceChildren(failure(error)); return; }
@@ -110,8 +115,19 @@ function resetPanel(groupId, partitions, group) {
 
   return el("section", { class: "panel", id: "reset" }, el("h2", {}, "Reset offsets"),
     el("div", { class: "toolbar" }, "Reset", scope, picker.box, target, value,
+      el("label", { title: "set an offset outside the known log range to the nearer bound" }, clamp, " clamp to the log range"),
       el("button", { type: "button", id: "reset-preview", class: "primary", onclick: () => dryRun() }, "Preview (dry run)"), confirm),
     el("p", { class: "muted" }, `Generation ${group.generation} now. Nothing changes until you confirm; a confirm applies only if the group is still at the previewed generation.`), preview);
+}
+
+// The server's word on offsets outside a partition's known [log start, log end].
+function outOfRange(list) {
+  if (!list || !list.length) return "";
+  return el("ul", { class: "fence", id: "out-of-range" }, list.map((o) => {
+    const side = num(o.offset) > num(o.bound) ? "past the log end" : "before the log start";
+    const action = o.clamped ? `set to ${o.bound} (clamp)` : `set as asked; tick clamp to set ${o.bound} instead`;
+    return el("li", {}, `${o.topic} [${num(o.partition)}]: offset ${o.offset} is ${side} ${o.bound}: ${action}.`);
+  }));
 }
 
 // --- delete: a topic or some of its partitions, with a confirm -----------------------
