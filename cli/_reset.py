@@ -145,7 +145,16 @@ def _reset_group(
     per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
     if per_partition is not None:
         return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
-    result = client.reset_offsets(group, **replace(target, topics=selection).keywords())
+    # Without a broker the server knows the log ranges (the store's watermarks): it warns and
+    # clamps. With one, the broker's ranges were checked above and the server is not asked to.
+    server_ranges = not args.bootstrap_server
+    result = client.reset_offsets(
+        group, **replace(target, topics=selection, clamp=args.clamp and server_ranges).keywords()
+    )
+    if server_ranges:
+        asked = {TopicPartition(o.topic, o.partition): o.offset for o in result.out_of_range}
+        bounds = {TopicPartition(o.topic, o.partition): o.bound for o in result.out_of_range}
+        warn_out_of_range(out, group, bounds, asked, args.clamp)
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
     # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
     changed = {TopicPartition(c.topic, c.partition) for c in changes}
@@ -166,6 +175,10 @@ def _reset_group(
             "generation": result.generation,
             "dry_run": result.dry_run,
             "group_existed": existed,
+            "out_of_range": [
+                {"topic": o.topic, "partition": o.partition, "offset": o.offset, "bound": o.bound, "clamped": o.clamped}
+                for o in result.out_of_range
+            ],
             # A reset never deletes: a new -1 is the latest placeholder.
             "changes": [change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
             "kept_placeholders": [
@@ -270,8 +283,8 @@ def _per_partition_target(
     if args.bootstrap_server and instant is not None:
         partitions = _selected_partitions(selection, before)
         return _broker.offsets_for_times(args.bootstrap_server, partitions, instant)
-    if args.to_offset is None:
-        return None
+    if args.to_offset is None or not args.bootstrap_server:
+        return None  # one ResetOffsets; the server says (and with --clamp sets) what lies outside the log
     partitions = _selected_partitions(selection, before)
     wanted = dict.fromkeys(partitions, args.to_offset)
     outside = out_of_range(wanted, known_ranges(client, group, partitions, args.bootstrap_server))

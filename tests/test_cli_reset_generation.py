@@ -45,7 +45,7 @@ def test_an_execute_after_the_group_moved_changes_nothing_and_says_where_it_is(c
 
 def test_per_partition_offsets_check_the_generation_too(client, groups, group_id) -> None:
     topic = f"clamped-{uuid.uuid4().hex[:8]}"  # watermarks are every group's: a topic of its own
-    # --clamp with a known log end sets a different offset per partition (a reset, then a commit).
+    # --clamp with a known log end sets a different offset per partition.
     client.commit_offsets(group_id, {(topic, 0): 40, (topic, 1): 41})
     client.report_watermarks([Watermark(topic, 0, 0, 100), Watermark(topic, 1, 0, 20)])
     previewed = client.fetch_offsets(group_id).generation
