@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import grpc
@@ -9,7 +10,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from offsetstore.client import InvalidArgumentError, OffsetStoreClient, StaleGenerationError
+from offsetstore.client import AsyncOffsetStoreClient, InvalidArgumentError, OffsetStoreClient, StaleGenerationError
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
@@ -105,3 +106,15 @@ def test_a_negative_expected_generation_is_invalid(client, group_id, topic):
         client.reset_offsets(group_id, topics={topic: [0]}, to_offset=3, expected_generation=-1)
     assert "expected_generation" in str(caught.value)
     assert client.fetch_offsets(group_id).offsets == {}
+
+
+def test_the_async_client_passes_it_too(server, group_id, topic):
+    async def run() -> tuple[int | None, int]:
+        async with AsyncOffsetStoreClient(server.address, timeout=20) as client:
+            await client.commit_offsets(group_id, {(topic, 0): 5})
+            with pytest.raises(StaleGenerationError) as caught:
+                await client.reset_offsets(group_id, all_topics=True, to_offset=1, expected_generation=3)
+            applied = await client.reset_offsets(group_id, all_topics=True, to_offset=1, expected_generation=0)
+            return caught.value.current_generation, applied.generation
+
+    assert asyncio.run(run()) == (0, 1)
