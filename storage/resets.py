@@ -223,6 +223,10 @@ def reset_offsets(
         return ResetResult(changes, generation, True, outside)
     if bumps:
         generation = bump_generation(conn, group_id)
+        if expected is not None and generation != current + 1:
+            # A group unknown above has no row to lock: one created meanwhile (a join that
+            # committed while this insert waited for it) moved it past what was expected.
+            raise stale_error(group_id, expected, generation - 1)
     when = _apply_reset(conn, group_id, new, stored, generation, actor)
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
 import grpc
+import psycopg
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from offsetstore.client import AsyncOffsetStoreClient, InvalidArgumentError, OffsetStoreClient, StaleGenerationError
+from offsetstore.storage.database_url import conninfo
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+from tests.fixtures.concurrency import wait_until
 
 
 @pytest.fixture
@@ -118,3 +122,38 @@ def test_the_async_client_passes_it_too(server, group_id, topic):
             return caught.value.current_generation, applied.generation
 
     assert asyncio.run(run()) == (0, 1)
+
+
+def test_a_group_created_by_a_join_while_the_reset_waited_is_refused(client, group_id, topic, database_url):
+    """An unknown group has no row to lock: the check holds when a join creates it under the reset."""
+    outcome: list[object] = []
+    with psycopg.connect(conninfo(database_url)) as joiner:
+        # A join left open: the group's row is inserted, not yet committed.
+        joiner.execute("SELECT offsetstore.join_group(%s, 'late')", (group_id,))
+        (pid,) = joiner.execute("SELECT pg_backend_pid()").fetchone()
+
+        def reset() -> None:
+            try:
+                outcome.append(client.reset_offsets(group_id, topics={topic: [0]}, to_offset=3, expected_generation=0))
+            except StaleGenerationError as error:
+                outcome.append(error)
+
+        thread = threading.Thread(target=reset)
+        thread.start()
+        with psycopg.connect(conninfo(database_url), autocommit=True) as watcher:
+            # The reset's insert of the group waits for the open join (its row).
+            wait_until(
+                lambda: (
+                    watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+                    ).fetchone()[0]
+                    > 0
+                )
+            )
+        joiner.commit()
+        thread.join(30)
+    (result,) = outcome
+    assert isinstance(result, StaleGenerationError), result
+    assert result.current_generation == 1
+    assert client.fetch_offsets(group_id).offsets == {}
+    assert client.fetch_offsets(group_id).generation == 1
