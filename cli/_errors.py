@@ -57,7 +57,10 @@ def error_message(error: OffsetStoreError, args: argparse.Namespace, server: str
     if isinstance(error, StaleGenerationError):
         current = error.current_generation
         suffix = f" (current generation {current})" if current is not None else ""
-        return f"Error: {error.message}{suffix}. Another writer or a reset changed the group meanwhile."
+        message = f"Error: {error.message}{suffix}. Another writer or a reset changed the group meanwhile."
+        if getattr(args, "expected_generation", None) is not None:
+            message += " Nothing was reset: run the dry run again, check it, and pass the generation it shows."
+        return message
     if isinstance(error, OffsetMismatchError):
         stored = error.stored_offset
         return f"Error: {error.message}" + (f" (stored offset {stored})" if stored is not None else "")

@@ -44,6 +44,11 @@ _CLAMP_HELP = (
     "set an offset outside the known [log start, log end] to the nearer bound (kafka-consumer-groups "
     "clamps silently; offsetstore warns and sets what you asked unless you give --clamp)"
 )
+_EXPECTED_GENERATION_HELP = (
+    "apply (or preview) the reset only while the group is at generation N, the one a --dry-run showed: "
+    "if a consumer joined or another reset came in between, nothing changes and the command says the "
+    "generation the group is at now (one group only)"
+)
 _BY_DURATION_HELP = (
     "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
     "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d (a unit is required)"
@@ -165,6 +170,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=_BOOTSTRAP_HELP)
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     p.add_argument("--export", action="store_true", help=_RESET_EXPORT_HELP)
+    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
     _add_execute(p)
 
     p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)

@@ -45,6 +45,8 @@ def cmd_reset(client: OffsetStoreClient, args: argparse.Namespace, out: Output) 
     shown = _ExportNotes(out) if args.export else out
     documents, plans = [], []
     try:
+        if args.expected_generation is not None and (args.all_groups or several(args)):
+            raise UsageError("--expected-generation is one group's generation: reset one group with it")
         selection = _selection(args)
         groups = groups_of(client, args)
         if not args.all_groups:
@@ -107,7 +109,9 @@ def _check_known(client: OffsetStoreClient, group: str, selection: dict[str, lis
 
 def _reset_target(args: argparse.Namespace, group: str) -> ResetRequest:
     """The reset the options ask of `group`, but for its topics; a time target resolves to an instant now."""
-    request = ResetRequest(group, all_topics=args.all_topics, dry_run=not args.execute)
+    request = ResetRequest(
+        group, all_topics=args.all_topics, dry_run=not args.execute, expected_generation=args.expected_generation
+    )
     if args.to_offset is not None:
         return replace(request, to_offset=args.to_offset)
     if args.shift_by is not None:
@@ -141,7 +145,16 @@ def _reset_group(
     per_partition = _per_partition_target(client, group, args, selection, before, instant, out)
     if per_partition is not None:
         return _reset_each(client, group, args, out, before, per_partition, existed, fetched.generation, instant)
-    result = client.reset_offsets(group, **replace(target, topics=selection).keywords())
+    # Without a broker the server knows the log ranges (the store's watermarks): it warns and
+    # clamps. With one, the broker's ranges were checked above and the server is not asked to.
+    server_ranges = not args.bootstrap_server
+    result = client.reset_offsets(
+        group, **replace(target, topics=selection, clamp=args.clamp and server_ranges).keywords()
+    )
+    if server_ranges:
+        asked = {TopicPartition(o.topic, o.partition): o.offset for o in result.out_of_range}
+        bounds = {TopicPartition(o.topic, o.partition): o.bound for o in result.out_of_range}
+        warn_out_of_range(out, group, bounds, asked, args.clamp)
     changes = sorted(result.changes, key=lambda c: (c.topic, c.partition))
     # A shift moves from an offset; a placeholder with no known watermark has none, and keeps it.
     changed = {TopicPartition(c.topic, c.partition) for c in changes}
@@ -162,6 +175,10 @@ def _reset_group(
             "generation": result.generation,
             "dry_run": result.dry_run,
             "group_existed": existed,
+            "out_of_range": [
+                {"topic": o.topic, "partition": o.partition, "offset": o.offset, "bound": o.bound, "clamped": o.clamped}
+                for o in result.out_of_range
+            ],
             # A reset never deletes: a new -1 is the latest placeholder.
             "changes": [change_json(c, previous_stored=previous_stored(c), new_stored=True) for c in changes],
             "kept_placeholders": [
@@ -224,7 +241,10 @@ def _applied_line(out: Output, group: str, dry_run: bool, existed: bool, generat
     if dry_run and not existed and changed:
         out.line(f"Group {group} does not exist: --execute creates it with these offsets. Dry run: nothing changed.")
     elif dry_run:
-        out.line("Dry run: nothing changed. Run again with --execute to apply.")
+        out.line(
+            "Dry run: nothing changed. Run again with --execute to apply; add "
+            f"--expected-generation {generation} to apply only if the group is still at this generation."
+        )
     elif not existed and changed:
         out.line(f"Created group {group} at generation {generation} with these offsets.")
     elif changed or existed:
@@ -263,8 +283,8 @@ def _per_partition_target(
     if args.bootstrap_server and instant is not None:
         partitions = _selected_partitions(selection, before)
         return _broker.offsets_for_times(args.bootstrap_server, partitions, instant)
-    if args.to_offset is None:
-        return None
+    if args.to_offset is None or not args.bootstrap_server:
+        return None  # one ResetOffsets; the server says (and with --clamp sets) what lies outside the log
     partitions = _selected_partitions(selection, before)
     wanted = dict.fromkeys(partitions, args.to_offset)
     outside = out_of_range(wanted, known_ranges(client, group, partitions, args.bootstrap_server))
@@ -274,7 +294,9 @@ def _per_partition_target(
     return {**wanted, **outside}
 
 
-def _set_offsets(client: OffsetStoreClient, group: str, new: dict[TopicPartition, int], existed: bool) -> int:
+def _set_offsets(
+    client: OffsetStoreClient, group: str, new: dict[TopicPartition, int], existed: bool, expected: int | None
+) -> int:
     """Sets a different offset per partition; returns the generation after.
 
     ResetOffsets takes one target for all; so a reset to the current offsets fences live
@@ -282,7 +304,9 @@ def _set_offsets(client: OffsetStoreClient, group: str, new: dict[TopicPartition
     commit with that generation sets every offset in one transaction. A writer joining in
     between makes the commit fail with STALE_GENERATION rather than be overwritten.
     """
-    generation = client.reset_offsets(group, topics=selection_of(new), shift_by=0).generation
+    generation = client.reset_offsets(
+        group, topics=selection_of(new), shift_by=0, expected_generation=expected
+    ).generation
     if not existed:
         generation = client.join_group(group, RESET_MEMBER_ID)
     client.commit_offsets(group, new, generation=generation)
@@ -302,7 +326,21 @@ def _reset_each(
 ) -> tuple[dict | None, Plan]:
     rows = sorted((tp, before.get(tp, NO_OFFSET), offset) for tp, offset in new.items())
     plan = [(tp, offset) for tp, _, offset in rows]
-    generation = _set_offsets(client, group, new, existed) if args.execute and new else generation_before
+    if args.expected_generation is not None and not args.execute:
+        # This plan is the CLI's own; the server still says whether the group is at that generation.
+        client.reset_offsets(
+            group,
+            topics=selection_of(new) or None,
+            all_topics=not new,
+            shift_by=0,
+            dry_run=True,
+            expected_generation=args.expected_generation,
+        )
+    generation = (
+        _set_offsets(client, group, new, existed, args.expected_generation)
+        if args.execute and new
+        else generation_before
+    )
     if out.json:
         return {
             "group_id": group,

@@ -104,9 +104,18 @@ class ClientMethods(_base.ClientBase):
         to_boundary: Boundary | None = None,
         to_commit_time: datetime | None = None,
         dry_run: bool = False,
+        expected_generation: int | None = None,
+        clamp: bool = False,
         timeout: float | None = None,
     ) -> ResetResult:
-        """Resets the selected partitions to one target and bumps the generation (unless `dry_run`)."""
+        """Resets the selected partitions to one target and bumps the generation (unless `dry_run`).
+
+        With `expected_generation` (say, the generation a dry run answered), the reset applies only
+        while the group is still at it; otherwise it raises `StaleGenerationError` (its
+        `current_generation` says where the group is now) and changes nothing. An offset outside
+        its partition's known log range is set as asked (to the nearer bound with `clamp`) and
+        listed in the result's `out_of_range`.
+        """
         request = _base.reset_offsets_request(
             group_id,
             topics=topics,
@@ -116,6 +125,8 @@ class ClientMethods(_base.ClientBase):
             to_boundary=to_boundary,
             to_commit_time=to_commit_time,
             dry_run=dry_run,
+            expected_generation=expected_generation,
+            clamp=clamp,
         )
         return self._call(self._stub.ResetOffsets, request, _base.reset_offsets_result, timeout)
 

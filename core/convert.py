@@ -23,6 +23,7 @@ from offsetstore.core.types import (
     LagSecondsStatus,
     OffsetChange,
     OffsetCommit,
+    OffsetOutOfRange,
     PartitionStatus,
     ResetRequest,
     ResetResult,
@@ -311,6 +312,10 @@ def reset_result_to_proto(value: ResetResult) -> pb.ResetOffsetsResponse:
         changes=[offset_change_to_proto(c) for c in value.changes],
         generation=value.generation,
         dry_run=value.dry_run,
+        out_of_range=[
+            pb.OffsetOutOfRange(topic=o.topic, partition=o.partition, offset=o.offset, bound=o.bound, clamped=o.clamped)
+            for o in value.out_of_range
+        ],
     )
 
 
@@ -319,6 +324,9 @@ def reset_result_from_proto(message: pb.ResetOffsetsResponse) -> ResetResult:
         changes=[offset_change_from_proto(c) for c in message.changes],
         generation=message.generation,
         dry_run=message.dry_run,
+        out_of_range=[
+            OffsetOutOfRange(o.topic, o.partition, o.offset, o.bound, o.clamped) for o in message.out_of_range
+        ],
     )
 
 
@@ -405,7 +413,10 @@ def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
         topics=selections_to_proto(cast(Topics, value.topics)),  # a client's request: built from Topics
         all_topics=value.all_topics,
         dry_run=value.dry_run,
+        clamp=value.clamp,
     )
+    if value.expected_generation is not None:
+        request.expected_generation = value.expected_generation
     if value.to_offset is not None:
         request.to_offset = value.to_offset
     elif value.shift_by is not None:
@@ -435,4 +446,6 @@ def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
         to_boundary=to_boundary,
         to_commit_time=timestamp_field(request, "to_commit_time") if target == "to_commit_time" else None,
         dry_run=request.dry_run,
+        expected_generation=request.expected_generation if request.HasField("expected_generation") else None,
+        clamp=request.clamp,
     )

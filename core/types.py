@@ -19,6 +19,7 @@ __all__ = [
     "Mode",
     "OffsetChange",
     "OffsetCommit",
+    "OffsetOutOfRange",
     "Page",
     "PartitionStatus",
     "ResetRequest",
@@ -113,6 +114,20 @@ class OffsetChange:
     generation: int
     change_time: datetime | None = None
     actor: str = ""
+
+
+@dataclass(frozen=True)
+class OffsetOutOfRange:
+    """A reset's offset outside its partition's known [log start, log end]."""
+
+    topic: str
+    partition: int
+    #: The offset the reset asked for.
+    offset: int
+    #: The bound it passed: the log start (offset below it) or the log end (above it).
+    bound: int
+    #: Whether the reset sets `bound` (clamp) rather than `offset`.
+    clamped: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,6 +229,10 @@ class ResetRequest:
     to_commit_time: datetime | None = None
     #: Say what would change, and change nothing.
     dry_run: bool = False
+    #: Apply (or preview) only while the group is at this generation, e.g. the one a preview answered.
+    expected_generation: int | None = None
+    #: Set an offset outside the known [log start, log end] to the nearer bound instead.
+    clamp: bool = False
 
     @property
     def targets(self) -> dict[str, Any]:
@@ -233,6 +252,8 @@ class ResetResult:
     changes: list[OffsetChange]
     generation: int
     dry_run: bool
+    #: The selected offsets outside their known log range (set as asked unless clamped).
+    out_of_range: list[OffsetOutOfRange] = field(default_factory=list)
 
 
 T = TypeVar("T")

@@ -24,6 +24,7 @@ from offsetstore.core.types import (
     Boundary,
     ChangeKind,
     OffsetChange,
+    OffsetOutOfRange,
     ResetRequest,
     ResetResult,
     TopicPartition,
@@ -36,6 +37,7 @@ from offsetstore.storage._groups import (
     now,
     or_no_offset,
     record_changes,
+    stale_error,
     where_selected,
 )
 from offsetstore.storage.retention import history_horizon
@@ -110,6 +112,8 @@ def reset_offsets(
     to_boundary: Boundary | None = None,
     to_commit_time: datetime | None = None,
     dry_run: bool = False,
+    expected_generation: int | None = None,
+    clamp: bool = False,
     actor: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
@@ -120,12 +124,24 @@ def reset_offsets(
     request = (
         group_id
         if isinstance(group_id, ResetRequest)
-        else ResetRequest(group_id, topics, all_topics, to_offset, shift_by, to_boundary, to_commit_time, dry_run)
+        else ResetRequest(
+            group_id,
+            topics,
+            all_topics,
+            to_offset,
+            shift_by,
+            to_boundary,
+            to_commit_time,
+            dry_run,
+            expected_generation,
+            clamp,
+        )
     )
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
     group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
     to_commit_time, dry_run = request.to_commit_time, request.dry_run
+    expected = request.expected_generation
     v = check.Violations()
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
@@ -137,9 +153,15 @@ def reset_offsets(
         v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
         v.add("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST")
+    if expected is not None and not 0 <= expected <= check.INT64_MAX:
+        v.add("expected_generation", "must be >= 0")
     v.raise_if_any()
 
     group = lock_group(conn, group_id)
+    # Decided under the group's lock: a confirm applies only to the state its preview showed.
+    current = group.generation if group is not None else 0
+    if expected is not None and expected != current:
+        raise stale_error(group_id, expected, current)
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -156,9 +178,10 @@ def reset_offsets(
     if to_commit_time is not None:
         past = _offsets_at(conn, group_id, sels, to_commit_time)
         selected.update(tp for tp, off in past.items() if off is not None)
-    marks = read_watermarks(conn, selected) if to_commit_time is None else {}
+    marks = read_watermarks(conn, selected)
 
     new: dict[TopicPartition, int] = {}
+    outside: list[OffsetOutOfRange] = []
     for tp in sorted(selected):
         old = stored.get(tp)
         start, end = marks.get(tp, (None, None))
@@ -179,8 +202,14 @@ def reset_offsets(
             # A reset never deletes: no offset at that instant means "from the start".
             at = past.get(tp)
             new[tp] = EARLIEST if at is None else at
+        # A boundary resolves to a bound by itself; any other offset may lie outside them.
+        bound = None if to_boundary is not None or tp not in new else _passed_bound(new[tp], start, end)
+        if bound is not None:
+            outside.append(OffsetOutOfRange(tp.topic, tp.partition, new[tp], bound, request.clamp))
+            if request.clamp:
+                new[tp] = bound
 
-    generation = group.generation if group is not None else 0
+    generation = current
     # A reset of a live group always fences its writers; an unknown or deleted group
     # is (re)created only when the reset gives it an offset.
     live = group is not None and group.deleted_at is None
@@ -191,11 +220,26 @@ def reset_offsets(
         for tp, off in new.items()
     ]
     if dry_run:
-        return ResetResult(changes, generation, True)
+        return ResetResult(changes, generation, True, outside)
     if bumps:
         generation = bump_generation(conn, group_id)
+        if expected is not None and generation != current + 1:
+            # A group unknown above has no row to lock: one created meanwhile (a join that
+            # committed while this insert waited for it) moved it past what was expected.
+            raise stale_error(group_id, expected, generation - 1)
     when = _apply_reset(conn, group_id, new, stored, generation, actor)
-    return ResetResult([replace(c, change_time=when) for c in changes], generation, False)
+    return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
+
+
+def _passed_bound(offset: int, start: int | None, end: int | None) -> int | None:
+    """The known log bound that ``offset`` lies beyond (start below, end above), or None; placeholders pass none."""
+    if offset < 0:
+        return None
+    if end is not None and end >= 0 and offset > end:
+        return end
+    if start is not None and start >= 0 and offset < start:
+        return start
+    return None
 
 
 def _apply_reset(

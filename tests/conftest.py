@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.fix_server",
     "tests.fixtures.fix_auth",
     "tests.fixtures.fix_http",
+    "tests.fixtures.fix_console",
     "tests.fixtures.fix_tenants",
     "tests.fixtures.fix_cli",
 ]

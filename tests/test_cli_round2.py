@@ -70,6 +70,22 @@ def test_reset_to_an_offset_past_the_log_end_warns_and_sets_it_unless_clamped(cl
     assert offsets_of(client, group_id) == {(topic, 0): 20, (topic, 1): 10}
 
 
+def test_a_shift_below_the_log_start_warns_and_clamps_to_it_when_asked(client, groups, group_id, topic) -> None:
+    # The server decides what lies outside the log (the store's watermarks): the CLI says what it answers.
+    client.commit_offsets(group_id, {(topic, 0): 30})
+    client.report_watermarks([Watermark(topic, 0, 20, 100)])
+
+    dry = groups("reset", group_id, "--topic", topic, "--shift-by", "-25")
+    assert f"{topic}:0: offset 5 is before the log start 20: set as asked; add --clamp" in dry.err
+    document = groups("reset", group_id, "--topic", topic, "--shift-by", "-25", "--output", "json").json()
+    assert document["out_of_range"] == [{"topic": topic, "partition": 0, "offset": 5, "bound": 20, "clamped": False}]
+
+    run = groups("reset", group_id, "--topic", topic, "--shift-by", "-25", "--clamp", "--execute")
+    assert run.code == 0, run.err
+    assert f"{topic}:0: offset 5 is before the log start 20: set to 20 (--clamp)" in run.err
+    assert offsets_of(client, group_id) == {(topic, 0): 20}
+
+
 def test_import_warns_about_offsets_outside_the_log_and_clamps_only_when_asked(
     client, groups, group_id, topic, tmp_path
 ) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.fixtures.fix_console import open_group, shown_offsets, sign_in, wait
 
 if TYPE_CHECKING:
     from tests.fixtures.fix_http import HttpServer
@@ -23,26 +23,6 @@ pytestmark = pytest.mark.slow
 # scratch folder, so that a test run leaves the work tree as it was.
 SCREENSHOTS = Path(os.environ.get("OFFSETSTORE_SCREENSHOTS") or tempfile.mkdtemp(prefix="offsetstore-console-"))
 HOSTILE = "<script>alert(1)</script>"
-WAIT_SECONDS = 15
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver_path = shutil.which("chromedriver")
-    if driver_path is None or shutil.which("chromium") is None:
-        pytest.skip("chromium and chromium-driver (Debian packages) are not installed; CI installs them")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
-        options.add_argument(argument)
-    options.binary_location = shutil.which("chromium") or ""
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -57,66 +37,31 @@ def seeded(http_server: HttpServer) -> str:
     return prefix
 
 
-def _wait(driver: Any, condition: Any) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # The console re-renders a view after each answer: an element found a moment ago may be
-    # replaced before it is read, and the condition is then simply asked again.
-    return WebDriverWait(driver, WAIT_SECONDS, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
-
-
-def _sign_in(driver: Any, http_server: HttpServer, who: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.get(http_server.url + "/")
-    driver.execute_script("sessionStorage.clear()")
-    driver.find_element(By.ID, "token").send_keys(http_server.tokens[who])
-    driver.find_element(By.ID, "use-token").click()
-    _wait(driver, lambda d: d.find_element(By.ID, "who").text == "token set for this tab")
-
-
-def _open_group(driver: Any, name: str, *, admin: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    _wait(driver, lambda d: [a for a in d.find_elements(By.CSS_SELECTOR, "a.group-link") if a.text == name])[0].click()
-    _wait(driver, lambda d: d.find_element(By.ID, "main").get_attribute("data-admin") == admin)
-
-
-def _offsets(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [
-        row.find_elements(By.TAG_NAME, "td")[2].text
-        for row in driver.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
-    ]
-
-
 def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
     browser: Any, http_server: HttpServer, seeded: str
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    _sign_in(browser, http_server, "admin")
-    box = _wait(browser, lambda d: d.find_element(By.ID, "prefix"))
+    sign_in(browser, http_server, "admin")
+    box = wait(browser, lambda d: d.find_element(By.ID, "prefix"))
     box.clear()
     box.send_keys(seeded)
     browser.find_element(By.ID, "filter").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "count").text.startswith("2 group"))
+    wait(browser, lambda d: d.find_element(By.ID, "count").text.startswith("2 group"))
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.group-link")]
     assert names == [seeded + "billing", seeded + "orders"]
     browser.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").click()  # sortable: lag ascending, then descending
-    _wait(
+    wait(
         browser,
         lambda d: "sorted-asc" in d.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").get_attribute("class"),
     )
     browser.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").click()
-    _wait(browser, lambda d: [a.text for a in d.find_elements(By.CSS_SELECTOR, "a.group-link")][0] == seeded + "orders")
+    wait(browser, lambda d: [a.text for a in d.find_elements(By.CSS_SELECTOR, "a.group-link")][0] == seeded + "orders")
     browser.save_screenshot(str(SCREENSHOTS / "console-groups.png"))
 
-    _open_group(browser, seeded + "orders", admin="yes")
-    assert _offsets(browser) == ["10", "20", "30"]
+    open_group(browser, seeded + "orders", admin="yes")
+    assert shown_offsets(browser) == ["10", "20", "30"]
     # Log ends were reported: each partition's lag in time is known (seconds since 100 was seen).
     lag_times = [
         row.find_elements(By.TAG_NAME, "td")[5].text
@@ -124,25 +69,25 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
     ]
     assert all(re.fullmatch(r"\d+\.\d s", t) for t in lag_times), lag_times
     generation = int(browser.find_element(By.ID, "generation").text)
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li"))
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li"))
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
     browser.find_element(By.ID, "reset-value").send_keys("5")
     browser.find_element(By.ID, "reset-preview").click()
-    fence = _wait(browser, lambda d: d.find_element(By.ID, "fence"))
+    fence = wait(browser, lambda d: d.find_element(By.ID, "fence"))
     assert fence.text.startswith(f"Generation {generation} → {generation + 1}:")
     rows = [
         [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
         for tr in browser.find_elements(By.CSS_SELECTOR, "#preview-table tbody tr")
     ]
     assert rows == [["orders", "0", "10", "5"], ["orders", "1", "20", "5"], ["orders", "2", "30", "5"]]
-    assert _offsets(browser) == ["10", "20", "30"]  # a preview changes nothing
+    assert shown_offsets(browser) == ["10", "20", "30"]  # a preview changes nothing
     browser.save_screenshot(str(SCREENSHOTS / "console-reset-preview.png"))
 
     browser.find_element(By.ID, "reset-confirm").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "generation").text == str(generation + 1))
-    _wait(browser, lambda d: _offsets(d) == ["5", "5", "5"])
+    wait(browser, lambda d: d.find_element(By.ID, "generation").text == str(generation + 1))
+    wait(browser, lambda d: shown_offsets(d) == ["5", "5", "5"])
     assert "generation is now" in browser.find_element(By.ID, "message").text
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li.kind-CHANGE_KIND_RESET"))
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li.kind-CHANGE_KIND_RESET"))
     browser.save_screenshot(str(SCREENSHOTS / "console-group.png"))
     fetched = http_server.curl("FetchOffsets", {"groupId": seeded + "orders"})[1]
     assert [o["offset"] for o in fetched["offsets"]] == ["5", "5", "5"]
@@ -151,10 +96,10 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
 def test_a_reader_sees_no_reset_or_import(browser: Any, http_server: HttpServer, seeded: str) -> None:
     from selenium.webdriver.common.by import By
 
-    _sign_in(browser, http_server, "reader")
+    sign_in(browser, http_server, "reader")
     browser.get(f"{http_server.url}/#/?prefix={seeded}")
-    _open_group(browser, seeded + "billing", admin="no")
-    assert _offsets(browser) == ["10"]
+    open_group(browser, seeded + "billing", admin="no")
+    assert shown_offsets(browser) == ["10"]
     assert browser.find_elements(By.ID, "reset-preview") == []
     assert browser.find_elements(By.ID, "import-file") == []
 
@@ -165,10 +110,10 @@ def test_a_group_named_like_a_script_renders_as_text(browser: Any, http_server: 
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    _sign_in(browser, http_server, "admin")
+    sign_in(browser, http_server, "admin")
     browser.get(f"{http_server.url}/#/?prefix=%3Cscript%3E")
-    _wait(browser, lambda d: [a for a in d.find_elements(By.CSS_SELECTOR, "a.group-link") if a.text == HOSTILE])
-    _open_group(browser, HOSTILE, admin="yes")
+    wait(browser, lambda d: [a for a in d.find_elements(By.CSS_SELECTOR, "a.group-link") if a.text == HOSTILE])
+    open_group(browser, HOSTILE, admin="yes")
     assert browser.find_element(By.ID, "group-id").text == HOSTILE
     with pytest.raises(TimeoutException):
         WebDriverWait(browser, 1).until(expected_conditions.alert_is_present())
@@ -206,11 +151,11 @@ def test_a_slow_answer_for_an_older_view_does_not_overwrite_the_newer_one(
     browser.execute_script(_HOLD_BACK_THE_FIRST_LIST_OF_ALL)
     browser.find_element(By.ID, "token").send_keys(http_server.tokens["admin"])
     browser.find_element(By.ID, "use-token").click()  # lists all groups: that answer is held back
-    box = _wait(browser, lambda d: d.find_element(By.ID, "prefix"))
+    box = wait(browser, lambda d: d.find_element(By.ID, "prefix"))
     box.send_keys(seeded)
     browser.find_element(By.ID, "filter").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "count").text == "2 group(s)")
-    _wait(browser, lambda d: d.execute_script("return window.heldBack") == 1)
+    wait(browser, lambda d: d.find_element(By.ID, "count").text == "2 group(s)")
+    wait(browser, lambda d: d.execute_script("return window.heldBack") == 1)
     with pytest.raises(TimeoutException):  # the list of all groups, come in late, is dropped
         WebDriverWait(browser, 2).until(lambda d: d.find_element(By.ID, "count").text != "2 group(s)")
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.group-link")] == [
@@ -228,10 +173,10 @@ def test_history_shows_no_previous_offset_of_a_first_commit_as_the_cli_does(
     for offset in (100, 200):
         offsets = [{"topic": "orders", "partition": 0, "offset": str(offset)}]
         assert http_server.curl("CommitOffsets", {"groupId": group, "offsets": offsets})[0] == 200
-    _sign_in(browser, http_server, "admin")
+    sign_in(browser, http_server, "admin")
     browser.get(f"{http_server.url}/#/?prefix={group}")
-    _open_group(browser, group, admin="yes")
-    items = _wait(browser, lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#timeline li")])
+    open_group(browser, group, admin="yes")
+    items = wait(browser, lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#timeline li")])
     assert [item.split("orders [0]: ")[1].split(" generation")[0] for item in items] == ["100 → 200", "- → 100"]
 
 
@@ -253,9 +198,9 @@ def test_a_reset_to_a_time_without_a_zone_reads_it_as_utc(browser: Any, http_ser
     # A browser east of UTC: a time read as the browser's own would be 05:30 off.
     browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
     try:
-        _sign_in(browser, http_server, "admin")
+        sign_in(browser, http_server, "admin")
         browser.get(f"{http_server.url}/#/?prefix={seeded}")
-        _open_group(browser, seeded + "billing", admin="yes")
+        open_group(browser, seeded + "billing", admin="yes")
         assert browser.execute_script("return new Date(2026, 0, 31).getTimezoneOffset()") == -330
         browser.execute_script(_RECORD_RESETS)
         Select(browser.find_element(By.ID, "reset-target")).select_by_value("toCommitTime")
@@ -268,7 +213,7 @@ def test_a_reset_to_a_time_without_a_zone_reads_it_as_utc(browser: Any, http_ser
             value.clear()
             value.send_keys(typed)
             browser.find_element(By.ID, "reset-preview").click()
-            _wait(browser, lambda d: d.find_elements(By.ID, "fence"))
+            wait(browser, lambda d: d.find_elements(By.ID, "fence"))
             sent = browser.execute_script("return window.resets.pop()")
             assert (sent["toCommitTime"], sent["dryRun"]) == (asked, True), typed
     finally:

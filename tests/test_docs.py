@@ -86,7 +86,7 @@ class ListSource:
 
 
 def test_python_guide_snippets_run(server: OffsetStoreServer, client: OffsetStoreClient, group_id: str) -> None:
-    loop, cas, stubs, raw_errors = snippets(ROOT / "docs" / "python.md", "python")
+    loop, cas, reset, stubs, raw_errors = snippets(ROOT / "docs" / "python.md", "python")
 
     namespace: dict[str, object] = {}
     run(local(loop, server, group_id), namespace)
@@ -102,6 +102,13 @@ def test_python_guide_snippets_run(server: OffsetStoreServer, client: OffsetStor
     generation = client.join_group(group_id, "docs")
     run(cas, {**namespace, "client": client, "group": group_id, "generation": generation})
     assert client.fetch_offsets(group_id, {"python-orders": [0]}).offsets[("python-orders", 0)].offset == 1100
+
+    # The previewed reset: applied at the generation the dry run answered.
+    generation = client.fetch_offsets(group_id).generation
+    run(local(reset, server, group_id), {"client": client})
+    after = client.fetch_offsets(group_id)
+    assert after.generation == generation + 1
+    assert [after.offsets[("orders", p)].offset for p in (0, 1)] == [1200, 1200]
 
     run(local(stubs, server, group_id), namespace)
     assert client.fetch_offsets(group_id, {"python-orders": [0]}).offsets[("python-orders", 0)].offset == 42

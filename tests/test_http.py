@@ -86,6 +86,18 @@ def test_errors_carry_the_same_code_and_reason_as_over_grpc(http_server: HttpSer
             "failed_precondition",
             grpc.StatusCode.FAILED_PRECONDITION,
         ),
+        (  # a confirm whose previewed generation moved on (an unknown group is at 0)
+            "ResetOffsets",
+            {
+                "groupId": missing,
+                "topics": [{"topic": "t", "partitions": [0]}],
+                "toOffset": "1",
+                "expectedGeneration": "3",
+            },
+            400,
+            "failed_precondition",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        ),
     ]
     with grpc.insecure_channel(http_server.server.address) as channel:
         stub = offset_store_pb2_grpc.OffsetStoreServiceStub(channel)

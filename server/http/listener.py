@@ -32,6 +32,7 @@ __all__ = ["CONSOLE_FILES", "HttpListener", "ServerLog", "http_ssl_context"]
 CONSOLE_FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
+    "actions.js": "text/javascript",
     "style.css": "text/css",
 }
 

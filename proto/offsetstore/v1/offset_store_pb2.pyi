@@ -199,7 +199,7 @@ class FetchOffsetsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ..., generation: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResetOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "dry_run")
+    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "dry_run", "expected_generation", "clamp")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     ALL_TOPICS_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,8 @@ class ResetOffsetsRequest(_message.Message):
     TO_BOUNDARY_FIELD_NUMBER: _ClassVar[int]
     TO_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CLAMP_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicSelection]
     all_topics: bool
@@ -216,17 +218,35 @@ class ResetOffsetsRequest(_message.Message):
     to_boundary: Boundary
     to_commit_time: _timestamp_pb2.Timestamp
     dry_run: bool
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    expected_generation: int
+    clamp: bool
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dry_run: _Optional[bool] = ..., expected_generation: _Optional[int] = ..., clamp: _Optional[bool] = ...) -> None: ...
 
 class ResetOffsetsResponse(_message.Message):
-    __slots__ = ("changes", "generation", "dry_run")
+    __slots__ = ("changes", "generation", "dry_run", "out_of_range")
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    OUT_OF_RANGE_FIELD_NUMBER: _ClassVar[int]
     changes: _containers.RepeatedCompositeFieldContainer[OffsetChange]
     generation: int
     dry_run: bool
-    def __init__(self, changes: _Optional[_Iterable[_Union[OffsetChange, _Mapping]]] = ..., generation: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    out_of_range: _containers.RepeatedCompositeFieldContainer[OffsetOutOfRange]
+    def __init__(self, changes: _Optional[_Iterable[_Union[OffsetChange, _Mapping]]] = ..., generation: _Optional[int] = ..., dry_run: _Optional[bool] = ..., out_of_range: _Optional[_Iterable[_Union[OffsetOutOfRange, _Mapping]]] = ...) -> None: ...
+
+class OffsetOutOfRange(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "bound", "clamped")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    CLAMPED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    bound: int
+    clamped: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., bound: _Optional[int] = ..., clamped: _Optional[bool] = ...) -> None: ...
 
 class DeleteOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "topics", "all_topics")

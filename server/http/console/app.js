@@ -1,4 +1,5 @@
-// The offsetstore console: one static script over the HTTP/JSON API (docs/http.md).
+// The offsetstore console: static scripts over the HTTP/JSON API (docs/http.md); this one holds
+// the API, the lists and routing, actions.js the writes (reset, delete, import).
 // Every name shown is put in with textContent (el() below), never parsed as HTML: group and
 // topic names are user input. The token lives in this tab's sessionStorage and travels in
 // the Authorization header only: no cookie, so no request forged from another site carries it.
@@ -6,9 +7,7 @@
 
 const SERVICE = "/offsetstore.v1.OffsetStoreService/";
 const TOKEN_KEY = "offsetstore.token";
-const IMPORT_MEMBER = "offsetstore-console-import";
 const MAX_PAGES = 50;
-const PLACEHOLDERS = { "-2": "BOUNDARY_EARLIEST", "-1": "BOUNDARY_LATEST" };
 
 // --- DOM, safely ---------------------------------------------------------------------
 
@@ -43,6 +42,7 @@ class ApiError extends Error {
     this.code = doc.code || "unknown";
     const info = (doc.details || []).find((d) => d.type === "google.rpc.ErrorInfo");
     this.reason = info && info.debug ? info.debug.reason : "";
+    this.metadata = (info && info.debug && info.debug.metadata) || {};
   }
 }
 
@@ -202,7 +202,6 @@ async function groupPage(groupId, mine) {
   if (movedOn(mine)) return;
   const g = described.last;
   const partitions = described.items;
-  const topics = [...new Set(partitions.map((p) => p.topic))].sort();
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/?prefix=" + encodeURIComponent(view.prefix) }, "← groups")),
     el("h1", { id: "group-id" }, groupId),
@@ -238,7 +237,7 @@ async function groupPage(groupId, mine) {
   }
   if (movedOn(mine)) return;
   main.dataset.admin = admin ? "yes" : "no";
-  if (admin) $("#admin").replaceChildren(resetPanel(groupId, topics, g), importPanel(groupId));
+  if (admin) $("#admin").replaceChildren(resetPanel(groupId, partitions, g), deletePanel(groupId, partitions), importPanel(groupId));
 }
 
 async function history(groupId, mine) {
@@ -255,165 +254,6 @@ async function history(groupId, mine) {
   } catch (error) {
     if (!movedOn(mine)) $("#history").replaceChildren(failure(error));
   }
-}
-
-// --- reset: preview, then confirm ----------------------------------------------------
-
-function resetPanel(groupId, topics, group) {
-  const scope = el("select", { id: "reset-scope" }, el("option", { value: "" }, "all topics"),
-    topics.map((t) => el("option", { value: t }, t)));
-  const target = el("select", { id: "reset-target" },
-    el("option", { value: "toOffset" }, "to offset"), el("option", { value: "shiftBy" }, "shift by"),
-    el("option", { value: "BOUNDARY_EARLIEST" }, "to earliest"), el("option", { value: "BOUNDARY_LATEST" }, "to latest"),
-    el("option", { value: "toCommitTime" }, "to time (UTC, as committed then)"));
-  const value = el("input", { id: "reset-value", placeholder: "offset, shift or 2026-01-31T12:00:00Z", size: 28 });
-  const preview = el("div", { id: "preview" });
-  const confirm = el("button", { type: "button", id: "reset-confirm", class: "danger", disabled: true }, "Confirm reset");
-  let request = null;
-  const invalidate = () => { request = null; confirm.disabled = true; preview.replaceChildren(); };
-  for (const input of [scope, target, value]) input.addEventListener("input", invalidate);
-
-  function build() {
-    const body = { groupId };
-    if (scope.value) body.topics = [{ topic: scope.value }]; else body.allTopics = true;
-    const v = value.value.trim();
-    if (target.value.startsWith("BOUNDARY_")) body.toBoundary = target.value;
-    else if (!v) throw new Error("give a value for the target");
-    else if (target.value === "toCommitTime") body.toCommitTime = utcInstant(v);
-    else if (!/^-?\d+$/.test(v)) throw new Error("the offset or shift must be a whole number");
-    else body[target.value] = v;
-    return body;
-  }
-
-  async function dryRun() {
-    invalidate();
-    try {
-      const body = build();
-      const answer = await call("ResetOffsets", { ...body, dryRun: true });
-      const changes = answer.changes || [];
-      const next = changes.length ? changes[0].generation : answer.generation;
-      preview.replaceChildren(
-        el("p", { class: "fence", id: "fence" }, `Generation ${answer.generation} → ${next}: writers still on generation ${answer.generation} or older are fenced (their next commit fails with STALE_GENERATION).`),
-        table([
-          { label: "Topic", cell: (c) => c.topic },
-          { label: "Partition", num: true, cell: (c) => String(c.partition) },
-          { label: "Now", num: true, cell: (c) => offsetText(c.previousOffset) },
-          { label: "After", num: true, cell: (c) => el("span", { class: num(c.previousOffset) !== num(c.newOffset) ? "changed" : "" }, offsetText(c.newOffset)) },
-        ], changes, "preview-table"));
-      request = body;
-      confirm.disabled = changes.length === 0;
-      confirm.textContent = `Confirm reset of ${changes.length} partition(s)`;
-    } catch (error) {
-      preview.replaceChildren(failure(error));
-    }
-  }
-
-  confirm.addEventListener("click", async () => {
-    if (!request) return;
-    confirm.disabled = true;
-    try {
-      const answer = await call("ResetOffsets", request);
-      say(`Reset ${(answer.changes || []).length} partition(s) of ${groupId}; generation is now ${answer.generation}.`);
-      await groupPage(groupId, ++visit);
-    } catch (error) {
-      preview.replaceChildren(failure(error));
-    }
-  });
-
-  return el("section", { class: "panel", id: "reset" }, el("h2", {}, "Reset offsets"),
-    el("div", { class: "toolbar" }, "Reset", scope, target, value,
-      el("button", { type: "button", id: "reset-preview", class: "primary", onclick: dryRun }, "Preview (dry run)"), confirm),
-    el("p", { class: "muted" }, `Generation ${group.generation} now. Nothing changes until you confirm.`), preview);
-}
-
-// --- CSV: topic,partition,offset as kafka-consumer-groups and `offsetstore groups` write it ---
-
-async function exportCsv(groupId) {
-  try {
-    const { items } = await pages("FetchOffsets", { groupId, pageSize: 1000 }, "offsets");
-    const lines = ["topic,partition,offset", ...items.map((o) => `${o.topic},${o.partition},${o.offset}`)];
-    const link = el("a", { href: URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" })),
-      download: groupId.replace(/[^A-Za-z0-9._-]+/g, "_") + ".csv" });
-    document.body.append(link);
-    link.click();
-    link.remove();
-  } catch (error) {
-    say(`Export failed: ${error.message}`, true);
-  }
-}
-
-function parseCsv(text) {
-  const rows = new Map();
-  text.split(/\r?\n/).forEach((line, i) => {
-    const fields = line.trim().split(",").map((f) => f.trim());
-    if (!line.trim() || (i === 0 && fields.join(",").toLowerCase() === "topic,partition,offset")) return;
-    if (fields.length !== 3 || !fields[0] || !/^\d+$/.test(fields[1]) || !/^-?\d+$/.test(fields[2]) || Number(fields[2]) < -2) {
-      throw new Error(`line ${i + 1}: expected topic,partition,offset (offset >= 0, or -2 earliest, -1 latest)`);
-    }
-    rows.set(`${fields[0]}\u0000${fields[1]}`, { topic: fields[0], partition: Number(fields[1]), offset: fields[2] });
-  });
-  if (!rows.size) throw new Error("no offsets to import");
-  return [...rows.values()];
-}
-
-function importPanel(groupId) {
-  const file = el("input", { type: "file", id: "import-file", accept: ".csv,text/csv" });
-  const preview = el("div", { id: "import-preview" });
-  const confirm = el("button", { type: "button", id: "import-confirm", class: "danger", disabled: true }, "Confirm import");
-  let rows = null;
-  file.addEventListener("change", async () => {
-    rows = null;
-    confirm.disabled = true;
-    try {
-      const parsed = parseCsv(await file.files[0].text());
-      const current = await pages("FetchOffsets", { groupId, pageSize: 1000 }, "offsets");
-      const now = new Map(current.items.map((o) => [`${o.topic}\u0000${o.partition}`, o.offset]));
-      preview.replaceChildren(table([
-        { label: "Topic", cell: (r) => r.topic },
-        { label: "Partition", num: true, cell: (r) => String(r.partition) },
-        { label: "Now", num: true, cell: (r) => { const o = now.get(`${r.topic}\u0000${r.partition}`); return o === undefined ? "none" : offsetText(o); } },
-        { label: "After", num: true, cell: (r) => offsetText(r.offset) },
-      ], parsed, "import-table"));
-      rows = parsed;
-      confirm.disabled = false;
-    } catch (error) {
-      preview.replaceChildren(failure(error));
-    }
-  });
-  confirm.addEventListener("click", async () => {
-    if (!rows) return;
-    confirm.disabled = true;
-    try {
-      const generation = await applyImport(groupId, rows);
-      say(`Imported ${rows.length} offset(s) into ${groupId}; generation is now ${generation}.`);
-      await groupPage(groupId, ++visit);
-    } catch (error) {
-      preview.replaceChildren(failure(error));
-    }
-  });
-  return el("section", { class: "panel", id: "import" }, el("h2", {}, "Import CSV"),
-    el("p", { class: "muted" }, "topic,partition,offset lines (-2 earliest, -1 latest). The import bumps the generation, fencing live writers."),
-    el("div", { class: "toolbar" }, file, confirm), preview);
-}
-
-// As `offsetstore groups import`: placeholders by resets to that end, real offsets by a
-// commit under a fresh generation (a join), so a live fenced writer cannot overwrite them.
-async function applyImport(groupId, rows) {
-  let generation = "0";
-  for (const [placeholder, boundary] of Object.entries(PLACEHOLDERS)) {
-    const selected = rows.filter((r) => r.offset === placeholder);
-    if (!selected.length) continue;
-    const byTopic = new Map();
-    for (const r of selected) byTopic.set(r.topic, [...(byTopic.get(r.topic) || []), r.partition]);
-    const topics = [...byTopic].map(([topic, partitions]) => ({ topic, partitions }));
-    generation = (await call("ResetOffsets", { groupId, topics, toBoundary: boundary })).generation;
-  }
-  const real = rows.filter((r) => num(r.offset) >= 0);
-  if (real.length) {
-    if (num(generation) === 0) generation = (await call("JoinGroup", { groupId, memberId: IMPORT_MEMBER })).generation;
-    await call("CommitOffsets", { groupId, generation, offsets: real.map(({ topic, partition, offset }) => ({ topic, partition, offset })) });
-  }
-  return generation;
 }
 
 // --- errors, token, routing ----------------------------------------------------------
