@@ -26,8 +26,8 @@ from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc
 from tests.fixtures.concurrency import run_in_threads
 from tests.fixtures.fix_pg_cluster import PgCluster
-from tests.fixtures.fix_pgbouncer import PgBouncer
-from tests.fixtures.fix_production import GAP_STATUSES, status_of
+from tests.fixtures.fix_pgbouncer import PgBouncer, pgbouncer
+from tests.fixtures.fix_production import GAP_STATUSES, health_or_exit, launched, status_of
 from tests.fixtures.fix_server import Served
 
 TOPIC = "orders"
@@ -184,3 +184,16 @@ def test_a_commit_is_not_acknowledged_before_the_synchronous_standby_has_it(
         # Once the standby is back the store commits again, without a restart.
         client.commit_offsets(groups[0], {(TOPIC, 0): 3})
         assert client.fetch_offsets(groups[0]).offsets[(TOPIC, 0)].offset == 3
+
+
+def test_serve_refuses_prepared_statements_behind_a_transaction_pooler(pooled_cluster: PgCluster) -> None:
+    """The default (server-side prepared statements) cannot work behind a transaction pooler: one line names the fix."""
+    with (
+        pgbouncer("transaction", pooled_cluster.primary.port) as bouncer,
+        launched(bouncer.url(), "--no-migrate") as served,
+    ):
+        assert health_or_exit(served, within=30).startswith("exit"), served.output()[-3000:]
+        assert served.process.returncode == 2, served.output()[-3000:]
+        output = served.output()
+        assert "Traceback" not in output, output
+        assert "--database-prepare off" in output, output

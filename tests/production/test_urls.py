@@ -34,7 +34,7 @@ def test_migrate_takes_every_spelling(cluster: PgCluster) -> None:
     for name, url in spellings(cluster).items():
         done = offsetstore("migrate", "--database-url", url)
         assert done.returncode == 0, f"{name}: {url}\n{done.stdout}{done.stderr}"
-    assert cluster.primary.query("SELECT count(*) FROM alembic_version") == 1
+    assert cluster.primary.query("SELECT count(*) FROM offsetstore.alembic_version") == 1
 
 
 def test_serve_on_the_standby_first_url_writes_to_the_primary(cluster: PgCluster) -> None:
