@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from offsetstore.client import DeadlineExceededError, OffsetStoreClient, OffsetStoreError, StoreUnavailableError
+from tests.fixtures.fix_haproxy import haproxy
 from tests.fixtures.fix_pg_cluster import PgCluster, wait_for
 from tests.fixtures.fix_production import (
     GAP_STATUSES,
@@ -180,3 +181,12 @@ def test_while_no_primary_is_up_commits_fail_at_once_and_resume_after_the_promot
         sync_cluster.standby.promote()
         wait_for(lambda: commits(client), "a commit on the new primary", 60)
         assert client.health() == "SERVING"
+
+
+def test_a_single_address_behind_haproxy_fails_over_without_a_restart(sync_cluster: PgCluster) -> None:
+    """Patroni's usual front: one address, HAProxy routing to the node whose REST check says primary."""
+    with haproxy(sync_cluster) as proxy, serving(proxy.url()) as served:
+        result = fail_over(sync_cluster, served)
+        report("synchronous", "single address behind HAProxy", result)
+        assert result.lost == [], f"acknowledged commits missing after the failover: {result.lost[:10]}"
+        assert_no_wrong_answer(result, served)
