@@ -61,6 +61,7 @@ def test_every_record_lands_exactly_once_across_a_failover(broker, make_topic, s
                     # The outcome is unknown: the same batch again, whose delivered part the writer skips.
                     retries.append(type(error).__name__)
                     assert time.monotonic() < stop_at, f"no new primary found in 60 s: {error}"
+                    time.sleep(0.05)  # a writer's backoff, not synchronization
             written += 1
     killer.join(60)
     assert failed_over.is_set(), "the failover did not happen during the writes"
