@@ -190,3 +190,31 @@ def test_a_single_address_behind_haproxy_fails_over_without_a_restart(sync_clust
         report("synchronous", "single address behind HAProxy", result)
         assert result.lost == [], f"acknowledged commits missing after the failover: {result.lost[:10]}"
         assert_no_wrong_answer(result, served)
+
+
+def test_a_primary_turned_read_only_answers_unavailable_and_is_used_again_once_writable(
+    sync_cluster: PgCluster,
+) -> None:
+    """A read-only server (docs/errors.md: STORE_UNAVAILABLE) is a gap like a failover: never INTERNAL, no restart."""
+    with serving(sync_cluster.url()) as served, OffsetStoreClient(served.address, timeout=10) as client:
+        client.commit_offsets("read-only", {("orders", 0): 1})
+        set_read_only(sync_cluster, "on")
+        answers = []
+        for offset in range(2, 4):
+            try:
+                client.commit_offsets("read-only", {("orders", 0): offset})
+                answers.append("OK")
+            except OffsetStoreError as error:
+                answers.append(status_of(error).name)
+        assert answers == ["UNAVAILABLE"] * 2, f"{answers}\n" + "\n".join(log_lines(served, "WARNING", "ERROR")[-20:])
+        set_read_only(sync_cluster, "off")
+        wait_for(lambda: commits(client), "a commit once the primary takes writes again", 60)
+        assert (
+            sync_cluster.primary.query("SELECT \"offset\" FROM offsetstore.offsets WHERE group_id = 'read-only'") == 1
+        )
+
+
+def set_read_only(cluster: PgCluster, value: str) -> None:
+    cluster.primary.query(f"ALTER SYSTEM SET default_transaction_read_only = {value}", "postgres")
+    cluster.primary.query("SELECT pg_reload_conf()", "postgres")
+    wait_for(lambda: cluster.primary.query("SHOW default_transaction_read_only", "postgres") == value, "the reload")
