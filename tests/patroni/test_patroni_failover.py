@@ -71,9 +71,18 @@ def offsets_on(member: PatroniMember, prefix: str) -> dict[tuple[str, int], int]
     return {(str(g), int(p)): int(o) for g, p, o in rows}
 
 
-@pytest.mark.parametrize("patroni", ["sync", "strict"], indirect=True)
-def test_a_killed_patroni_leader_loses_no_acknowledged_commit(patroni: PatroniCluster) -> None:
-    with serving(patroni.url(), "--database-prepare", "on") as served:
+@pytest.mark.parametrize(
+    ("patroni", "flags"),
+    [
+        pytest.param("sync", (), id="synchronous_mode"),
+        pytest.param("strict", (), id="synchronous_mode_strict"),
+        # Not strict, but the server itself refuses to acknowledge while the leader has no synchronous standby.
+        pytest.param("sync", ("--require-synchronous-replication",), id="synchronous_mode-require"),
+    ],
+    indirect=["patroni"],
+)
+def test_a_killed_patroni_leader_loses_no_acknowledged_commit(patroni: PatroniCluster, flags: tuple[str, ...]) -> None:
+    with serving(patroni.url(), "--database-prepare", "on", *flags) as served:
         assert metric(served, SYNCHRONOUS) == 1, f"{SYNCHRONOUS} before the kill: {metric(served, SYNCHRONOUS)}"
         leader, standby = patroni.leader(), patroni.synchronous_standby()
         assert leader is not None and standby is not None
@@ -107,8 +116,9 @@ def test_a_killed_patroni_leader_loses_no_acknowledged_commit(patroni: PatroniCl
         unreplicated = sum(
             1 for _, _, started, ended in load.acked if started > killed and ended < watch.synchronous_at
         )
+        setup = " ".join([patroni.mode, *flags])
         print(
-            f"\npatroni failover ({patroni.mode}, ttl {patroni.ttl} s): leader {leader.name} killed with its Patroni; "
+            f"\npatroni failover ({setup}, ttl {patroni.ttl} s): leader {leader.name} killed with its Patroni; "
             f"{new_leader.name} answered /primary {promoted_at - killed:.2f} s after the kill; first commit OK "
             f"{first - killed:.2f} s after the kill; {len(load.acked)} acknowledged commits checked, {len(lost)} "
             f"missing on the new leader; failed calls {dict(statuses)}; a synchronous standby again "
