@@ -18,7 +18,8 @@ import pytest
 from offsetstore.client import OffsetStoreClient
 from tests.fixtures.fix_patroni import PatroniCluster, PatroniMember
 from tests.fixtures.fix_pg_cluster import wait_for
-from tests.fixtures.fix_production import GAP_STATUSES, CommitLoad, metric, serving
+from tests.fixtures.fix_production import GAP_STATUSES, CommitLoad, log_lines, metric, serving
+from tests.fixtures.fix_server import Served
 
 SYNCHRONOUS = "offsetstore_database_synchronous_replication"
 
@@ -71,6 +72,17 @@ def offsets_on(member: PatroniMember, prefix: str) -> dict[tuple[str, int], int]
     return {(str(g), int(p)): int(o) for g, p, o in rows}
 
 
+def explain(patroni: PatroniCluster, served: Served, load: CommitLoad) -> str:
+    """What the cluster and the server were doing, for a failure's report."""
+    lines = [f"failed calls {dict(load.statuses())}, last: {load.failures[-3:]}"]
+    for member in patroni.alive():
+        lines.append(f"{member.name} /cluster: {member.rest('/cluster')}")
+        with contextlib.suppress(psycopg.Error):
+            lines.append(f"{member.name} pg_stat_replication: {patroni.replication(member)}")
+    lines += log_lines(served, "WARNING", "ERROR", "synchronous")[-30:]
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize(
     ("patroni", "flags"),
     [
@@ -101,6 +113,9 @@ def test_a_killed_patroni_leader_loses_no_acknowledged_commit(patroni: PatroniCl
             # The load goes on until the new leader has a synchronous standby again, as Patroni names it.
             wait_for(lambda: watch.synchronous_at is not None, "a synchronous standby of the new leader", 120)
             wait_for(lambda: patroni.replicating(replicas=1), "the survivor to be the new synchronous standby", 120)
+        except AssertionError:
+            print(explain(patroni, served, load))
+            raise
         finally:
             load.finish()
             watch.finish()
