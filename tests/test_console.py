@@ -218,3 +218,30 @@ def test_a_reset_to_a_time_without_a_zone_reads_it_as_utc(browser: Any, http_ser
             assert (sent["toCommitTime"], sent["dryRun"]) == (asked, True), typed
     finally:
         browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+_REFUSE_THE_PERMISSION_PROBE = """
+const original = window.fetch;
+window.fetch = async (url, init) => {
+  const body = JSON.parse((init && init.body) || "{}");
+  if (String(url).endsWith("/ResetOffsets") && body.dryRun) {
+    return new Response(JSON.stringify({ code: "resource_exhausted", message: "too many calls" }),
+      { status: 429, headers: { "Content-Type": "application/json" } });
+  }
+  return original(url, init);
+};
+"""
+
+
+def test_a_busy_server_does_not_show_a_reader_the_reset_controls(
+    browser: Any, http_server: HttpServer, seeded: str
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, http_server, "reader")
+    browser.execute_script(_REFUSE_THE_PERMISSION_PROBE)
+    browser.get(f"{http_server.url}/#/?prefix={seeded}")
+    browser.execute_script(_REFUSE_THE_PERMISSION_PROBE)  # the hash change kept the page: the wrapper stays
+    open_group(browser, seeded + "orders", admin="unsure")  # not "unknown": that is the page loading
+    assert "reload to ask again" in browser.find_element(By.ID, "admin-unknown").text
+    assert browser.find_elements(By.ID, "reset-preview") == []

@@ -227,18 +227,29 @@ async function groupPage(groupId, mine) {
     el("div", { id: "history" }, "Loading…"));
   history(groupId, mine);
   // The server decides; the console only asks it, with a dry run that changes nothing,
-  // whether this token may reset this group (grants are per prefix).
-  let admin = false;
+  // whether this token may reset this group (grants are per prefix). Only an answer given
+  // after authorisation says yes; a busy or unavailable server says nothing either way.
+  let admin = "no";
+  let unsure = null;
   try {
     await call("ResetOffsets", { groupId, allTopics: true, shiftBy: "0", dryRun: true });
-    admin = true;
+    admin = "yes";
   } catch (error) {
-    admin = !["permission_denied", "unauthenticated"].includes(error.code);
+    if (AUTHORISED_REFUSALS.includes(error.code)) admin = "yes";
+    else if (!["permission_denied", "unauthenticated"].includes(error.code)) [admin, unsure] = ["unsure", error];
   }
   if (movedOn(mine)) return;
-  main.dataset.admin = admin ? "yes" : "no";
-  if (admin) $("#admin").replaceChildren(resetPanel(groupId, partitions, g), deletePanel(groupId, partitions), importPanel(groupId));
+  main.dataset.admin = admin;
+  if (admin === "yes") $("#admin").replaceChildren(resetPanel(groupId, partitions, g), deletePanel(groupId, partitions), importPanel(groupId));
+  else if (unsure) {
+    $("#admin").replaceChildren(el("div", { id: "admin-unknown" },
+      el("p", { class: "muted" }, "Could not ask the server whether this token may change the group; reload to ask again."),
+      failure(unsure)));
+  }
 }
+
+// Refusals the server gives only to a caller it authorised for the call.
+const AUTHORISED_REFUSALS = ["invalid_argument", "failed_precondition", "not_found", "out_of_range"];
 
 async function history(groupId, mine) {
   try {
