@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
     serve.add_argument(
+        "--migration-lock-timeout",
+        metavar="DURATION",
+        help="how long to wait for the migration lock before naming its holder and giving up (default 5m)",
+    )
+    serve.add_argument(
         "--processes",
         metavar="N|auto",
         help="serving processes sharing the port; auto = one per CPU (default 1, env OFFSETSTORE_PROCESSES)",
@@ -209,8 +214,11 @@ def _migrate(args: argparse.Namespace) -> int:
         return 2
     if settings.database_url is not None:
         try:
-            migrate.upgrade(settings.database_url, args.revision)
+            migrate.upgrade(settings.database_url, args.revision, lock_timeout=settings.migration_lock_timeout)
             print(f"migrated to {migrate.current(settings.database_url)}")
+        except migrate.LockWaitTimedOut as error:
+            print(f"offsetstore: {error}", file=sys.stderr)
+            return 1
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
             reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
             print(

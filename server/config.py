@@ -49,6 +49,9 @@ class Settings:
     migrate: bool = True
     """Apply the migrations at start."""
 
+    migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
+    """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
+
     processes: int = 1
     """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
 
@@ -168,6 +171,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
         if not 2**16 <= self.max_response_bytes <= 2**26:
             raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
+        if self.migration_lock_timeout < 0:
+            raise ValueError("OFFSETSTORE_MIGRATION_LOCK_TIMEOUT must be 0 or above")
         if self.maintenance_interval <= 0:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:
