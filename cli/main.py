@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--processes",
         metavar="N|auto",
-        help="serving processes sharing the port; auto = one per CPU (default 1, env OFFSETSTORE_PROCESSES)",
+        help="serving processes sharing the port, each admitting 1/N of the per-principal limits; auto = one per CPU "
+        "(default 1, env OFFSETSTORE_PROCESSES)",
     )
     serve.add_argument(
         "--max-workers",

@@ -164,6 +164,7 @@ def serving_process(
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
             reuse_port=True,
+            processes=settings.processes,
             kafka_mirror=mirror,
             # The HTTP listener, on the gRPC server's certificate and client CA.
             http_listen=settings.http_listen or None,
