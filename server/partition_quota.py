@@ -32,13 +32,13 @@ from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, 
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore.core.errors import PartitionQuotaError
-from offsetstore.server.auth import AuthInterceptor, Permission
+from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import groups, offsets, watermarks
 
-__all__ = ["PartitionQuota", "count_partitions"]
+__all__ = ["PartitionQuota", "count_partitions", "count_watermarks"]
 
 _ADDING = frozenset({"CommitOffsets", "ResetOffsets"})
 
@@ -81,6 +81,41 @@ def count_partitions(
     return int(row.new), int(row.stored)
 
 
+def count_watermarks(conn: Connection, pairs: Sequence[tuple[str, int]], prefixes: Sequence[str]) -> tuple[int, int]:
+    """(how many of ``pairs`` have no watermark yet, how many watermarks the topics under ``prefixes`` have).
+
+    ONE statement; the second count (a scan of the watermarks, which this quota bounds) runs
+    only when the first is above 0.
+    """
+    asked = select(
+        func.unnest(bindparam("topics", type_=ARRAY(Text))).label("topic"),
+        func.unnest(bindparam("partitions", type_=ARRAY(Integer))).label("partition"),
+    ).subquery("asked")
+    new = (
+        select(func.count())
+        .select_from(
+            asked.outerjoin(
+                watermarks, and_(watermarks.c.topic == asked.c.topic, watermarks.c.partition == asked.c.partition)
+            )
+        )
+        .where(watermarks.c.topic.is_(None))
+        .scalar_subquery()
+    )
+    owned = or_(false(), *(func.starts_with(watermarks.c.topic, p) for p in prefixes))
+    stored = select(func.count()).select_from(watermarks).where(owned).scalar_subquery()
+    row = conn.execute(
+        select(new.label("new"), case((new > 0, stored), else_=literal_column("0")).label("stored")),
+        {"topics": [t for t, _ in pairs], "partitions": [p for _, p in pairs]},
+    ).one()
+    return int(row.new), int(row.stored)
+
+
+def topic_prefixes(principal: Principal) -> tuple[str, ...]:
+    """The topic prefixes ``principal`` may report watermarks of, without those another one covers."""
+    prefixes = sorted({g.prefix for g in principal.grants if g.topic and g.permission >= Permission.COMMIT})
+    return tuple(p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes))
+
+
 def _partitions(method: str, request: Any) -> list[tuple[str, int]]:
     """The partitions a call may add: a commit's, or those a reset names."""
     if method == "CommitOffsets":
@@ -108,14 +143,14 @@ class PartitionQuota:
         self.max_partitions = max_partitions
         self.known = KnownKeys(known)  # (group, partition set) keys that passed
 
-    def quota_of(self, name: str | None) -> tuple[int, tuple[str, ...]]:
-        """(quota, prefixes) of the principal ``name``; a quota of 0 is none."""
+    def quota_of(self, name: str | None, *, topics: bool = False) -> tuple[int, tuple[str, ...]]:
+        """(quota, group prefixes, or with ``topics`` topic prefixes) of the principal ``name``; a quota of 0 is none."""
         config = self.auth.config
         principal = None if config is None or name is None else config.principals.get(name)
         if principal is None or principal.may(Permission.ADMIN, ""):
             return 0, ()
         limit = self.max_partitions if principal.max_partitions is None else principal.max_partitions
-        return limit, creation_prefixes(principal)
+        return limit, topic_prefixes(principal) if topics else creation_prefixes(principal)
 
     @staticmethod
     def _key(group: str, pairs: Sequence[tuple[str, int]]) -> str:
@@ -124,6 +159,9 @@ class PartitionQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
+        if method == "ReportWatermarks":
+            await self._check_watermarks(request, principal)
+            return
         if method not in _ADDING or not checkable_group_id(request.group_id):
             return
         limit, prefixes = self.quota_of(principal)
@@ -146,8 +184,36 @@ class PartitionQuota:
                 },
             )
 
+    async def _check_watermarks(self, request: Any, principal: str) -> None:
+        # Watermarks are per topic and have no owner: a principal's are those of the topics it
+        # may report, and it may hold as many as the partitions it may store (issue 34 finding 10).
+        limit, prefixes = self.quota_of(principal, topics=True)
+        if limit == 0:
+            return
+        pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+        if not pairs or self._key("", pairs) in self.known:
+            return
+        new, stored = await self.store.read(count_watermarks, pairs, prefixes)
+        if new and stored + new > limit:
+            raise PartitionQuotaError(
+                f"{principal}'s topics have watermarks of {stored} partitions, its quota is {limit}: this call "
+                f"would add {new} more. Report the partitions consumers read, or ask the operator for a higher "
+                "quota (max_partitions in the tokens file)",
+                metadata={
+                    "limit": "max_partitions",
+                    "max_partitions": str(limit),
+                    "partitions": str(stored),
+                    "new_partitions": str(new),
+                },
+            )
+
     def after(self, method: str, request: Any, principal: str) -> None:
         """Remembers a partition set that a call of ``principal`` which succeeded stored."""
+        if method == "ReportWatermarks" and self.quota_of(principal)[0] != 0:
+            pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+            if pairs:
+                self.known.add(self._key("", pairs))
+            return
         if method in _ADDING and self.quota_of(principal)[0] != 0:
             pairs = _partitions(method, request)
             if pairs:
