@@ -167,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
         help="partitions one principal may store; calls adding more get RESOURCE_EXHAUSTED PARTITION_QUOTA "
         "(default 0: no quota; max_partitions in the tokens file wins)",
     )
+    security.add_argument(
+        "--principal-history-rows-per-second",
+        type=float,
+        help="history rows a principal under a partition quota may append per second, bursts of 10 s; more get "
+        "RESOURCE_EXHAUSTED history_rows (default 1000; 0: no budget)",
+    )
     security.add_argument("--max-streams", type=int, help="reflection streams open at once (default 4)")
     security.add_argument(
         "--tokens-file",

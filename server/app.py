@@ -191,6 +191,7 @@ class OffsetStoreServer:
         principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
         max_groups_per_principal: int = 0,
         max_partitions_per_principal: int = 0,
+        principal_history_rows_per_second: float = 0,  # under a partition quota; 0: no budget
         reuse_port: bool = False,
         processes: int = 1,  # serving processes on the port (serve --processes): this one admits its share
         http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
@@ -219,6 +220,7 @@ class OffsetStoreServer:
         # what one process would (issue 34 finding 9; a limit below N becomes N, one call each).
         max_calls_per_principal = max(1, max_calls_per_principal // processes)
         principal_bytes_per_second /= processes
+        principal_history_rows_per_second /= processes
         self._options = dict(
             auth=auth,
             interceptors=interceptors,
@@ -233,6 +235,7 @@ class OffsetStoreServer:
             ),
             max_groups=max_groups_per_principal,
             max_partitions=max_partitions_per_principal,
+            history_rows=principal_history_rows_per_second,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
             http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits, http_allowed_hosts),
@@ -276,7 +279,9 @@ class OffsetStoreServer:
         quota = partition_quota = None
         if isinstance(auth, AuthInterceptor) and auth.config is not None:
             quota = GroupQuota(self.async_store, auth, o["max_groups"])
-            partition_quota = PartitionQuota(self.async_store, auth, o["max_partitions"])
+            partition_quota = PartitionQuota(
+                self.async_store, auth, o["max_partitions"], history_rows_per_second=o["history_rows"]
+            )
         gate = Gate(
             OffsetStoreServicer(self.async_store, self.kafka_mirror.offer if self.kafka_mirror else None),
             admission=o["admission"],

@@ -149,6 +149,9 @@ class Settings:
     max_partitions_per_principal: int = 0
     """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
 
+    principal_history_rows_per_second: float = 1000.0
+    """History rows a principal under a partition quota may append per second on average (bursts of 10 s); 0: no budget."""
+
     http_allowed_hosts: str = ""
     """Comma-separated host names the HTTP listener answers besides IP addresses and localhost (``.example.com``: every name under it); others get 421 (DNS rebinding)."""
 
@@ -181,6 +184,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if self.principal_history_rows_per_second < 0:
+            raise ValueError("OFFSETSTORE_PRINCIPAL_HISTORY_ROWS_PER_SECOND must be >= 0 (0: no budget)")
         if self.principal_bytes_per_second < 0:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:

@@ -25,13 +25,14 @@ What it costs and what it does not promise:
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from offsetstore.core.errors import PartitionQuotaError
+from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
@@ -41,6 +42,10 @@ from offsetstore.storage.schema import groups, offsets, watermarks
 __all__ = ["PartitionQuota", "count_partitions", "count_watermarks"]
 
 _ADDING = frozenset({"CommitOffsets", "ResetOffsets"})
+#: Calls that append to the history, one row a partition: the history budget counts them.
+_HISTORY = frozenset({"CommitOffsets", "ResetOffsets", "DeleteOffsets"})
+#: The history budget's bursts: this many seconds of its rate.
+HISTORY_BURST_SECONDS = 10.0
 
 
 def count_partitions(
@@ -134,14 +139,56 @@ class PartitionQuota:
     """
 
     def __init__(
-        self, store: AsyncStore, auth: AuthInterceptor, max_partitions: int = 0, known: int = KNOWN_GROUPS
+        self,
+        store: AsyncStore,
+        auth: AuthInterceptor,
+        max_partitions: int = 0,
+        known: int = KNOWN_GROUPS,
+        *,
+        history_rows_per_second: float = 0,
     ) -> None:
         if max_partitions < 0:
             raise ValueError("the per-principal partition quota must be >= 0 (0: no quota)")
+        if history_rows_per_second < 0:
+            raise ValueError("the per-principal history budget must be >= 0 (0: none)")
         self.store = store
         self.auth = auth
         self.max_partitions = max_partitions
         self.known = KnownKeys(known)  # (group, partition set) keys that passed
+        self.history_rate = history_rows_per_second
+        # principal -> (rows left, when): only principals under a quota, so as many as the tokens file names.
+        self._history: dict[str, tuple[float, float]] = {}
+
+    def _history_left(self, principal: str, now: float) -> float:
+        burst = self.history_rate * HISTORY_BURST_SECONDS
+        left, when = self._history.get(principal, (burst, now))
+        return min(burst, left + (now - when) * self.history_rate)
+
+    def _check_history(self, principal: str) -> None:
+        # History is kept for --history-retention whatever its rate: a principal whose commits
+        # would append rows faster than its budget waits (issue 34 finding 10). A call may
+        # overdraw the budget, as a response overdraws the byte budget: any single call passes.
+        if self.history_rate <= 0 or principal not in self._history:
+            return
+        left = self._history_left(principal, time.monotonic())
+        if left < 0:
+            raise ResourceExhaustedError(
+                f"{principal} has written more than {self.history_rate:g} history rows a second; retry later",
+                retry_after=-left / self.history_rate,
+                metadata={"limit": "history_rows", "rows_per_second": f"{self.history_rate:g}"},
+            )
+
+    def _charge_history(self, method: str, request: Any, principal: str) -> None:
+        if self.history_rate <= 0 or method not in _HISTORY:
+            return
+        if method == "CommitOffsets":
+            rows = len(request.offsets)
+        else:
+            rows = sum(max(1, len(t.partitions)) for t in request.topics) or 1
+            if method == "ResetOffsets" and request.dry_run:
+                return
+        now = time.monotonic()
+        self._history[principal] = (self._history_left(principal, now) - rows, now)
 
     def quota_of(self, name: str | None, *, topics: bool = False) -> tuple[int, tuple[str, ...]]:
         """(quota, group prefixes, or with ``topics`` topic prefixes) of the principal ``name``; a quota of 0 is none."""
@@ -162,6 +209,8 @@ class PartitionQuota:
         if method == "ReportWatermarks":
             await self._check_watermarks(request, principal)
             return
+        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+            self._check_history(principal)
         if method not in _ADDING or not checkable_group_id(request.group_id):
             return
         limit, prefixes = self.quota_of(principal)
@@ -209,6 +258,8 @@ class PartitionQuota:
 
     def after(self, method: str, request: Any, principal: str) -> None:
         """Remembers a partition set that a call of ``principal`` which succeeded stored."""
+        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+            self._charge_history(method, request, principal)
         if method == "ReportWatermarks" and self.quota_of(principal)[0] != 0:
             pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
             if pairs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -9,10 +10,11 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.errors import PartitionQuotaError
+from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.core.types import Watermark
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
+from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
 from offsetstore.storage.store import Store
 
 QUOTA = 50
@@ -70,3 +72,37 @@ def test_watermarks_of_new_partitions_count_under_the_partition_quota(
         with pytest.raises(PartitionQuotaError):
             client.report_watermarks([Watermark(f"{run}ok", QUOTA, 0, 1)])
         assert _watermarks(engine, run) == QUOTA
+
+
+def _history_rows(engine: sa.Engine, run: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT count(*) FROM offsetstore.offset_history WHERE starts_with(group_id, :p)"), {"p": run}
+        ).scalar_one()
+
+
+def test_history_appended_under_a_partition_quota_keeps_to_the_principals_budget(
+    store: Store, engine: sa.Engine, tmp_path: Path
+) -> None:
+    run = f"h{uuid.uuid4().hex[:10]}-"
+    token = _tokens(tmp_path, run)
+    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    rate = 100.0
+    with (
+        OffsetStoreServer(store, max_workers=8, auth=auth, principal_history_rows_per_second=rate) as server,
+        OffsetStoreClient(server.address, token=token, timeout=20) as client,
+    ):
+        # The quota's 50 partitions, committed in a loop: every commit appends 50 history rows.
+        group, refused, calls = f"{run}g", [], 200
+        started = time.monotonic()
+        for offset in range(calls):
+            try:
+                client.commit_offsets(group, {(f"{run}t", p): offset for p in range(QUOTA)})
+            except ResourceExhaustedError as error:
+                refused.append(error)
+        elapsed = time.monotonic() - started
+    rows = _history_rows(engine, run)
+    print(f"{calls} commits of {QUOTA} partitions in {elapsed:.1f} s: {rows} history rows, {len(refused)} refused")
+    # The burst (10 s of the rate), the rate over the run, and one call's overdraft.
+    assert rows <= rate * HISTORY_BURST_SECONDS + rate * elapsed + QUOTA
+    assert refused and all(e.metadata["limit"] == "history_rows" and e.retry_after for e in refused)
