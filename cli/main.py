@@ -46,9 +46,15 @@ def _parser() -> argparse.ArgumentParser:
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
     serve.add_argument(
+        "--migration-lock-timeout",
+        metavar="DURATION",
+        help="how long to wait for the migration lock before naming its holder and giving up (default 5m)",
+    )
+    serve.add_argument(
         "--processes",
         metavar="N|auto",
-        help="serving processes sharing the port; auto = one per CPU (default 1, env OFFSETSTORE_PROCESSES)",
+        help="serving processes sharing the port, each admitting 1/N of the per-principal limits; auto = one per CPU "
+        "(default 1, env OFFSETSTORE_PROCESSES)",
     )
     serve.add_argument(
         "--max-workers",
@@ -161,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
         help="partitions one principal may store; calls adding more get RESOURCE_EXHAUSTED PARTITION_QUOTA "
         "(default 0: no quota; max_partitions in the tokens file wins)",
     )
+    security.add_argument(
+        "--principal-history-rows-per-second",
+        type=float,
+        help="history rows a principal under a partition quota may append per second, bursts of 10 s; more get "
+        "RESOURCE_EXHAUSTED history_rows (default 1000; 0: no budget)",
+    )
     security.add_argument("--max-streams", type=int, help="reflection streams open at once (default 4)")
     security.add_argument(
         "--tokens-file",
@@ -209,8 +221,11 @@ def _migrate(args: argparse.Namespace) -> int:
         return 2
     if settings.database_url is not None:
         try:
-            migrate.upgrade(settings.database_url, args.revision)
+            migrate.upgrade(settings.database_url, args.revision, lock_timeout=settings.migration_lock_timeout)
             print(f"migrated to {migrate.current(settings.database_url)}")
+        except migrate.LockWaitTimedOut as error:
+            print(f"offsetstore: {error}", file=sys.stderr)
+            return 1
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
             reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
             print(

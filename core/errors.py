@@ -203,7 +203,7 @@ class ResourceExhaustedError(OffsetStoreError):
     """The server refused the call before it ran, to protect other callers; retry after ``retry_after`` seconds.
 
     ``metadata["limit"]`` names the limit that was reached (``streams``, ``principal_calls``,
-    ``principal_bytes``). ``response_bytes`` (no ``retry_after``) is not for retrying: the
+    ``principal_bytes``, ``history_rows``). ``response_bytes`` (no ``retry_after``) is not for retrying: the
     answer is larger than one response may be; ask for it in pages.
     """
 

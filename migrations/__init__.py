@@ -6,7 +6,14 @@ from typing import Any
 
 from offsetstore.storage.schema import SCHEMA
 
-__all__ = ["HISTORY_PARTITION_PREFIX", "MIGRATION_LOCK_ID", "VERSION_TABLE", "context_options", "include_name"]
+__all__ = [
+    "HISTORY_PARTITION_PREFIX",
+    "MIGRATION_LOCK_ID",
+    "MIGRATION_LOCK_TIMEOUT",
+    "VERSION_TABLE",
+    "context_options",
+    "include_name",
+]
 
 VERSION_TABLE = "alembic_version"
 
@@ -16,6 +23,8 @@ HISTORY_PARTITION_PREFIX = "offset_history_"
 # Key of the PostgreSQL advisory lock held while migrating. Advisory locks are
 # per database, so this only serialises migrations of the same database.
 MIGRATION_LOCK_ID = 0x6F66_6673_6574_0001
+#: Seconds a migrator waits for that lock by default (another migrator, or a squatter) before giving up.
+MIGRATION_LOCK_TIMEOUT = 300.0
 
 
 def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:

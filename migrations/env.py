@@ -7,12 +7,13 @@ from logging.config import fileConfig
 
 import psycopg.errors
 from alembic import context
-from sqlalchemy import Connection, MetaData, Table, create_engine, func, select
+from sqlalchemy import Connection, MetaData, Table, create_engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateSchema, DropSchema, DropTable
 
-from offsetstore.migrations import MIGRATION_LOCK_ID, VERSION_TABLE, context_options
+from offsetstore.migrations import MIGRATION_LOCK_ID, MIGRATION_LOCK_TIMEOUT, VERSION_TABLE, context_options
+from offsetstore.storage.advisory_locks import wait_for_xact_lock
 from offsetstore.storage.schema import SCHEMA, metadata
 
 config = context.config
@@ -59,8 +60,15 @@ def _migrate(connection: Connection) -> None:
         # Everything below, Alembic's own version-table bookkeeping included,
         # is racy when two processes migrate at once: the first to take the
         # lock migrates, the others wait, then find the database up to date.
-        # The lock goes away with the transaction.
-        connection.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK_ID)))
+        # The lock goes away with the transaction. Any role can take the lock's key too, so
+        # the wait is bounded and a stop (SIGTERM) ends it.
+        wait_for_xact_lock(
+            connection,
+            MIGRATION_LOCK_ID,
+            what="the migration lock",
+            timeout=config.attributes.get("lock_timeout", MIGRATION_LOCK_TIMEOUT),
+            stop=config.attributes.get("stop"),
+        )
         connection.execute(CreateSchema(SCHEMA, if_not_exists=True))
 
         context.configure(connection=connection, target_metadata=metadata, **context_options())

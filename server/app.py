@@ -168,7 +168,8 @@ class OffsetStoreServer:
     :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises them;
     ``credentials`` serve TLS. ``max_workers`` no longer counts threads: it sets the default
     stream and per-principal call limits, as it did. ``reuse_port`` lets several processes
-    listen on one port (``serve --processes``). ``kafka_mirror`` (started and stopped by its
+    listen on one port (``serve --processes``); ``processes`` divides the per-principal limits
+    among them. ``kafka_mirror`` (started and stopped by its
     owner) is offered every commit once it is in the store.
     """
 
@@ -190,7 +191,9 @@ class OffsetStoreServer:
         principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
         max_groups_per_principal: int = 0,
         max_partitions_per_principal: int = 0,
+        principal_history_rows_per_second: float = 0,  # under a partition quota; 0: no budget
         reuse_port: bool = False,
+        processes: int = 1,  # serving processes on the port (serve --processes): this one admits its share
         http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
         http_ssl_context: ssl.SSLContext | None = None,
         http_limits: ConnectionLimits | None = None,
@@ -210,6 +213,14 @@ class OffsetStoreServer:
             raise ValueError("max_streams must be >= 0 and below max_workers")
         if max_calls_per_principal is None:  # a quarter of the workers: four tenants cannot fill them
             max_calls_per_principal = max(1, max_workers // 4)
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        # The kernel spreads a principal's connections over the serving processes, each counting
+        # on its own: each admits 1/N of the per-principal limits, so that together they admit
+        # what one process would (issue 34 finding 9; a limit below N becomes N, one call each).
+        max_calls_per_principal = max(1, max_calls_per_principal // processes)
+        principal_bytes_per_second /= processes
+        principal_history_rows_per_second /= processes
         self._options = dict(
             auth=auth,
             interceptors=interceptors,
@@ -224,6 +235,7 @@ class OffsetStoreServer:
             ),
             max_groups=max_groups_per_principal,
             max_partitions=max_partitions_per_principal,
+            history_rows=principal_history_rows_per_second,
             reflection_mode=reflection_mode,
             health_interval=health_interval,
             http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits, http_allowed_hosts),
@@ -267,7 +279,9 @@ class OffsetStoreServer:
         quota = partition_quota = None
         if isinstance(auth, AuthInterceptor) and auth.config is not None:
             quota = GroupQuota(self.async_store, auth, o["max_groups"])
-            partition_quota = PartitionQuota(self.async_store, auth, o["max_partitions"])
+            partition_quota = PartitionQuota(
+                self.async_store, auth, o["max_partitions"], history_rows_per_second=o["history_rows"]
+            )
         gate = Gate(
             OffsetStoreServicer(self.async_store, self.kafka_mirror.offer if self.kafka_mirror else None),
             admission=o["admission"],

@@ -49,6 +49,9 @@ class Settings:
     migrate: bool = True
     """Apply the migrations at start."""
 
+    migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
+    """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
+
     processes: int = 1
     """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
 
@@ -146,6 +149,9 @@ class Settings:
     max_partitions_per_principal: int = 0
     """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
 
+    principal_history_rows_per_second: float = 1000.0
+    """History rows a principal under a partition quota may append per second on average (bursts of 10 s); 0: no budget."""
+
     http_allowed_hosts: str = ""
     """Comma-separated host names the HTTP listener answers besides IP addresses and localhost (``.example.com``: every name under it); others get 421 (DNS rebinding)."""
 
@@ -168,6 +174,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
         if not 2**16 <= self.max_response_bytes <= 2**26:
             raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
+        if self.migration_lock_timeout < 0:
+            raise ValueError("OFFSETSTORE_MIGRATION_LOCK_TIMEOUT must be 0 or above")
         if self.maintenance_interval <= 0:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:
@@ -176,6 +184,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
+        if self.principal_history_rows_per_second < 0:
+            raise ValueError("OFFSETSTORE_PRINCIPAL_HISTORY_ROWS_PER_SECOND must be >= 0 (0: no budget)")
         if self.principal_bytes_per_second < 0:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:

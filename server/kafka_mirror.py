@@ -9,8 +9,12 @@ group of the same id (AdminClient ``alter_consumer_group_offsets``), at most eve
 
 A best-effort copy, never read back: the store stays the truth. It never slows or fails a
 commit: the servicer hands the committed offsets over after the store's transaction committed
-(:meth:`KafkaMirror.offer`: a ``put_nowait`` on a bounded queue, a commit dropped and counted
-when it is full), and a thread of its own drains the queue and talks to Kafka. A group Kafka
+(:meth:`KafkaMirror.offer`: the latest offset of each partition is kept, under a lock held for
+the copy of one commit), and a thread of its own takes them every round and talks to Kafka.
+Coalescing at offer time, not a queue of commits: one tenant committing in a loop only
+overwrites its own partitions' offsets, so it cannot fill a shared queue and drop another
+tenant's commits (issue 34, low). What is bounded is partitions: ``MAX_PARTITIONS`` a group
+and ``MAX_PENDING`` in all; a partition new past either is dropped and its commit counted. A group Kafka
 refuses (it has live members: the coordinator takes offsets from outsiders only for an empty
 group) or a broker that does not answer is logged (at most once a minute per group) and
 counted, and its offsets wait for the group's next commit.
@@ -19,7 +23,6 @@ counted, and its offsets wait for the group's next commit.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -36,8 +39,8 @@ __all__ = ["KafkaMirror", "parse_prefixes"]
 
 log = logging.getLogger(__name__)
 
-#: Commits waiting for the mirror's thread at most; beyond, a commit is dropped (and counted).
-QUEUE_COMMITS = 10_000
+#: Partitions (of every group) waiting for the mirror's thread at most; beyond, new ones are dropped (and counted).
+MAX_PENDING = 100_000
 #: Partitions a group's pending offsets hold at most (the contract's widest commit).
 MAX_PARTITIONS = 10_000
 #: Seconds one round waits for Kafka's answers (a broker that is down answers nothing).
@@ -67,7 +70,7 @@ class KafkaMirror:
         config: Mapping[str, Any] | None = None,
         registry: CollectorRegistry | None = None,
         admin: AdminClient | None = None,
-        queue_commits: int = QUEUE_COMMITS,
+        max_pending: int = MAX_PENDING,
         request_seconds: float = REQUEST_SECONDS,
     ) -> None:
         if not prefixes:
@@ -86,8 +89,11 @@ class KafkaMirror:
         }
         self._settings.update(config or {})
         self._admin = admin
-        self._queue: queue.Queue[tuple[str, Sequence[CommittedOffset]]] = queue.Queue(queue_commits)
-        self._pending: dict[str, dict[tuple[str, int], int]] = {}
+        self.max_pending = max_pending
+        # group -> (topic, partition) -> latest offset; written by offer(), swapped out by each round.
+        self._offered: dict[str, dict[tuple[str, int], int]] = {}
+        self._offered_count = 0
+        self._offered_lock = threading.Lock()
         self._warned: dict[str, float] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,7 +110,7 @@ class KafkaMirror:
         )
         self.dropped = Counter(
             "offsetstore_kafka_mirror_dropped_commits",
-            "Commits the Kafka mirror dropped because its queue was full.",
+            "Commits of which the Kafka mirror dropped partitions: as many partitions as it holds were pending.",
             registry=registry,
         )
 
@@ -115,9 +121,18 @@ class KafkaMirror:
         """Hands a commit's offsets to the mirror; never blocks, never raises (call it after the commit)."""
         if not committed or not self.wants(group_id):
             return
-        try:
-            self._queue.put_nowait((group_id, committed))
-        except queue.Full:
+        dropped = False
+        with self._offered_lock:
+            offsets = self._offered.setdefault(group_id, {})
+            for c in committed:
+                key = (c.topic, c.partition)
+                if key not in offsets:
+                    if len(offsets) >= MAX_PARTITIONS or self._offered_count >= self.max_pending:
+                        dropped = True
+                        continue
+                    self._offered_count += 1
+                offsets[key] = c.offset
+        if dropped:
             self.dropped.inc()
 
     def start(self) -> KafkaMirror:
@@ -131,7 +146,7 @@ class KafkaMirror:
         return self
 
     def stop(self) -> None:
-        """Mirrors what is queued (one last round) and stops the thread."""
+        """Mirrors what is pending (one last round) and stops the thread."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(self.request_seconds + 10)
@@ -142,26 +157,18 @@ class KafkaMirror:
             self._round()
         self._round()
 
-    def _drain(self) -> None:
-        while True:
-            try:
-                group_id, committed = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            offsets = self._pending.setdefault(group_id, {})
-            for c in committed:
-                if len(offsets) >= MAX_PARTITIONS and (c.topic, c.partition) not in offsets:
-                    break
-                offsets[(c.topic, c.partition)] = c.offset
+    def _take(self) -> dict[str, dict[tuple[str, int], int]]:
+        with self._offered_lock:
+            taken, self._offered, self._offered_count = self._offered, {}, 0
+        return taken
 
     def _round(self) -> None:
         """One batch: each pending group in one request, all of them in flight together."""
-        self._drain()
-        if not self._pending:
+        batch = self._take()
+        if not batch:
             return
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-        batch, self._pending = self._pending, {}
         futures: dict[str, Any] = {}
         for group_id, offsets in batch.items():
             # Sentinels (-2/-1 of a reset without watermarks) have no Kafka equivalent to write.

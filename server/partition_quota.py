@@ -25,22 +25,27 @@ What it costs and what it does not promise:
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from offsetstore.core.errors import PartitionQuotaError
-from offsetstore.server.auth import AuthInterceptor, Permission
+from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
+from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import groups, offsets, watermarks
 
-__all__ = ["PartitionQuota", "count_partitions"]
+__all__ = ["PartitionQuota", "count_partitions", "count_watermarks"]
 
 _ADDING = frozenset({"CommitOffsets", "ResetOffsets"})
+#: Calls that append to the history, one row a partition: the history budget counts them.
+_HISTORY = frozenset({"CommitOffsets", "ResetOffsets", "DeleteOffsets"})
+#: The history budget's bursts: this many seconds of its rate.
+HISTORY_BURST_SECONDS = 10.0
 
 
 def count_partitions(
@@ -81,6 +86,41 @@ def count_partitions(
     return int(row.new), int(row.stored)
 
 
+def count_watermarks(conn: Connection, pairs: Sequence[tuple[str, int]], prefixes: Sequence[str]) -> tuple[int, int]:
+    """(how many of ``pairs`` have no watermark yet, how many watermarks the topics under ``prefixes`` have).
+
+    ONE statement; the second count (a scan of the watermarks, which this quota bounds) runs
+    only when the first is above 0.
+    """
+    asked = select(
+        func.unnest(bindparam("topics", type_=ARRAY(Text))).label("topic"),
+        func.unnest(bindparam("partitions", type_=ARRAY(Integer))).label("partition"),
+    ).subquery("asked")
+    new = (
+        select(func.count())
+        .select_from(
+            asked.outerjoin(
+                watermarks, and_(watermarks.c.topic == asked.c.topic, watermarks.c.partition == asked.c.partition)
+            )
+        )
+        .where(watermarks.c.topic.is_(None))
+        .scalar_subquery()
+    )
+    owned = or_(false(), *(func.starts_with(watermarks.c.topic, p) for p in prefixes))
+    stored = select(func.count()).select_from(watermarks).where(owned).scalar_subquery()
+    row = conn.execute(
+        select(new.label("new"), case((new > 0, stored), else_=literal_column("0")).label("stored")),
+        {"topics": [t for t, _ in pairs], "partitions": [p for _, p in pairs]},
+    ).one()
+    return int(row.new), int(row.stored)
+
+
+def topic_prefixes(principal: Principal) -> tuple[str, ...]:
+    """The topic prefixes ``principal`` may report watermarks of, without those another one covers."""
+    prefixes = sorted({g.prefix for g in principal.grants if g.topic and g.permission >= Permission.COMMIT})
+    return tuple(p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes))
+
+
 def _partitions(method: str, request: Any) -> list[tuple[str, int]]:
     """The partitions a call may add: a commit's, or those a reset names."""
     if method == "CommitOffsets":
@@ -99,23 +139,65 @@ class PartitionQuota:
     """
 
     def __init__(
-        self, store: AsyncStore, auth: AuthInterceptor, max_partitions: int = 0, known: int = KNOWN_GROUPS
+        self,
+        store: AsyncStore,
+        auth: AuthInterceptor,
+        max_partitions: int = 0,
+        known: int = KNOWN_GROUPS,
+        *,
+        history_rows_per_second: float = 0,
     ) -> None:
         if max_partitions < 0:
             raise ValueError("the per-principal partition quota must be >= 0 (0: no quota)")
+        if history_rows_per_second < 0:
+            raise ValueError("the per-principal history budget must be >= 0 (0: none)")
         self.store = store
         self.auth = auth
         self.max_partitions = max_partitions
         self.known = KnownKeys(known)  # (group, partition set) keys that passed
+        self.history_rate = history_rows_per_second
+        # principal -> (rows left, when): only principals under a quota, so as many as the tokens file names.
+        self._history: dict[str, tuple[float, float]] = {}
 
-    def quota_of(self, name: str | None) -> tuple[int, tuple[str, ...]]:
-        """(quota, prefixes) of the principal ``name``; a quota of 0 is none."""
+    def _history_left(self, principal: str, now: float) -> float:
+        burst = self.history_rate * HISTORY_BURST_SECONDS
+        left, when = self._history.get(principal, (burst, now))
+        return min(burst, left + (now - when) * self.history_rate)
+
+    def _check_history(self, principal: str) -> None:
+        # History is kept for --history-retention whatever its rate: a principal whose commits
+        # would append rows faster than its budget waits (issue 34 finding 10). A call may
+        # overdraw the budget, as a response overdraws the byte budget: any single call passes.
+        if self.history_rate <= 0 or principal not in self._history:
+            return
+        left = self._history_left(principal, time.monotonic())
+        if left < 0:
+            raise ResourceExhaustedError(
+                f"{principal} has written more than {self.history_rate:g} history rows a second; retry later",
+                retry_after=-left / self.history_rate,
+                metadata={"limit": "history_rows", "rows_per_second": f"{self.history_rate:g}"},
+            )
+
+    def _charge_history(self, method: str, request: Any, principal: str) -> None:
+        if self.history_rate <= 0 or method not in _HISTORY:
+            return
+        if method == "CommitOffsets":
+            rows = len(request.offsets)
+        else:
+            rows = sum(max(1, len(t.partitions)) for t in request.topics) or 1
+            if method == "ResetOffsets" and request.dry_run:
+                return
+        now = time.monotonic()
+        self._history[principal] = (self._history_left(principal, now) - rows, now)
+
+    def quota_of(self, name: str | None, *, topics: bool = False) -> tuple[int, tuple[str, ...]]:
+        """(quota, group prefixes, or with ``topics`` topic prefixes) of the principal ``name``; a quota of 0 is none."""
         config = self.auth.config
         principal = None if config is None or name is None else config.principals.get(name)
         if principal is None or principal.may(Permission.ADMIN, ""):
             return 0, ()
         limit = self.max_partitions if principal.max_partitions is None else principal.max_partitions
-        return limit, creation_prefixes(principal)
+        return limit, topic_prefixes(principal) if topics else creation_prefixes(principal)
 
     @staticmethod
     def _key(group: str, pairs: Sequence[tuple[str, int]]) -> str:
@@ -124,6 +206,11 @@ class PartitionQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
+        if method == "ReportWatermarks":
+            await self._check_watermarks(request, principal)
+            return
+        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+            self._check_history(principal)
         if method not in _ADDING or not checkable_group_id(request.group_id):
             return
         limit, prefixes = self.quota_of(principal)
@@ -146,8 +233,38 @@ class PartitionQuota:
                 },
             )
 
+    async def _check_watermarks(self, request: Any, principal: str) -> None:
+        # Watermarks are per topic and have no owner: a principal's are those of the topics it
+        # may report, and it may hold as many as the partitions it may store (issue 34 finding 10).
+        limit, prefixes = self.quota_of(principal, topics=True)
+        if limit == 0:
+            return
+        pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+        if not pairs or self._key("", pairs) in self.known:
+            return
+        new, stored = await self.store.read(count_watermarks, pairs, prefixes)
+        if new and stored + new > limit:
+            raise PartitionQuotaError(
+                f"{principal}'s topics have watermarks of {stored} partitions, its quota is {limit}: this call "
+                f"would add {new} more. Report the partitions consumers read, or ask the operator for a higher "
+                "quota (max_partitions in the tokens file)",
+                metadata={
+                    "limit": "max_partitions",
+                    "max_partitions": str(limit),
+                    "partitions": str(stored),
+                    "new_partitions": str(new),
+                },
+            )
+
     def after(self, method: str, request: Any, principal: str) -> None:
         """Remembers a partition set that a call of ``principal`` which succeeded stored."""
+        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+            self._charge_history(method, request, principal)
+        if method == "ReportWatermarks" and self.quota_of(principal)[0] != 0:
+            pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+            if pairs:
+                self.known.add(self._key("", pairs))
+            return
         if method in _ADDING and self.quota_of(principal)[0] != 0:
             pairs = _partitions(method, request)
             if pairs:

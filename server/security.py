@@ -28,12 +28,14 @@ def security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInt
     if config is not None and credentials is None:
         log.warning("bearer tokens over plaintext: anyone on the network can read them; use TLS outside local testing")
     if config is None and not mtls:
-        if not is_loopback(settings.listen):
-            log.warning(
-                "AUTHENTICATION IS OFF on %s: every caller that can reach it may read, commit, reset and delete "
-                "every group; set --tokens-file and/or --tls-client-ca (see docs/security.md)",
-                settings.listen,
-            )
+        # The HTTP API serves the same RPCs, the console's reset and delete buttons included.
+        for listen in (settings.listen, settings.http_listen):
+            if listen and not is_loopback(listen):
+                log.warning(
+                    "AUTHENTICATION IS OFF on %s: every caller that can reach it may read, commit, reset and delete "
+                    "every group; set --tokens-file and/or --tls-client-ca (see docs/security.md)",
+                    listen,
+                )
         return credentials, None
     return credentials, AuthInterceptor(config, mtls=mtls)
 

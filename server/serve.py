@@ -86,7 +86,11 @@ def serve(settings: Settings) -> int:
 
             embedded = EmbeddedPostgres(settings.data_dir)
             database_url = embedded.start()
-        _check_database(settings, database_url)
+        try:
+            _check_database(settings, database_url, stopping)
+        except migrate.LockWaitStopped as stopped:
+            log.info("%s: not serving", stopped)
+            return 0
         return _supervise(settings, database_url, reservation, auth, directory, stopping, reload, embedded)
     except StartError as error:
         log.error("cannot start: %s", error)
@@ -189,15 +193,21 @@ def _supervise(
     return 0 if clean else 1
 
 
-def _check_database(settings: Settings, database_url: str) -> None:
-    """Reaches the database, migrates it and says what a commit survives there; a refusal is a StartError of one line."""
+def _check_database(settings: Settings, database_url: str, stopping: threading.Event) -> None:
+    """Reaches the database, migrates it and says what a commit survives there; a refusal is a StartError of one line.
+
+    The wait for the migration lock ends at ``--migration-lock-timeout`` (a StartError naming
+    the lock's holder) or at SIGTERM (LockWaitStopped).
+    """
     try:
         if settings.migrate:
-            migrate.upgrade(database_url)
+            migrate.upgrade(database_url, lock_timeout=settings.migration_lock_timeout, stop=stopping)
         else:
             migrate.current(database_url)
         replication = _replication(database_url)
         pooled = settings.database_prepare == "on" and shares_sessions(database_url)
+    except migrate.LockWaitTimedOut as error:
+        raise StartError(str(error)) from None
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
         raise StartError(

@@ -163,7 +163,9 @@ def serving_process(
             principal_bytes_per_second=settings.principal_bytes_per_second,
             max_groups_per_principal=settings.max_groups_per_principal,
             max_partitions_per_principal=settings.max_partitions_per_principal,
+            principal_history_rows_per_second=settings.principal_history_rows_per_second,
             reuse_port=True,
+            processes=settings.processes,
             kafka_mirror=mirror,
             # The HTTP listener, on the gRPC server's certificate and client CA.
             http_listen=settings.http_listen or None,

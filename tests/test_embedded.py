@@ -225,3 +225,70 @@ def test_another_os_user_cannot_connect(data_dir: Path, path_length: str) -> Non
         assert "authentication failed" in refused.stderr, refused.stderr
         assert _psql_as(None, socket_dir, port).stdout.strip() == "1"
         os.chmod(socket_dir, 0o700)
+
+
+# --- a planted socket directory (issue 34, finding 5) --------------------------------------------
+
+
+def _pgserver_socket_dir_name(data_dir: Path) -> str:
+    """The name pgserver gives the socket directory of a data directory whose path is too long for a socket."""
+    import hashlib
+
+    return hashlib.sha256(f"{data_dir}-{data_dir.stat().st_ino}".encode()).hexdigest()[:10]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("runuser") is None,
+    reason="the attack is on root, by a second OS user (runuser -u nobody)",
+)
+def test_a_symlink_planted_where_pgserver_puts_a_long_paths_socket_changes_nothing(data_dir: Path) -> None:
+    # The data directory is known (the default as root, or the operator's), so its socket
+    # directory's name is too: /tmp/<hash>, which any local user may create first.
+    data_dir = data_dir.parent / ("d" * 60) / ("e" * 60) / "pgdata"
+    data_dir.mkdir(parents=True)
+    victim = Path(tempfile.mkdtemp(prefix="offsetstore-test-victim-"))  # stands for /etc/profile.d
+    os.chmod(victim, 0o755)
+    planted = Path(tempfile.gettempdir()) / _pgserver_socket_dir_name(data_dir)
+    try:
+        subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-s", str(victim), str(planted)], check=True)
+        before = os.stat(victim)
+        with EmbeddedPostgres(data_dir) as pg:
+            assert execute(pg.url, "SELECT 1") == [(1,)]
+            host = sa.make_url(pg.url).query["host"]
+            socket_dir = Path(host if isinstance(host, str) else host[0])
+            after = os.stat(victim)
+        print(
+            f"victim before {before.st_mode & 0o7777:o} uid {before.st_uid}, after {after.st_mode & 0o7777:o} uid {after.st_uid}"
+        )
+        assert (after.st_mode, after.st_uid, after.st_gid) == (before.st_mode, before.st_uid, before.st_gid)
+        assert os.readlink(planted) == str(victim)  # left alone, not followed
+        assert socket_dir.parent == Path("/run/offsetstore")
+        assert not socket_dir.is_symlink() and os.stat(socket_dir).st_mode & 0o077 == 0
+    finally:
+        planted.unlink(missing_ok=True)
+        shutil.rmtree(victim, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("runuser") is None,
+    reason="plants as a second OS user (runuser -u nobody)",
+)
+@pytest.mark.parametrize("planted", ["symlink", "directory"])
+def test_a_runtime_directory_planted_by_another_user_is_refused(planted: str) -> None:
+    # Users without $XDG_RUNTIME_DIR get /tmp/offsetstore-<uid>, a name others can take first.
+    from offsetstore.storage.embedded import claim_private_dir
+
+    name = Path(tempfile.gettempdir()) / f"offsetstore-test-{os.urandom(4).hex()}"
+    target = Path(tempfile.mkdtemp(prefix="offsetstore-test-target-"))
+    command = ["ln", "-s", str(target), str(name)] if planted == "symlink" else ["mkdir", "-m", "0700", str(name)]
+    try:
+        subprocess.run(["runuser", "-u", "nobody", "--", *command], check=True)
+        with pytest.raises(RuntimeError, match="symbolic link" if planted == "symlink" else "belongs to uid"):
+            claim_private_dir(name)
+        assert claim_private_dir(target) == target  # this user's own 0700 directory is taken
+    finally:
+        if name.is_symlink():
+            name.unlink()
+        elif name.exists():
+            name.rmdir()
+        shutil.rmtree(target, ignore_errors=True)

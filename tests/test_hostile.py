@@ -122,10 +122,18 @@ def test_authentication_off_on_a_network_address_is_a_loud_warning(pki: PKI, cap
     with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):
         assert _security(Settings(listen="0.0.0.0:50051")) == (None, None)
     assert "AUTHENTICATION IS OFF on 0.0.0.0:50051" in caplog.text
+    # The HTTP API alone on a network address, gRPC on loopback (issue 34, low).
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):
+        assert _security(Settings(http_listen="0.0.0.0:8080")) == (None, None)
+    assert "AUTHENTICATION IS OFF on 0.0.0.0:8080" in caplog.text
     for quiet in (
         Settings(listen="127.0.0.1:50051"),
         Settings(listen="[::1]:50051"),
         Settings(listen="0.0.0.0:50051", tokens_file=pki.tokens_file),
+        Settings(http_listen="127.0.0.1:8080"),
+        Settings(http_listen="[::1]:8080"),
+        Settings(listen="0.0.0.0:50051", http_listen="0.0.0.0:8080", tokens_file=pki.tokens_file),
     ):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="offsetstore.server.app"):

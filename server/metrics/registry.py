@@ -110,6 +110,11 @@ class RetentionMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=values,
         )
+        self.maintenance_skipped = Counter(
+            "offsetstore_maintenance_skipped",
+            "Maintenance rounds skipped because the maintenance lock was taken (another server's round, or a squatter).",
+            registry=values,
+        )
         if served is not None:
             served.register(
                 _Callback(

@@ -14,6 +14,7 @@ import psycopg
 import sqlalchemy.exc
 from sqlalchemy import Connection, func, select
 
+from offsetstore.storage.advisory_locks import describe_holder
 from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.retention.expiry import ACTOR
 from offsetstore.storage.retention.partitions import (
@@ -36,6 +37,11 @@ EXPIRE_PER_ROUND = 1000
 LOCK_TIMEOUT_MS = 200
 #: Key of the advisory lock that lets one server of a database run a round at a time.
 MAINTENANCE_LOCK_ID = 0x6F66_6673_6574_0002
+#: Rounds in a row found the lock taken before it is a WARNING: another server's round is short,
+#: so a lock held this long is a stuck server or a session squatting the key (issue 34 finding 7).
+SKIPPED_ROUNDS_WARNING = 3
+#: While the rounds stay skipped, the WARNING is repeated every this many rounds (hourly at 60 s).
+SKIPPED_ROUNDS_REPEAT = 60
 
 
 @dataclass
@@ -58,6 +64,10 @@ class _Histogram(Protocol):
     def observe(self, amount: float) -> None: ...
 
 
+class _Counter(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
 class MaintenanceMetrics(Protocol):
     """What the rounds report to: the server's retention metrics."""
 
@@ -67,6 +77,11 @@ class MaintenanceMetrics(Protocol):
     @property
     def maintenance_seconds(self) -> _Histogram:
         """Observes each round's duration."""
+        ...
+
+    @property
+    def maintenance_skipped(self) -> _Counter:
+        """Counts rounds skipped because the maintenance lock was taken."""
         ...
 
 
@@ -93,6 +108,8 @@ class Maintenance:
         self.interval = interval
         self.metrics = metrics
         self.clock = clock
+        #: Rounds skipped in a row (the lock taken each time).
+        self.skipped = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="offsetstore-maintenance", daemon=True)
 
@@ -134,8 +151,11 @@ class Maintenance:
             got = lock_conn.execute(select(func.pg_try_advisory_lock(MAINTENANCE_LOCK_ID))).scalar_one()
             lock_conn.commit()
             if not got:
-                log.debug("maintenance round skipped: another server runs it")
+                self._skipped(lock_conn)
                 return None
+            if self.skipped >= SKIPPED_ROUNDS_WARNING:
+                log.warning("maintenance runs again after %d skipped rounds", self.skipped)
+            self.skipped = 0
             try:
                 started = time.perf_counter()
                 result = self._round()
@@ -158,6 +178,22 @@ class Maintenance:
             },
         )
         return result
+
+    def _skipped(self, conn: Connection) -> None:
+        self.skipped += 1
+        if self.metrics is not None:
+            self.metrics.maintenance_skipped.inc()
+        if self.skipped < SKIPPED_ROUNDS_WARNING or (self.skipped - SKIPPED_ROUNDS_WARNING) % SKIPPED_ROUNDS_REPEAT:
+            log.debug("maintenance round skipped: another server runs it")
+            return
+        # Retention stopping in silence lets history and watermarks grow without bound.
+        log.warning(
+            "maintenance (history retention, expiry) skipped %d rounds in a row: its lock (advisory lock %d) is held by %s",
+            self.skipped,
+            MAINTENANCE_LOCK_ID,
+            describe_holder(conn, MAINTENANCE_LOCK_ID),
+        )
+        conn.commit()
 
     def _round(self) -> RoundResult:
         result = RoundResult()

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.types import OffsetCommit
+from offsetstore.core.types import CommittedOffset, OffsetCommit
 from offsetstore.kafka_integration import ExactlyOnceWriter, consumer_config
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.kafka_mirror import KafkaMirror
@@ -145,3 +145,23 @@ def test_a_broker_that_is_down_neither_fails_nor_slows_commits(store, engine, gr
         client.close()
         server.stop()
         mirror.stop()
+
+
+def test_one_tenants_flood_of_commits_drops_no_other_tenants_offsets(broker, make_topic):
+    # A long interval, as --mirror-interval 15s: every commit of the flood is offered before a round runs.
+    mirror = KafkaMirror(broker.bootstrap, ["mirror-"], 3600, registry=CollectorRegistry(), request_seconds=5).start()
+    topic = make_topic(partitions=2)
+    flooder, victim = f"mirror-flood-{uuid.uuid4().hex[:8]}", f"mirror-victim-{uuid.uuid4().hex[:8]}"
+    try:
+        for offset in range(20_000):  # twice what the queue of commits held
+            mirror.offer(flooder, [CommittedOffset(topic.name, 0, offset, "", None)])
+        mirror.offer(victim, [CommittedOffset(topic.name, 1, 7, "", None)])
+    finally:
+        mirror.stop()  # one last round: what is pending goes to Kafka
+    dropped = mirror.registry.get_sample_value("offsetstore_kafka_mirror_dropped_commits_total")
+    print(
+        f"flood of 20,000 commits: {dropped:.0f} commits dropped; victim mirrored: {kafka_offsets(broker.bootstrap, victim, topic.name, 2)}"
+    )
+    assert kafka_offsets(broker.bootstrap, victim, topic.name, 2) == {(topic.name, 1): 7}
+    assert kafka_offsets(broker.bootstrap, flooder, topic.name, 2) == {(topic.name, 0): 19_999}
+    assert dropped == 0
