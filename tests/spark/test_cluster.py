@@ -103,13 +103,13 @@ def _run(*command: str | Path, cwd: Path | None = None) -> None:
 def test_the_documented_packed_environment_recipe_runs_the_executors_path_under_spark_submit(
     jdk, database_url, engine, group_id, topic, make_table, tmp_path, cluster_work_dirs
 ):
-    # docs/spark.md, "Running on a cluster": a wheel, a venv with it, pyarrow and numpy
-    # (no PySpark: Spark ships its own to the workers), packed by venv-pack.
+    # docs/spark.md, "Running on a cluster": a wheel, a venv with it and its sink extra (psycopg,
+    # SQLAlchemy, pyarrow, numpy; no PySpark: Spark ships its own to the workers), packed by venv-pack.
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist", ROOT)
     (wheel,) = (tmp_path / "dist").glob("offsetstore-*.whl")
     env = tmp_path / "env"
     _run(Path(sys.base_prefix, "bin", "python3"), "-m", "venv", env)
-    _run(env / "bin" / "python", "-m", "pip", "install", "--quiet", wheel, "pyarrow", "numpy")
+    _run(env / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[sink]")
     _run(Path(sys.executable).with_name("venv-pack"), "-p", env, "-o", tmp_path / "env.tar.gz", "-q")
     table = make_table()
     per_batch, batches = 3000, 3
