@@ -4,8 +4,8 @@
 runs (functions taking a SQLAlchemy ``Connection``), on SQLAlchemy's asyncio engine through
 ``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
 commit's batch and the fetch) are the storage core's steps (:func:`storage.write_batch_steps`,
-:func:`storage.fetch_offsets_steps`) driven on psycopg's ``AsyncConnection``, prepared, with
-none of SQLAlchemy's layers. Failures are classified as the Store classifies them, and the
+:func:`storage.fetch_offsets_steps`) driven on psycopg's ``AsyncConnection`` with none of
+SQLAlchemy's layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
 caller's deadline (:func:`~offsetstore.storage.store.deadline`) bounds the work the same way.
 
 Group commit (:class:`AsyncWriteBatcher`) is a few asyncio tasks: each takes whatever is
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -45,99 +44,23 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import _group_commit as gc
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable
+from offsetstore.storage._hot_async import on_primary, run_hot
 from offsetstore.storage.engine import (
     NotThePrimary,
-    SessionSettings,
     admit_async,
     create_async_engine,
     create_async_pool,
     session_settings,
 )
 from offsetstore.storage.retention import expiry
-from offsetstore.storage.steps import is_wide
 from offsetstore.storage.store import Store
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher"]
 
 R = TypeVar("R")
 
-log = logging.getLogger(__name__)
-
 #: How long a call waits for a pooled connection while the health probe finds the database down.
 DOWN_WAIT_SECONDS = 0.2
-#: Rows converted between two turns of the event loop.
-FETCH_SLICE = 200
-
-
-async def run_hot(
-    conn: psycopg.AsyncConnection,
-    steps: storage.HotSteps[R],
-    settings: SessionSettings,
-    timeout_ms: int | None = None,
-    *,
-    lock_timeout_ms: int | None = None,
-    read_only: bool = False,
-) -> R:
-    """Drives the storage core's ``steps`` on a psycopg ``AsyncConnection``.
-
-    A statement goes with the transaction's settings (:meth:`SessionSettings.sql`, the
-    caller's ``timeout_ms`` if nearer) in one round trip, pipelined: on an autocommit
-    connection the two share one implicit transaction (no Sync between them), inside
-    ``conn.transaction()`` they are part of it. A narrow statement of ``read_only`` steps
-    needs none of them (no COMMIT to make durable, no lock to wait for but DDL's): it is
-    bounded here instead, by cancelling it when its time is up, which holds through any
-    pooler as well and costs no statement. Statements are prepared where
-    ``settings.prepare`` allows, unless wide (then planned for their arrays).
-    """
-    try:
-        statement = next(steps)
-        while True:
-            if statement is storage.PAUSE:
-                await asyncio.sleep(0)  # other calls run between slices of a wide request
-                statement = steps.send(None)
-                continue
-            sql, params = statement
-            wide = is_wide(params)
-            if read_only and not wide:
-                rows = await _bounded(conn, sql, params, settings, timeout_ms)
-            else:
-                # Prepared: the settings' few fixed texts, not one per deadline or lock bound.
-                fixed = settings.prepare and timeout_ms is None and lock_timeout_ms is None and not wide
-                before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
-                async with conn.pipeline() as pipeline:
-                    await conn.execute(before, prepare=fixed)
-                    cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
-                    await pipeline.sync()
-                    rows = await _rows(cursor)
-            statement = steps.send(rows)
-    except StopIteration as done:
-        result: R = done.value
-        return result
-
-
-async def _bounded(
-    conn: psycopg.AsyncConnection, sql: str, params: Mapping[str, object], settings: SessionSettings, ms: int | None
-) -> list[tuple[Any, ...]]:
-    """One read, cancelled in the server (psycopg does, on cancellation) when its time is up."""
-    ms = settings.statement_timeout_ms if ms is None else ms
-    try:
-        async with asyncio.timeout(ms / 1000 if ms else None):
-            return await _rows(await conn.execute(sql, params, prepare=settings.prepare))
-    except TimeoutError:
-        log.warning("database unavailable (read timed out)", extra={"ms": ms})
-        raise StoreUnavailableError("the offset store's database did not answer in time") from None
-
-
-async def _rows(cursor: psycopg.AsyncCursor[Any]) -> list[tuple[Any, ...]]:
-    if cursor.description is None:
-        return []
-    if cursor.rowcount <= FETCH_SLICE:
-        return await cursor.fetchall()
-    rows: list[tuple[Any, ...]] = []
-    while batch := await cursor.fetchmany(FETCH_SLICE):  # a slice at a time: 10,000 rows would hold the loop
-        rows.extend(batch)
-        await asyncio.sleep(0)
-    return rows
 
 
 class AsyncStore:
@@ -256,7 +179,7 @@ class AsyncStore:
         if self._down:
             wait = min(wait, DOWN_WAIT_SECONDS)
         try:
-            async with self.hot.connection(timeout=wait) as conn, _on_primary(conn):
+            async with self.hot.connection(timeout=wait) as conn, on_primary(conn):
                 yield conn
         except psycopg_pool.PoolTimeout:
             if self._down:
@@ -392,16 +315,6 @@ class AsyncStore:
         if expired and hook is not None:
             hook(len(expired))
         return expired
-
-
-@contextlib.asynccontextmanager
-async def _on_primary(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """Closes ``conn`` when it turns out to be on a standby (a failover demoted its server): the pool replaces it."""
-    try:
-        yield
-    except psycopg.errors.ReadOnlySqlTransaction:
-        await conn.close()
-        raise
 
 
 class _Write(gc.Waiting):
