@@ -195,7 +195,7 @@ class ExactlyOnceSink:
             None if columns is None else column_names(columns, "columns"),
         )
         # Checked here, not at the first batch, so a bad value fails where it is written.
-        store_engine.connect_args(statement_timeout_ms=statement_timeout_ms, lock_timeout_ms=lock_timeout_ms)
+        store_engine.SessionSettings(statement_timeout_ms, lock_timeout_ms)
         self.database_url = database_url
         self.group_id = group_id
         self.write_path: WritePath = write_path

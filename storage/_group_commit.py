@@ -20,7 +20,7 @@ Each runs, per batch::
     flush = Flush(waiting(take_batch(queue)), timeout_ms)
     while flush.live:
         try:
-            outcomes = <one transaction: SET LOCAL statement_timeout = flush.timeout_ms,
+            outcomes = <one transaction: the settings (flush.timeout_ms, flush.lock_timeout_ms),
                         write_batch(flush.requests()), flush.check_callers(), COMMIT>
         except Exception as error:
             flush.failed(error)

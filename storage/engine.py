@@ -43,7 +43,6 @@ __all__ = [
     "SessionSettings",
     "admit",
     "admit_async",
-    "connect_args",
     "create_async_engine",
     "create_async_pool",
     "create_engine",
@@ -119,21 +118,6 @@ class SessionSettings:
             "application_name": self.application_name,
             "prepare_threshold": None,
         }
-
-
-def connect_args(
-    *,
-    statement_timeout_ms: int = 5000,
-    lock_timeout_ms: int | None = None,
-    connect_timeout_s: int = 5,
-    application_name: str = "offsetstore",
-) -> dict[str, Any]:
-    """libpq parameters of every store connection (its timeouts are set per transaction: :class:`SessionSettings`).
-
-    Checks the timeouts, so a sink's bad value fails where it is written.
-    """
-    settings = SessionSettings(statement_timeout_ms, lock_timeout_ms, connect_timeout_s, application_name)
-    return {"connect_timeout": settings.connect_timeout_s, "application_name": settings.application_name}
 
 
 def plain_engine(url: str, **kwargs: Any) -> Engine:
@@ -332,7 +316,7 @@ async def admit_async(conn: psycopg.AsyncConnection[Any], settings: SessionSetti
 
 
 def libpq_conninfo(url: str, **settings: Any) -> str:
-    """The libpq connection string of ``url`` (any spelling libpq accepts) plus ``settings`` (e.g. :func:`connect_args`).
+    """The libpq connection string of ``url`` (any spelling libpq accepts) plus libpq ``settings``.
 
     For processes that connect with psycopg alone, like the sink's staging tasks.
     """
