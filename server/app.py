@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -159,11 +158,12 @@ class HealthWatcher:
 
 
 class OffsetStoreServer:
-    """A gRPC server (grpc.aio) over ``store``'s database, on an event loop thread of its own.
+    """A gRPC server (grpc.aio) over ``store``, served on the store's event loop.
 
     ``listen`` may use port 0 (see ``port``); the port is bound when it is made, calls are
-    served from :meth:`start`. Calls reach the database through an :class:`AsyncStore` made
-    from ``store`` (its database, timeouts and metric hooks). ``interceptors`` (metrics, say;
+    served from :meth:`start`. Calls await ``store``'s runtime store (:attr:`Store.aio`: its
+    pools, group commit, timeouts and metric hooks) on the loop it runs on; stopping the
+    server leaves the store open (its owner disposes of it). ``interceptors`` (metrics, say;
     ``grpc.aio`` interceptors) see every call, also those refused; ``auth``, an
     :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises them;
     ``credentials`` serve TLS. ``max_workers`` no longer counts threads: it sets the default
@@ -246,35 +246,20 @@ class OffsetStoreServer:
                 *CONNECTION_OPTIONS,
             ],
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="offsetstore-grpc", daemon=True)
-        self._thread.start()
-        self._started = False
+        self.async_store = store.aio
         try:
-            self.port = self._call(self._bind(listen, credentials))
+            self.port = store.wait(self._bind(listen, credentials))
+            if self.port == 0:
+                raise OSError(f"cannot listen on {listen}")
         except BaseException:
-            if hasattr(self, "async_store"):
-                self._call(self.async_store.close())
-            self._close_loop()
+            if hasattr(self, "server"):
+                store.wait(self.server.stop(None))
             raise
-        if self.port == 0:
-            self._call(self.async_store.close())
-            self._close_loop()
-            raise OSError(f"cannot listen on {listen}")
+        self._started = self._stopped = False
         self.host = listen.rpartition(":")[0].strip("[]")
-
-    def _call(self, coroutine: Coroutine[Any, Any, R]) -> R:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
         o = self._options
-        self.async_store = AsyncStore(
-            self.store,
-            hot_pool_size=self.store.pool_size,
-            pool_size=max(2, self.store.pool_size // 4),
-            write_flushers=self.store.write_flushers,
-        )
-        await self.async_store.open()
         auth = o["auth"]
         quota = partition_quota = None
         if isinstance(auth, AuthInterceptor) and auth.config is not None:
@@ -333,7 +318,7 @@ class OffsetStoreServer:
             if self.http is not None:
                 await self.http.start()
 
-        self._call(start())
+        self.store.wait(start())
         self._started = True
         return self
 
@@ -345,17 +330,11 @@ class OffsetStoreServer:
             if self.http is not None:
                 await self.http.stop(grace)
             await self.server.stop(grace)
-            await self.async_store.close()
 
-        if self._loop.is_closed():
+        if self._stopped or self.store.loop.is_closed():
             return
-        self._call(stop())
-        self._close_loop()
-
-    def _close_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._stopped = True
+        self.store.wait(stop())
 
     def __enter__(self) -> OffsetStoreServer:
         return self.start()

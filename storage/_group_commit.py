@@ -12,10 +12,9 @@ sent only after COMMIT returned. A flusher's batch waits for a group's lock
 long for a lock or failed in a statement runs each request alone, by its own caller, so one
 locked group cannot fail the others, nor stall them by holding the flushers.
 
-The drivers do only the I/O, as psycopg builds its sync and async APIs on one core:
-:class:`~offsetstore.storage.store.WriteBatcher` (threads and a condition) and
-:class:`~offsetstore.storage.async_store.AsyncWriteBatcher` (asyncio tasks and an event).
-Each runs, per batch::
+The driver does only the I/O: :class:`~offsetstore.storage.async_store.AsyncWriteBatcher`
+(asyncio tasks and an event; callers in threads reach it through the sync
+:class:`~offsetstore.storage.store.Store`). It runs, per batch::
 
     flush = Flush(waiting(take_batch(queue)), timeout_ms)
     while flush.live:

@@ -1,12 +1,14 @@
-"""The asyncio server's handle on the database: the Store's operations, awaited, without a thread.
+"""The store: one transaction per operation, database faults made typed, group commit; on asyncio.
 
-:class:`AsyncStore` runs the very storage core :class:`~offsetstore.storage.store.Store`
-runs (functions taking a SQLAlchemy ``Connection``), on SQLAlchemy's asyncio engine through
-``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
+:class:`AsyncStore` is the one runtime store. The server awaits it; callers in threads (the
+maintenance, the metrics' scrapes, tests, tools) reach it through its sync face,
+:class:`~offsetstore.storage.store.Store`, which runs these very coroutines on the store's
+event loop. It runs the storage core (functions taking a SQLAlchemy ``Connection``) on
+SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
 commit's batch and the fetch) are the storage core's steps (:func:`storage.write_batch_steps`,
 :func:`storage.fetch_offsets_steps`) driven on psycopg's ``AsyncConnection`` with none of
 SQLAlchemy's layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
-caller's deadline (:func:`~offsetstore.storage.store.deadline`) bounds the work the same way.
+caller's deadline (:func:`~offsetstore.storage._calls.deadline`) bounds the work.
 
 Group commit (:class:`AsyncWriteBatcher`) is a few asyncio tasks: each takes whatever is
 queued when it is free, so the next batch gathers while one is in the database (no timer).
@@ -19,11 +21,13 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
+from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from offsetstore import storage
@@ -43,7 +47,7 @@ from offsetstore.core.types import (
     Watermark,
 )
 from offsetstore.storage import _group_commit as gc
-from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable
+from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
 from offsetstore.storage._hot_async import on_primary, run_hot
 from offsetstore.storage.engine import (
     NotThePrimary,
@@ -53,9 +57,9 @@ from offsetstore.storage.engine import (
     session_settings,
 )
 from offsetstore.storage.retention import expiry
-from offsetstore.storage.store import Store
+from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
-__all__ = ["AsyncStore", "AsyncWriteBatcher"]
+__all__ = ["AsyncStore", "AsyncWriteBatcher", "StoreObserver"]
 
 R = TypeVar("R")
 
@@ -63,34 +67,78 @@ R = TypeVar("R")
 DOWN_WAIT_SECONDS = 0.2
 
 
-class AsyncStore:
-    """The operations of ``store`` (a :class:`Store` on the same database), awaitable.
+@dataclass(frozen=True)
+class StoreObserver:
+    """What a store reports as it runs (the metrics' seam); each hook may be None.
 
-    It opens its own connections: ``hot_pool_size`` for the batches and fetches (psycopg's
-    pool), ``pool_size`` for everything else (SQLAlchemy's asyncio engine), and one for the
-    health probe. ``store`` lends its settings (statement timeout, response size) and its
-    hooks (``observe``, ``expired``: the metrics), read at each call.
+    Give it to the constructor (``Store(engine, observer=StoreObserver(...))``), or, for a
+    registry built over a store that exists already, to :meth:`AsyncStore.observe_with`.
+    """
+
+    #: Called with each operation's name and duration in seconds, failures included.
+    operation: Callable[[str, float], None] | None = None
+    #: Called with the number of groups each expiry removed.
+    expired: Callable[[int], None] | None = None
+
+
+class AsyncStore:
+    r"""Runs each storage operation in its own transaction on ``engine``'s database, classifying failures.
+
+    ``engine`` (of :func:`~offsetstore.storage.engine.create_engine`) lends its URL and
+    session settings; the store opens connections of its own, in the event loop it is
+    :meth:`open`\ ed in: ``hot_pool_size`` (default: the engine's pool size) for the batches
+    and fetches (psycopg's pool), ``pool_size`` for everything else (SQLAlchemy's asyncio
+    engine), and one for the health probe. ``write_flushers`` tasks write the batches of
+    commits and joins (:class:`AsyncWriteBatcher`), each holding one hot connection while it writes.
     """
 
     def __init__(
         self,
-        store: Store,
+        engine: Engine,
         *,
-        hot_pool_size: int = 8,
-        pool_size: int = 4,
+        statement_timeout_ms: int = 5000,
+        observer: StoreObserver = StoreObserver(),
         write_flushers: int = 2,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        hot_pool_size: int | None = None,
+        pool_size: int | None = None,
     ) -> None:
-        self.store = store
-        url, self.settings = session_settings(store.engine)  # the very settings of the store's engine
-        self.engine: AsyncEngine = create_async_engine(url, self.settings, pool_size=pool_size)
-        self.hot = create_async_pool(url, self.settings, size=hot_pool_size)
+        size = getattr(engine.pool, "size", None)
+        #: Connections the hot pool holds at most.
+        self.pool_size: int = hot_pool_size or (size() if callable(size) else 8)
+        self.statement_timeout_ms = statement_timeout_ms
+        #: The most one FetchOffsets or DescribeGroup answer may hold; larger ones come in pages.
+        self.max_response_bytes = max_response_bytes
+        self.observer = observer
+        url, self.settings = session_settings(engine)  # the very settings of the engine
+        self.engine: AsyncEngine = create_async_engine(
+            url, self.settings, pool_size=pool_size or max(2, self.pool_size // 4)
+        )
+        self.hot = create_async_pool(url, self.settings, size=self.pool_size)
         self._conninfo = self.hot.conninfo
         self._connect_timeout = self.settings.connect_timeout_s
         self._health: psycopg.AsyncConnection | None = None
         self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
+        self.write_flushers = write_flushers
         self.writes = AsyncWriteBatcher(self, flushers=write_flushers)
+
+    def observe_with(
+        self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
+    ) -> None:
+        """Replaces the hooks given, the others stay: how a metrics registry built over this store attaches.
+
+        A second registry built over the same store takes the hooks it gives over.
+        """
+        self.observer = StoreObserver(operation or self.observer.operation, expired or self.observer.expired)
+
+    def timeout_ms(self, bound: Bound | None) -> int | None:
+        """The statement timeout ``bound``'s deadline asks for; None where the store's own is shorter.
+
+        Raises :class:`StoreUnavailableError` when the deadline has passed already.
+        """
+        return timeout_ms(bound, self.statement_timeout_ms)
 
     async def open(self) -> None:
         """Opens the pools; in the event loop that will use them."""
@@ -113,11 +161,11 @@ class AsyncStore:
         try:
             return await call
         finally:
-            observe = self.store.observer.operation
+            observe = self.observer.operation
             if observe is not None:
                 observe(name, time.perf_counter() - started)
 
-    async def _attempts(self, name: str, body: Callable[[], Awaitable[R]]) -> R:
+    async def attempts(self, name: str, body: Callable[[], Awaitable[R]]) -> R:
         """``body()``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
@@ -133,14 +181,11 @@ class AsyncStore:
                 raise typed from error
         raise AssertionError("unreachable")
 
-    def _timeout_ms(self) -> int | None:
-        return self.store._timeout_ms(caller_bound())
-
     async def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` of the storage core in a transaction of its own."""
 
         async def transaction() -> R:
-            ms = self._timeout_ms()
+            ms = self.timeout_ms(caller_bound())
             async with self.engine.begin() as conn:
                 if ms is not None:  # the caller's deadline is nearer than the statement timeout
                     await conn.exec_driver_sql(self.settings.sql(ms))
@@ -150,7 +195,7 @@ class AsyncStore:
                 return result
 
         name = operation.__name__
-        return await self._timed(name, self._attempts(name, transaction))
+        return await self._timed(name, self.attempts(name, transaction))
 
     async def read(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs a read of the storage core (in a transaction: the settings that bound it are the transaction's)."""
@@ -160,11 +205,11 @@ class AsyncStore:
         """Runs the hot-path ``steps`` on a pooled psycopg connection, its settings in the same round trip."""
 
         async def once() -> R:
-            ms = self._timeout_ms()
+            ms = self.timeout_ms(caller_bound())
             async with self.hot_connection(ms) as conn:
                 return await run_hot(conn, steps(), self.settings, ms, read_only=read_only)
 
-        return await self._timed(name, self._attempts(name, once))
+        return await self._timed(name, self.attempts(name, once))
 
     @contextlib.asynccontextmanager
     async def hot_connection(self, timeout_ms: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -186,7 +231,8 @@ class AsyncStore:
                 raise StoreUnavailableError("the offset store's database is unavailable") from None
             raise
 
-    async def _token_key(self) -> bytes:
+    async def token_key(self) -> bytes:
+        """The store's page-token key (read once)."""
         if self._key is None:
             self._key = await self.read(storage.token_key)
         return self._key
@@ -251,7 +297,7 @@ class AsyncStore:
     async def fetch_offsets(
         self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
     ) -> FetchResult:
-        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
         steps = storage.fetch_offsets_steps(group_id, topics, page)  # bad input raises here, before a connection
         first = [steps]
 
@@ -262,7 +308,7 @@ class AsyncStore:
         return await self.run_hot("fetch_offsets", once, read_only=True)
 
     async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
-        page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
+        page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
         return await self.read(storage.describe_group, group_id, page)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
@@ -302,7 +348,10 @@ class AsyncStore:
     async def expire_groups(
         self, idle_for: timedelta, *, prefix: str = "", limit: int = 0, execute: bool = False, actor: str = ""
     ) -> list[ExpiredGroup]:
-        """See :meth:`Store.expire_groups`."""
+        """Groups idle for ``idle_for``; with ``execute``, expires them, each in a transaction of its own.
+
+        Returns the groups that expired (or would): one that became active meanwhile is left out.
+        """
         candidates = await self.run(expiry.idle_groups, idle_for, prefix=prefix, limit=limit)
         if not execute:
             return candidates
@@ -311,7 +360,7 @@ class AsyncStore:
             found = await self.run(expiry.expire_group, candidate.group_id, idle_for, actor=actor)
             if found is not None:
                 expired.append(found)
-        hook = self.store.observer.expired
+        hook = self.observer.expired
         if expired and hook is not None:
             hook(len(expired))
         return expired
@@ -354,7 +403,7 @@ class AsyncWriteBatcher:
     async def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
         bound = caller_bound()
-        self.store.store._timeout_ms(bound)  # a deadline already past never reaches the database
+        self.store.timeout_ms(bound)  # a deadline already past never reaches the database
         if self._stopped:
             raise StoreUnavailableError("the offset store is shutting down")
         if self._wake is None:
@@ -367,7 +416,7 @@ class AsyncWriteBatcher:
         self._wake.set()
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
         if outcome is gc.ALONE:
-            alone = gc.Flush([write], self.store.store._timeout_ms)
+            alone = gc.Flush([write], self.store.timeout_ms)
             return gc.outcome((await self._transaction(alone))[0])
         return gc.outcome(outcome)
 
@@ -392,7 +441,7 @@ class AsyncWriteBatcher:
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another flusher may take it
             try:
-                flush = gc.Flush(gc.waiting(batch), self.store.store._timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
+                flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
                 while flush.live:
                     try:
                         outcomes = await self._transaction(flush)
@@ -425,4 +474,4 @@ class AsyncWriteBatcher:
                 flush.check_callers()  # raises: rolled back
                 return outcomes
 
-        return await self.store._attempts("write_batch", transaction)
+        return await self.store.attempts("write_batch", transaction)

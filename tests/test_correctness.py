@@ -4,7 +4,6 @@ reads see one snapshot, history times are commit times, every bad field is named
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import grpc
@@ -177,9 +176,9 @@ def test_fetch_and_describe_never_mix_two_snapshots(engine, group_id, topic):
     for r in readers:
         r.start()
     try:
-        deadline = time.monotonic() + 3
+        # A count of resets, not a time window: a loaded machine runs fewer per second.
         generation = 0
-        while time.monotonic() < deadline and generation < 300:
+        while generation < 30:
             with engine.begin() as conn:
                 conn.execute(sa.text("SELECT pg_sleep(0.002)"))
                 generation = storage.group_generation(conn, group_id) + 1
@@ -188,7 +187,6 @@ def test_fetch_and_describe_never_mix_two_snapshots(engine, group_id, topic):
         stop.set()
         for r in readers:
             r.join()
-    assert generation > 10
     assert mixed == []
 
 

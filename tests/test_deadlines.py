@@ -28,6 +28,7 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.storage._group_commit import BATCH_LOCK_TIMEOUT_MS
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store, deadline
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -127,7 +128,8 @@ def test_waiting_for_a_connection_is_bounded_too(database_url: str, group_id: st
                 target=_swallow(lambda: _with_deadline(10, store.commit_offsets, group_id, [_commit(2)]))
             )
             holder.start()
-            wait_until(lambda: lock.waiting() == 1)
+            # Past the group-commit batch's own short lock wait: the commit waits alone, holding the connection.
+            wait_until(lambda: lock.waiting(longer_than_ms=10 * BATCH_LOCK_TIMEOUT_MS) == 1)
             with pytest.raises(StoreUnavailableError) as busy:
                 store.fetch_offsets(group_id)
             assert "busy" in busy.value.message

@@ -24,7 +24,7 @@ from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor
 from offsetstore.server.config import Settings
 from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
+from offsetstore.storage.store import Store, StoreObserver
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import call
 from tests.fixtures.fix_db import nothing_written
@@ -148,10 +148,14 @@ def test_commits_to_a_group_the_server_has_seen_do_not_count_groups(
     serve: Serve, tmp_path: Path, database_url: str
 ) -> None:
     operations: list[str] = []
-    watched = Store(create_engine(database_url, pool_size=2), observe=lambda name, _: operations.append(name))
+    watched = Store(
+        create_engine(database_url, pool_size=2),
+        observer=StoreObserver(operation=lambda name, _: operations.append(name)),
+    )
     try:
         tenants = Tenants(tmp_path, a=None)
-        with tenants.client(serve(tenants, on=watched), "a") as a:
+        server = serve(tenants, on=watched)
+        with tenants.client(server, "a") as a:
             group = tenants.group("a")
             a.commit_offsets(group, {("orders", 0): 1})
             assert operations.count("count_groups") == 1  # the creation was counted
@@ -160,6 +164,7 @@ def test_commits_to_a_group_the_server_has_seen_do_not_count_groups(
             a.join_group(group, "m")
         assert operations.count("count_groups") == 1  # and nothing after it
     finally:
+        server.stop()  # before its store: it serves on the store's loop
         watched.dispose()
 
 

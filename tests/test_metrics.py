@@ -110,8 +110,9 @@ def topic() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-def count_statements(engine: sa.Engine, registry: CollectorRegistry) -> int:
-    """The queries one scrape runs (each transaction's settings statement, engine.py, aside)."""
+def count_statements(store: Store, registry: CollectorRegistry) -> int:
+    """The queries one scrape runs through ``store`` (each transaction's settings statement, engine.py, aside)."""
+    engine = store.aio.engine.sync_engine
     statements: list[str] = []
 
     def on_execute(conn, cursor, statement, parameters, context, executemany):
@@ -334,7 +335,7 @@ def test_the_group_cap_and_two_statements_per_scrape(scratch_database_url: str) 
         registry = metrics.build_registry(store, group_limit=2)
         generate_latest(registry)  # the first connection runs the dialect's own setup queries
         # The groups and their sizes, then the partitions of those that fit (issue 22).
-        assert count_statements(store.engine, registry) == 2
+        assert count_statements(store, registry) == 2
 
         value = registry.get_sample_value
         assert value("offsetstore_groups") == 4
@@ -351,7 +352,7 @@ def test_the_group_cap_and_two_statements_per_scrape(scratch_database_url: str) 
         assert value("offsetstore_database_up") == 1
 
         nothing = metrics.build_registry(store, group_limit=0)
-        assert count_statements(store.engine, nothing) == 1  # no group shown: no partitions to read
+        assert count_statements(store, nothing) == 1  # no group shown: no partitions to read
         assert nothing.get_sample_value("offsetstore_groups_omitted") == 3
         assert nothing.get_sample_value("offsetstore_groups") == 4
         assert (
@@ -394,7 +395,7 @@ def test_thousands_of_groups_are_still_two_fast_statements(scratch_database_url:
         registry = metrics.build_registry(store, group_limit=1000)
         generate_latest(registry)
         started = time.perf_counter()
-        assert count_statements(store.engine, registry) == 2
+        assert count_statements(store, registry) == 2
         elapsed = time.perf_counter() - started
         assert elapsed < 5, f"a scrape of 1000 groups took {elapsed:.2f}s"
         families = {f.name: f for f in registry.collect()}
@@ -459,8 +460,11 @@ def test_a_scrape_that_times_out_keeps_the_database_up(metrics_database_url: str
 
 def test_pool_in_use_and_build_info(metered: Metered) -> None:
     assert metered.value("offsetstore_database_pool_in_use") == 0
-    with metered.store.engine.connect(), metered.store.engine.connect():
-        assert metered.value("offsetstore_database_pool_in_use") == 2
+    store = metered.store
+    held = [store.wait(store.aio.hot.getconn()) for _ in range(2)]
+    assert metered.value("offsetstore_database_pool_in_use") == 2
+    for conn in held:
+        store.wait(store.aio.hot.putconn(conn))
     assert metered.value("offsetstore_database_pool_in_use") == 0
     assert metered.value("offsetstore_build_info", version=metadata.version("offsetstore")) == 1
 
@@ -701,9 +705,9 @@ def test_serve_reads_the_sums_of_huge_groups_in_the_background(scratch_database_
             if threading.current_thread() is threading.main_thread() and isinstance(parameters, dict):
                 summed_here.append(parameters.get("summarized") or [])
 
-        sa.event.listen(store.engine, "before_cursor_execute", on_execute)
+        sa.event.listen(store.aio.engine.sync_engine, "before_cursor_execute", on_execute)
         generate_latest(registry)  # starts the read of the sums; this scrape does not wait for it
-        sa.event.remove(store.engine, "before_cursor_execute", on_execute)
+        sa.event.remove(store.aio.engine.sync_engine, "before_cursor_execute", on_execute)
         assert summed_here and not any(summed_here)
         assert registry.get_sample_value("offsetstore_group_partitions", {"group": "huge-0"}) == 3000
         stop_at = time.monotonic() + 30  # generous: the thread's query takes milliseconds

@@ -71,7 +71,7 @@ def _seen(url: str) -> set[tuple[str, str, str, str]]:
 
 def _run(store: Store, scenario):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
-        hot = AsyncStore(store, hot_pool_size=2)
+        hot = AsyncStore(store.engine, statement_timeout_ms=store.statement_timeout_ms, hot_pool_size=2)
         await hot.open()
         try:
             # Bounded here: a statement the store failed to bound would wait forever.

@@ -23,7 +23,9 @@ def test_the_hot_pool_runs_a_wide_fetch_unprepared_and_a_narrow_one_prepared(sto
     store.commit_offsets(group_id, [OffsetCommit(topic, p, p + 1) for p in range(2 * WIDE)])
 
     async def scenario() -> tuple[int, int, int, str]:
-        hot = AsyncStore(store, hot_pool_size=1)  # one connection: its prepared statements are the ones read
+        hot = AsyncStore(
+            store.engine, statement_timeout_ms=store.statement_timeout_ms, hot_pool_size=1
+        )  # one connection: its prepared statements are the ones read
         await hot.open()
         try:
             for _ in range(8):

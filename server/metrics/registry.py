@@ -216,12 +216,17 @@ def build_registry(
     if multiprocess_dir is None:
         values = registry
         server_metrics(registry)
-        pool = store.engine.pool
+        hot = store.aio.hot
+
+        def in_use() -> float:
+            stats = hot.get_stats()
+            return float(stats.get("pool_size", 0) - stats.get("pool_available", 0))
+
         registry.register(
             _Callback(
                 "offsetstore_database_pool_in_use",
                 "Database connections checked out of the pool.",
-                lambda: pool.checkedout() if hasattr(pool, "checkedout") else 0,
+                in_use,
             )
         )
     else:
