@@ -27,6 +27,7 @@ from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
+from offsetstore.server.tracing import server_interceptors as tracing_interceptors
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -223,7 +224,8 @@ class OffsetStoreServer:
         principal_history_rows_per_second /= processes
         self._options = dict(
             auth=auth,
-            interceptors=interceptors,
+            # OTEL_*: a span of every call (server/tracing.py), inside the metrics: it reads the request they reset.
+            interceptors=(*interceptors, *tracing_interceptors()),
             streams=StreamGuard(
                 max_streams, stream_seconds, auth.authenticate if reflection_mode == "authenticated" else None
             ),
