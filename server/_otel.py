@@ -15,26 +15,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.aiohttp_server import AioHttpServerInstrumentor
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from offsetstore.server.gate import current_request
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
+from offsetstore.storage.async_store import Carry
 
 __all__ = ["CallTracer", "install", "note_principal"]
+
+#: The span of a group commit's transaction (one for the callers whose requests it writes).
+WRITE_BATCH = "offsetstore write batch"
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +66,8 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _DETAILS_KEY = "grpc-status-details-bin"
 
 
-def install() -> CallTracer:
-    """Sets the SDK up from the environment, instruments psycopg and aiohttp, and returns the call interceptor."""
+def install() -> tuple[CallTracer, Carry]:
+    """Sets the SDK up from the environment, instruments psycopg and aiohttp; the call interceptor and the batches' carry."""
     provider = TracerProvider(resource=Resource.create())  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, sampler
     for exporter in _exporters():
         provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_*
@@ -69,7 +75,33 @@ def install() -> CallTracer:
     PsycopgInstrumentor().instrument(tracer_provider=provider)
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)
     _trace_ids_in_log_records()
-    return CallTracer(trace.get_tracer("offsetstore.server", tracer_provider=provider))
+    tracer = trace.get_tracer("offsetstore.server", tracer_provider=provider)
+    return CallTracer(tracer), Carry(capture=otel_context.get_current, enter=_batch_span(tracer))
+
+
+def _batch_span(tracer: trace.Tracer) -> Callable[[list[object]], contextlib.AbstractContextManager[object]]:
+    """A group commit's span: a child of its first traced caller's, linked to the others'.
+
+    A batch writes the requests of several calls in one transaction (in a task of its own),
+    so its statements, children of this span, are in the first caller's trace, and the
+    other callers' spans are its links.
+    """
+
+    @contextlib.contextmanager
+    def enter(carried: list[object]) -> Iterator[object]:
+        contexts = [c for c in carried if isinstance(c, otel_context.Context)]
+        callers = [c for c in contexts if trace.get_current_span(c).get_span_context().is_valid]
+        links = [Link(trace.get_current_span(c).get_span_context()) for c in callers[1:]]
+        with tracer.start_as_current_span(
+            WRITE_BATCH,
+            context=callers[0] if callers else None,
+            kind=SpanKind.INTERNAL,
+            links=links,
+            attributes={"offsetstore.batch.requests": len(carried)},
+        ) as span:
+            yield span
+
+    return enter
 
 
 def _exporters() -> list[SpanExporter]:

@@ -28,6 +28,7 @@ from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
 from offsetstore.server.tracing import server_interceptors as tracing_interceptors
+from offsetstore.server.tracing import write_carry
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -275,6 +276,7 @@ class OffsetStoreServer:
             hot_pool_size=self.store.pool_size,
             pool_size=max(2, self.store.pool_size // 4),
             write_flushers=self.store.write_flushers,
+            carry=write_carry(),  # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py)
         )
         await self.async_store.open()
         auth = o["auth"]

@@ -20,13 +20,16 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["configured", "note_principal", "server_interceptors", "setup"]
+from offsetstore.storage.async_store import Carry
+
+__all__ = ["configured", "note_principal", "server_interceptors", "setup", "write_carry"]
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _done = False
 _interceptors: tuple[Any, ...] = ()
+_carry: Carry | None = None
 #: Set while tracing is on: records the call's principal on its span.
 _note: Callable[[str], None] | None = None
 
@@ -47,7 +50,7 @@ def setup() -> bool:
     Each serving process of ``serve --processes N`` sets up its own exporter (a tracer
     provider does not survive a spawn), so every process exports its spans itself.
     """
-    global _done, _interceptors, _note
+    global _done, _interceptors, _note, _carry
     with _lock:
         if _done:
             return bool(_interceptors)
@@ -62,7 +65,8 @@ def setup() -> bool:
                 error,
             )
             return False
-        _interceptors = (_otel.install(),)
+        interceptor, _carry = _otel.install()
+        _interceptors = (interceptor,)
         _note = _otel.note_principal
         return True
 
@@ -71,6 +75,12 @@ def server_interceptors() -> tuple[Any, ...]:
     """The ``grpc.aio`` interceptors that trace calls (sets tracing up first); empty when tracing is off."""
     setup()
     return _interceptors
+
+
+def write_carry() -> Carry | None:
+    """What a group commit carries of its callers' traces (sets tracing up first); None when tracing is off."""
+    setup()
+    return _carry
 
 
 def note_principal(name: str | None) -> None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -55,7 +57,7 @@ from offsetstore.storage.engine import (
 from offsetstore.storage.retention import expiry
 from offsetstore.storage.store import Store
 
-__all__ = ["AsyncStore", "AsyncWriteBatcher"]
+__all__ = ["AsyncStore", "AsyncWriteBatcher", "Carry"]
 
 R = TypeVar("R")
 
@@ -79,6 +81,7 @@ class AsyncStore:
         hot_pool_size: int = 8,
         pool_size: int = 4,
         write_flushers: int = 2,
+        carry: Carry | None = None,
     ) -> None:
         self.store = store
         url, self.settings = session_settings(store.engine)  # the very settings of the store's engine
@@ -90,7 +93,7 @@ class AsyncStore:
         self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
-        self.writes = AsyncWriteBatcher(self, flushers=write_flushers)
+        self.writes = AsyncWriteBatcher(self, flushers=write_flushers, carry=carry)
 
     async def open(self) -> None:
         """Opens the pools; in the event loop that will use them."""
@@ -317,14 +320,26 @@ class AsyncStore:
         return expired
 
 
+class Carry(NamedTuple):
+    """What a batch carries of its callers' context (the server's tracing sets it: server/tracing.py).
+
+    ``capture`` runs in each caller's task when it queues its request; ``enter`` gets what was
+    captured of the batch's callers and is entered around the batch's transaction.
+    """
+
+    capture: Callable[[], object]
+    enter: Callable[[list[object]], AbstractContextManager[object]]
+
+
 class _Write(gc.Waiting):
     """A caller's request waiting for its batch; the caller awaits ``future``."""
 
-    __slots__ = ("future",)
+    __slots__ = ("carried", "future")
 
-    def __init__(self, request: storage.WriteRequest, bound: Bound | None) -> None:
+    def __init__(self, request: storage.WriteRequest, bound: Bound | None, carried: object = None) -> None:
         super().__init__(request, bound)
         self.future: asyncio.Future[gc.Handed] = asyncio.get_running_loop().create_future()
+        self.carried = carried
 
     def gone(self) -> bool:
         """The caller left: its call was cancelled, or its context says it is no longer active."""
@@ -341,11 +356,12 @@ class AsyncWriteBatcher:
     A caller whose call is cancelled counts as gone, as one whose deadline passed.
     """
 
-    def __init__(self, store: AsyncStore, *, flushers: int = 2) -> None:
+    def __init__(self, store: AsyncStore, *, flushers: int = 2, carry: Carry | None = None) -> None:
         if flushers < 1:
             raise ValueError("write_flushers must be >= 1")
         self.store = store
         self.flushers = flushers
+        self.carry = carry
         self._queue: deque[_Write] = deque()
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -359,10 +375,12 @@ class AsyncWriteBatcher:
             raise StoreUnavailableError("the offset store is shutting down")
         if self._wake is None:
             self._wake = asyncio.Event()
+            # A context of their own: not the first caller's (its deadline, its trace), for good.
             self._tasks = [
-                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}") for n in range(self.flushers)
+                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}", context=contextvars.Context())
+                for n in range(self.flushers)
             ]
-        write = _Write(request, bound)
+        write = _Write(request, bound, None if self.carry is None else self.carry.capture())
         self._queue.append(write)
         self._wake.set()
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
@@ -395,7 +413,11 @@ class AsyncWriteBatcher:
                 flush = gc.Flush(gc.waiting(batch), self.store.store._timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
                 while flush.live:
                     try:
-                        outcomes = await self._transaction(flush)
+                        if self.carry is None:
+                            outcomes = await self._transaction(flush)
+                        else:
+                            with self.carry.enter([w.carried for w in flush.live]):
+                                outcomes = await self._transaction(flush)
                     except Exception as error:
                         flush.failed(error)
                     else:

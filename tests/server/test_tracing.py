@@ -108,6 +108,12 @@ def test_serve_exports_spans_of_calls_and_statements(
         assert commit.attributes["offsetstore.outcome"] == "OK"
         assert commit.attributes["offsetstore.principal"] == "ipv4:127.0.0.1"  # authentication off: the peer
         assert "offsetstore.reason" not in commit.attributes
+        # Its statement is a group commit's, in a task of its own: the batch's span is the call's child.
+        [batch] = receiver.wait_for(lambda s: s.name == "offsetstore write batch" and s.parent_id == commit.span_id)
+        [write] = receiver.wait_for(
+            lambda s: s.parent_id == batch.span_id and "write_batch" in s.attributes.get("db.statement", "")
+        )
+        assert write.trace_id == commit_trace and write.attributes["db.system"] == "postgresql"
 
         [stale] = receiver.wait_for(lambda s: s.name == COMMIT and s.trace_id == refused_trace)
         assert stale.attributes["offsetstore.outcome"] == "FAILED_PRECONDITION"
