@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import secrets
+import subprocess
+import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +19,7 @@ import pytest
 from offsetstore.server import tracing
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+from tests.fixtures import traced_server
 from tests.fixtures.fix_server import free_port, start_serve
 from tests.fixtures.otlp_receiver import OtlpReceiver
 
@@ -31,6 +37,19 @@ def test_tracing_is_off_unless_otel_variables_ask() -> None:
     assert tracing.configured({"OTEL_TRACES_EXPORTER": "otlp"})
     assert tracing.configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4317"})
     assert tracing.configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:4317"})
+
+
+def test_off_imports_nothing_of_opentelemetry() -> None:
+    """Off (no OTEL_* asking), a server process loads no OpenTelemetry module: nothing of it is on a call's path."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    probe = (
+        "import sys\n"
+        "from offsetstore.server import app, tracing\n"
+        "assert tracing.server_interceptors() == () and tracing.write_carry() is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.fixture
@@ -152,3 +171,52 @@ def test_serve_exports_spans_of_calls_and_statements(
     [failed] = [line for line in lines if line.get("message") == "rpc failed" and line.get("group") == group_id]
     assert failed["trace_id"] == refused_trace
     assert failed["reason"] == "STALE_GENERATION"
+
+
+def test_an_in_process_server_traces_grpc_and_http_calls(
+    receiver: OtlpReceiver, database_url: str, group_id: str
+) -> None:
+    """OffsetStoreServer built by code (as an embedder or the fixtures build it) traces with OTEL_* alone."""
+    environment = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,  # the endpoint alone turns tracing on
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_SERVICE_NAME": "offsetstore-in-process",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    spawn = multiprocessing.get_context("spawn")
+    ready, stop = spawn.Queue(), spawn.Event()
+    process = spawn.Process(target=traced_server.run, args=(database_url, environment, ready, stop))
+    process.start()
+    try:
+        address, http_url = ready.get(timeout=120)
+        header, commit_trace, commit_parent = _traceparent()
+        with grpc.insecure_channel(address) as channel:
+            pb_grpc.OffsetStoreServiceStub(channel).CommitOffsets(
+                pb.CommitOffsetsRequest(group_id=group_id, offsets=[pb.OffsetCommit(topic="t", partition=0, offset=1)]),
+                metadata=[("traceparent", header)],
+                timeout=20,
+            )
+        # A refusal over HTTP: its reason on the call's span, under the request's.
+        header, http_trace, http_parent = _traceparent()
+        request = urllib.request.Request(
+            f"{http_url}/offsetstore.v1.OffsetStoreService/DescribeGroup",
+            data=json.dumps({"groupId": f"{group_id}-missing"}).encode(),
+            headers={"Content-Type": "application/json", "traceparent": header},
+        )
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(request, timeout=20)
+        assert missing.value.code == 404
+    finally:
+        stop.set()
+        process.join(60)
+    assert process.exitcode == 0
+
+    [commit] = receiver.wait_for(lambda s: s.name == COMMIT and s.trace_id == commit_trace)
+    assert commit.parent_id == commit_parent
+    assert commit.resource["service.name"] == "offsetstore-in-process"
+    assert (commit.attributes["offsetstore.group"], commit.attributes["offsetstore.outcome"]) == (group_id, "OK")
+    [http_span] = receiver.wait_for(lambda s: s.trace_id == http_trace and s.parent_id == http_parent)
+    [describe] = receiver.wait_for(lambda s: s.parent_id == http_span.span_id)
+    assert describe.name == "offsetstore.v1.OffsetStoreService/DescribeGroup"
+    assert describe.attributes["offsetstore.outcome"] == "NOT_FOUND"
+    assert describe.attributes["offsetstore.reason"] == "GROUP_NOT_FOUND"
