@@ -7,8 +7,9 @@
 - The HTTP listener's requests get aiohttp's instrumentation (a server span per request, its
   ``traceparent`` honoured); an RPC over HTTP passes the same interceptors, so its call span,
   with the same attributes, is a child of the request's.
-- Every database statement, by psycopg's instrumentation (``db.statement`` is the SQL text,
-  never its parameters): a child of the call whose task runs it.
+- Every database statement of a call, by psycopg's instrumentation (``db.statement`` is the SQL
+  text, never its parameters): a child of the call whose task runs it, or of its group
+  commit's span. Statements outside any call (the health check's ping) are not traced.
 - Log records made inside a span carry ``trace_id`` and ``span_id``, so the JSON (and
   key=value) log lines do.
 """
@@ -31,6 +32,7 @@ from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from offsetstore.server.gate import current_request
@@ -68,11 +70,17 @@ _DETAILS_KEY = "grpc-status-details-bin"
 
 def install() -> tuple[CallTracer, Carry]:
     """Sets the SDK up from the environment, instruments psycopg and aiohttp; the call interceptor and the batches' carry."""
-    provider = TracerProvider(resource=Resource.create())  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, sampler
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    provider = TracerProvider(resource=resource)  # the sampler of OTEL_TRACES_SAMPLER
+    # Statements are traced as parts of calls only: the health check's ping every second, a
+    # trace of its own each time, would be most of what is exported.
+    statements = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF), shutdown_on_exit=False)
     for exporter in _exporters():
-        provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_*
+        processor = BatchSpanProcessor(exporter)  # OTEL_BSP_*
+        provider.add_span_processor(processor)
+        statements.add_span_processor(processor)
     trace.set_tracer_provider(provider)
-    PsycopgInstrumentor().instrument(tracer_provider=provider)
+    PsycopgInstrumentor().instrument(tracer_provider=statements)
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)
     _trace_ids_in_log_records()
     tracer = trace.get_tracer("offsetstore.server", tracer_provider=provider)

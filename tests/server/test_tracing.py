@@ -151,6 +151,9 @@ def test_serve_exports_spans_of_calls_and_statements(
         assert http_call.attributes["offsetstore.outcome"] == "OK"
         assert http_call.attributes["rpc.system"] == "connect_rpc"
 
+        # No statement is traced outside a call: the health check's pings (one a second) are not.
+        assert all(s.parent_id for s in receiver.spans if "db.statement" in s.attributes)
+
         # Each serving process exports its own spans: new connections until both were seen.
         pids = {s.resource["process.pid"] for s in receiver.spans if s.name in (COMMIT, FETCH)}
         for _ in range(50):
