@@ -235,7 +235,7 @@ def _migrate(args: argparse.Namespace) -> int:
         try:
             migrate.upgrade(settings.database_url, args.revision, lock_timeout=settings.migration_lock_timeout)
             print(f"migrated to {migrate.current(settings.database_url)}")
-        except migrate.LockWaitTimedOut as error:
+        except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
             print(f"offsetstore: {error}", file=sys.stderr)
             return 1
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:

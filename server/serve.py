@@ -206,7 +206,7 @@ def _check_database(settings: Settings, database_url: str, stopping: threading.E
             migrate.current(database_url)
         replication = _replication(database_url)
         pooled = settings.database_prepare == "on" and shares_sessions(database_url)
-    except migrate.LockWaitTimedOut as error:
+    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
         raise StartError(str(error)) from None
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy
+import sqlalchemy.pool
 
 from offsetstore.client import OffsetStoreClient, StaleGenerationError
 from offsetstore.storage import migrate
@@ -141,3 +144,36 @@ def test_old_server_serves_through_the_migration_and_shares_the_database(
             old.terminate()
         if new is not None:
             assert new.terminate() == 0
+
+
+def test_a_server_behind_the_database_says_so_and_serves_with_no_migrate(
+    scratch_database_url: str, group_id: str, tmp_path: Path
+) -> None:
+    """The next rolling upgrade, seen from this release: a newer release migrated the database past our head."""
+    url = scratch_database_url
+    migrate.upgrade(url)
+    engine = sqlalchemy.create_engine(migrate.normalize_url(url), poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE offsetstore.alembic_version SET version_num = '9999_from_the_future'")
+    finally:
+        engine.dispose()
+    with pytest.raises(migrate.DatabaseAhead, match="9999_from_the_future"):
+        migrate.upgrade(url)
+    refused = subprocess.run(
+        [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", url]
+        + ["--listen", f"127.0.0.1:{free_port()}", "--metrics-listen", ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "Traceback" not in refused.stderr
+    assert "a newer release migrated it" in refused.stderr and "--no-migrate" in refused.stderr
+    served = start_serve(tmp_path / "data", "--database-url", url, "--metrics-listen", "", "--no-migrate")
+    try:
+        with OffsetStoreClient(served.address, timeout=20) as client:
+            client.commit_offsets(group_id, {("t", 0): 1})
+            assert client.fetch_offsets(group_id).offsets[("t", 0)].offset == 1
+    finally:
+        assert served.terminate() == 0
