@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -188,7 +189,11 @@ class CallTracer(HandlerInterceptor):
     ) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: Any) -> Any:
             with self._start(name, attributes, context) as span:
-                response = await behaviour(request, context)
+                try:
+                    response = await behaviour(request, context)
+                except asyncio.CancelledError:
+                    _finish(span, context, grpc.StatusCode.CANCELLED)  # the caller went away
+                    raise
                 _finish(span, context)
                 return response
 
@@ -199,15 +204,19 @@ class CallTracer(HandlerInterceptor):
     ) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: Any) -> AsyncIterator[Any]:
             with self._start(name, attributes, context) as span:
-                async for response in behaviour(request, context):
-                    yield response
+                try:
+                    async for response in behaviour(request, context):
+                        yield response
+                except asyncio.CancelledError:
+                    _finish(span, context, grpc.StatusCode.CANCELLED)
+                    raise
                 _finish(span, context)
 
         return call
 
 
-def _finish(span: trace.Span, context: Any) -> None:
-    code = context.code()
+def _finish(span: trace.Span, context: Any, ended: grpc.StatusCode | None = None) -> None:
+    code = ended or context.code()
     if isinstance(code, int):
         code = _CODES.get(code, grpc.StatusCode.UNKNOWN)
     code = code or grpc.StatusCode.OK

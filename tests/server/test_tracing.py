@@ -159,7 +159,8 @@ def test_serve_exports_spans_of_calls_and_statements(
         for _ in range(50):
             if len(pids) == 2:
                 break
-            with grpc.insecure_channel(served.address) as channel:
+            # A subchannel of its own: gRPC shares one connection between channels to one target.
+            with grpc.insecure_channel(served.address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
                 header, trace_id, _ = _traceparent()
                 pb_grpc.OffsetStoreServiceStub(channel).FetchOffsets(
                     pb.FetchOffsetsRequest(group_id=group_id), metadata=[("traceparent", header)], timeout=20
