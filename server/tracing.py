@@ -65,7 +65,11 @@ def setup() -> bool:
                 error,
             )
             return False
-        interceptor, _carry = _otel.install()
+        try:
+            interceptor, _carry = _otel.install()
+        except ValueError as error:  # an exporter or protocol the SDK does not know: serve, untraced
+            log.error("traces are off: %s", error)
+            return False
         _interceptors = (interceptor,)
         _note = _otel.note_principal
         return True

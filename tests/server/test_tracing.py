@@ -52,6 +52,15 @@ def test_off_imports_nothing_of_opentelemetry() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_an_exporter_not_installed_leaves_the_server_serving_untraced() -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    environment["OTEL_TRACES_EXPORTER"] = "zipkin_json"  # not installed
+    probe = "from offsetstore.server import tracing\nassert tracing.server_interceptors() == ()\n"
+    done = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "traces are off: no OpenTelemetry traces exporter 'zipkin_json' is installed" in done.stderr
+
+
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     receiver = OtlpReceiver()
