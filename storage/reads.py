@@ -214,17 +214,32 @@ def past_log_end_column() -> ColumnElement[bool]:
     )
 
 
+#: How far back the history is searched for a partition's latest change (older daily
+#: partitions of the history are pruned): an offset unchanged for longer reads as changed then.
+HISTORY_LOOKBACK_SECONDS = 86400
+
+
 def status_columns(rules: StatusRules) -> tuple[ColumnElement[Any], ...]:
     """The columns :func:`facts_of` reads, over ``offsets`` outer-joined with ``watermarks``.
 
     The offset's latest change and its value one window ago come from the history (its index
-    on group, topic, partition and id, newest first), the log end a window ago from the
-    sample ring (at most :data:`~.lag.SAMPLES_KEPT` rows a partition).
+    on group, topic, partition and id, newest first: each lookup stops at its first row, and
+    the day partitions older than :data:`HISTORY_LOOKBACK_SECONDS` are pruned), the log end a
+    window ago from the sample ring (at most :data:`~.lag.SAMPLES_KEPT` rows a partition).
     """
     h = offset_history
     now = func.statement_timestamp()
     then = now - func.make_interval(0, 0, 0, 0, 0, 0, rules.window)
-    mine = and_(h.c.group_id == offsets.c.group_id, h.c.topic == offsets.c.topic, h.c.partition == offsets.c.partition)
+    oldest = now - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
+    mine = and_(
+        h.c.group_id == offsets.c.group_id,
+        h.c.topic == offsets.c.topic,
+        h.c.partition == offsets.c.partition,
+        h.c.change_time >= oldest,
+    )
+    moved = func.coalesce(
+        select(h.c.change_time).where(mine).order_by(h.c.id.desc()).limit(1).scalar_subquery(), oldest
+    )
     s = watermark_samples
     return (
         now.label("now"),
@@ -232,13 +247,16 @@ def status_columns(rules: StatusRules) -> tuple[ColumnElement[Any], ...]:
         watermarks.c.updated_at.label("watermark_time"),
         watermarks.c.log_start_offset.label("log_start"),
         watermarks.c.log_end_offset.label("log_end"),
-        select(h.c.change_time).where(mine).order_by(h.c.id.desc()).limit(1).scalar_subquery().label("moved_time"),
-        select(h.c.new_offset)
-        .where(mine, h.c.change_time <= then)
-        .order_by(h.c.id.desc())
-        .limit(1)
-        .scalar_subquery()
-        .label("offset_then"),
+        moved.label("moved_time"),
+        # The offset a window ago: the latest change up to then, else (unchanged since) the offset.
+        func.coalesce(
+            select(h.c.new_offset)
+            .where(mine, h.c.change_time <= then)
+            .order_by(h.c.id.desc())
+            .limit(1)
+            .scalar_subquery(),
+            case((moved <= then, offsets.c.offset)),
+        ).label("offset_then"),
         select(s.c.log_end_offset)
         .where(s.c.topic == offsets.c.topic, s.c.partition == offsets.c.partition, s.c.sampled_at <= then)
         .order_by(s.c.sampled_at.desc())

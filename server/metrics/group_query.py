@@ -29,6 +29,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore import storage
 from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.status import DEFAULT_RULES
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
 
@@ -117,6 +118,8 @@ def _build_partition_query():
             null().label("lag_sum"),
             null().label("past_ends"),
             lag_seconds.label("lag_seconds"),
+            offsets.c.commit_time,
+            *storage.status_columns(DEFAULT_RULES),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("detailed", type_=ids)))
@@ -133,6 +136,7 @@ def _build_partition_query():
             func.sum(lag).filter(known),
             func.count().filter(past_end),
             func.max(lag_seconds).filter(lag_seconds >= 0),
+            *(null() for _ in range(9)),  # no verdict: see GroupCollector
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))
@@ -145,9 +149,9 @@ _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
 #: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
-#: age, partitions past the log end, lag in seconds. Each of its partitions adds at most two:
-#: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 6
+#: age, partitions past the log end, lag in seconds, status. Each of its partitions adds at most
+#: two: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
+GROUP_SERIES = 7
 PARTITION_SERIES = 2
 
 

@@ -34,6 +34,7 @@ def test_a_commit_past_an_older_log_end_is_no_anomaly(store, client, groups, gro
     assert partition["offset_past_log_end"] is False
     registry = metrics.build_registry(store, group_limit=100000)
     assert registry.get_sample_value("offsetstore_group_partitions_past_log_end", {"group": group_id}) == 0
+    assert registry.get_sample_value("offsetstore_group_status", {"group": group_id, "status": "UNCONFIRMED"}) == 1
 
     # The consumer's next report: the log end passed the offset, all is well.
     client.report_watermarks([Watermark(topic, 0, 0, 104)])
@@ -57,6 +58,8 @@ def test_a_log_end_seen_after_the_commit_confirms_the_anomaly(store, client, gro
     assert f"Fix it with: offsetstore groups reset {group_id} --topic {topic}:0" in table.err
     registry = metrics.build_registry(store, group_limit=100000)
     assert registry.get_sample_value("offsetstore_group_partitions_past_log_end", {"group": group_id}) == 1
+    assert registry.get_sample_value("offsetstore_group_status", {"group": group_id, "status": "PAST_END"}) == 1
+    assert registry.get_sample_value("offsetstore_group_status", {"group": group_id, "status": "OK"}) is None
 
 
 def test_lost_records_and_list_state(client, groups, group_id, topic) -> None:
