@@ -114,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     retention.add_argument(
         "--maintenance-interval", metavar="DURATION", help="time between maintenance rounds (default 60s)"
     )
+    serve.add_argument(
+        "--status-window",
+        metavar="DURATION",
+        help="the group status verdict's window: no commit for this long with lag is STOPPED, an offset unmoved "
+        "under commits this long STALLED (default 60s; docs/operations.md, Group status)",
+    )
     mirror = serve.add_argument_group("Kafka mirror (off by default; see docs/operations.md)")
     mirror.add_argument(
         "--mirror-kafka-bootstrap", metavar="HOST:PORT,...", help="copy committed offsets to this Kafka cluster"

@@ -118,6 +118,9 @@ class Settings:
     maintenance_interval: float = field(default=60.0, metadata={"duration": True})
     """Seconds between maintenance rounds (history partitions, expiry)."""
 
+    status_window: float = field(default=60.0, metadata={"duration": True})
+    """The group status verdict's window: no commit for this long is STOPPED (IDLE when caught up), an offset unmoved under commits STALLED."""
+
     # --- the Kafka mirror (docs/operations.md, "Mirroring offsets to Kafka") ---
 
     mirror_kafka_bootstrap: str = ""
@@ -202,6 +205,8 @@ class Settings:
             raise ValueError(
                 "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
             )
+        if self.status_window <= 0:
+            raise ValueError("OFFSETSTORE_STATUS_WINDOW must be above 0")
         if self.mirror_interval <= 0:
             raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
         if not 0 <= self.max_streams < self.max_workers:

@@ -263,7 +263,7 @@ class AsyncStore:
 
     async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
-        return await self.read(storage.describe_group, group_id, page)
+        return await self.read(storage.describe_group, group_id, page, self.store.status_rules)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
         return await self.run(storage.reset_offsets, request, actor=actor)

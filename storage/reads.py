@@ -219,8 +219,10 @@ def past_log_end_column() -> ColumnElement[bool]:
 HISTORY_LOOKBACK_SECONDS = 86400
 
 
-def status_columns(rules: StatusRules) -> tuple[ColumnElement[Any], ...]:
+def status_columns(window: float | ColumnElement[Any]) -> tuple[ColumnElement[Any], ...]:
     """The columns :func:`facts_of` reads, over ``offsets`` outer-joined with ``watermarks``.
+
+    ``window``: the rules' (:attr:`StatusRules.window`), in seconds, or a bound parameter of it.
 
     The offset's latest change and its value one window ago come from the history (its index
     on group, topic, partition and id, newest first: each lookup stops at its first row, and
@@ -229,7 +231,7 @@ def status_columns(rules: StatusRules) -> tuple[ColumnElement[Any], ...]:
     """
     h = offset_history
     now = func.statement_timestamp()
-    then = now - func.make_interval(0, 0, 0, 0, 0, 0, rules.window)
+    then = now - func.make_interval(0, 0, 0, 0, 0, 0, window)
     oldest = now - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
     mine = and_(
         h.c.group_id == offsets.c.group_id,
@@ -296,7 +298,11 @@ def group_verdict(named: Sequence[tuple[str, int, Verdict]]) -> Verdict:
 def _group_facts(conn: Connection, group_id: str, rules: StatusRules) -> Verdict:
     rows = conn.execute(
         select(
-            offsets.c.topic, offsets.c.partition, offsets.c.commit_time, lag_seconds_column(), *status_columns(rules)
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.commit_time,
+            lag_seconds_column(),
+            *status_columns(rules.window),
         )
         .select_from(_with_watermarks())
         .where(offsets.c.group_id == group_id)
@@ -350,7 +356,7 @@ def describe_group(
             past_log_end_column().label("past_log_end"),
             lag_seconds_column().label("lag_seconds"),
             func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
-            *status_columns(rules),
+            *status_columns(rules.window),
             (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + DESCRIBE_ENTRY_BYTES).label(
                 "size"
             ),

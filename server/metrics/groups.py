@@ -105,6 +105,7 @@ class GroupCollector(Collector):
                         self.tenant_prefixes,
                         self.series_limit,
                         self.sums_seconds <= 0,
+                        self.store.status_rules,
                     )
                 except Exception as error:
                     result = error
@@ -222,7 +223,7 @@ class GroupCollector(Collector):
                 found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends, r.lag_seconds]
                 continue
             facts = storage.facts_of(r, r.lag_seconds if r.lag_seconds >= 0 else -1.0)
-            verdicts.setdefault(r.group_id, []).append((r.topic, r.partition, judge(facts)))
+            verdicts.setdefault(r.group_id, []).append((r.topic, r.partition, judge(facts, self.store.status_rules)))
             if r.lag_seconds >= 0:
                 found[3] = max(found[3] or 0.0, r.lag_seconds)
             labels = [r.group_id, r.topic, str(r.partition)]
