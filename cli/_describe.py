@@ -161,10 +161,9 @@ def _past_end_warnings(group: GroupDescription) -> list[str]:
 def _unconfirmed_notes(group: GroupDescription) -> list[str]:
     """An offset past a log end older than its commit: most likely a log end not reported yet, no advice."""
     return [
-        f"Note: {group.group_id} {p.topic}:{p.partition}: {p.status_reason} "
-        "(no anomaly claimed: a newer log end, reported or read by the server, decides)"
+        f"Note: {group.group_id} {p.topic}:{p.partition}: {p.status_reason}"
         for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
-        if p.status == GroupStatus.UNCONFIRMED and p.offset > p.log_end_offset >= 0
+        if not p.offset_past_log_end and p.offset > p.log_end_offset >= 0
     ]
 
 

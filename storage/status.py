@@ -10,11 +10,15 @@ The rules, in order (the first that holds decides), with ``W`` the window
 
 ==============  =========================================================================
 UNCONFIRMED     no log end known; or the offset is past a log end observed *before* the
-                commit (the log may have grown since: no anomaly claimed); or lag while
-                no commit for ``W`` and no log end observed since the last commit
+                commit and older than ``W`` (the log may have grown since: no anomaly
+                claimed); or lag while no commit for ``W`` and no log end observed since
+                the last commit
 LOST            a log start is known and the offset is below it (the log start only grows,
                 so an older observation already proves it)
 PAST_END        the offset is past a log end observed at or after the commit
+OK              the offset is past a log end observed before the commit, within ``W``: a
+                consumer committing more often than log ends are observed (the reason
+                says it is unconfirmed)
 IDLE            caught up (offset = log end) and no commit for ``W``: a quiet topic
 OK              caught up, commits recent
 STOPPED         lag, no commit for ``W``, and a log end observed after the last commit
@@ -135,10 +139,12 @@ def judge(f: PartitionFacts, rules: StatusRules = DEFAULT_RULES) -> Verdict:
     if o > end:
         if not seen_after_commit:
             before = _age(_seconds(f.commit_time, f.watermark_time))
+            ahead = f"offset {o} is past the log end {end} seen {before} before the commit"
+            if _seconds(f.now, f.watermark_time) <= w:
+                # The usual case: a consumer commits more often than log ends are observed.
+                return Verdict(GroupStatus.OK, f"caught up: {ahead} (unconfirmed until a newer log end)")
             return Verdict(
-                GroupStatus.UNCONFIRMED,
-                f"offset {o} is past the log end {end} seen {before} before the commit "
-                f"(log end {watermark_age} old): waiting for a newer one",
+                GroupStatus.UNCONFIRMED, f"{ahead}, and no log end seen for {watermark_age}: waiting for a newer one"
             )
         return Verdict(GroupStatus.PAST_END, f"offset {o} is past the log end {end} seen after the commit")
     quiet = _seconds(f.now, f.commit_time)

@@ -26,15 +26,16 @@ def test_a_commit_past_an_older_log_end_is_no_anomaly(store, client, groups, gro
     assert table.code == 0, table.err
     assert "Fix it with" not in table.err
     assert "Warning:" not in table.err
-    assert f"Note: {group_id} {topic}:0: offset 75 is past the log end 64 seen" in table.err
-    assert table.out.splitlines()[1].split()[-1] == "UNCONFIRMED"
+    assert f"Note: {group_id} {topic}:0: caught up: offset 75 is past the log end 64 seen" in table.err
+    assert "(unconfirmed until a newer log end)" in table.err
+    assert table.out.splitlines()[1].split()[-1] == "OK"
     state = groups("describe", group_id, "--state", "--output", "json").json()
-    assert (state["state"], state["status"]) == ("Stable", "UNCONFIRMED")
+    assert (state["state"], state["status"]) == ("Stable", "OK")
     (partition,) = groups("describe", group_id, "--output", "json").json()["partitions"]
     assert partition["offset_past_log_end"] is False
     registry = metrics.build_registry(store, group_limit=100000)
     assert registry.get_sample_value("offsetstore_group_partitions_past_log_end", {"group": group_id}) == 0
-    assert registry.get_sample_value("offsetstore_group_status", {"group": group_id, "status": "UNCONFIRMED"}) == 1
+    assert registry.get_sample_value("offsetstore_group_status", {"group": group_id, "status": "OK"}) == 1
 
     # The consumer's next report: the log end passed the offset, all is well.
     client.report_watermarks([Watermark(topic, 0, 0, 104)])

@@ -40,7 +40,9 @@ HEALTHY = PartitionFacts(
         # Caught up and silent: a quiet topic, never an alarm however long.
         ({"offset": 100, "commit_time": ago(86400), "moved_time": ago(86400)}, GroupStatus.IDLE, "no commit for 24.0h"),
         # The walk: committed 75 after the log end 64 was seen: no anomaly claimed.
-        ({"offset": 75, "log_end": 64, "watermark_time": ago(3)}, GroupStatus.UNCONFIRMED, "seen 1s before the commit"),
+        ({"offset": 75, "log_end": 64, "watermark_time": ago(3)}, GroupStatus.OK, "seen 1s before the commit (unconf"),
+        # ... and with no log end seen for longer than the window, no verdict at all.
+        ({"offset": 75, "log_end": 64, "watermark_time": ago(90)}, GroupStatus.UNCONFIRMED, "no log end seen for 90s"),
         ({"offset": 75, "log_end": 64, "watermark_time": ago(1)}, GroupStatus.PAST_END, "past the log end 64"),
         ({"log_start": 97}, GroupStatus.LOST, "2 records deleted unread"),
         # The log start only grows: one seen before the commit already proves the loss.
