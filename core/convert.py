@@ -260,6 +260,9 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
     )
     _set_time(message, "commit_time", value.commit_time)
     _set_time(message, "watermark_time", value.watermark_time)
+    for at, seconds in value.lag_history:
+        point = message.lag_history.add(lag_seconds=seconds)
+        point.time.FromDatetime(at)
     return message
 
 
@@ -279,6 +282,7 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         status=group_status_from_proto(message.status),
         status_reason=message.status_reason,
         watermark_time=_get_time(message, "watermark_time"),
+        lag_history=tuple((p.time.ToDatetime(tzinfo=UTC), p.lag_seconds) for p in message.lag_history),
     )
 
 

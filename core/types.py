@@ -210,6 +210,8 @@ class PartitionStatus:
     status_reason: str = ""
     #: When the log end (and start) were observed; None when no watermark is known.
     watermark_time: datetime | None = None
+    #: (time, lag in seconds) at each log end sample, oldest first; asked for with ``lag_history``.
+    lag_history: tuple[tuple[datetime, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,11 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
-from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status
+from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status, lag_series
 from offsetstore.storage.pages import (
     DESCRIBE_ENTRY_BYTES,
     FETCH_ENTRY_BYTES,
+    LAG_HISTORY_BYTES,
     PageRequest,
     check_same_generation,
     cut_page,
@@ -316,8 +317,55 @@ def _with_watermarks() -> Join:
     )
 
 
+def lag_histories(
+    conn: Connection, group_id: str, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], list[tuple[datetime, float]]]:
+    """Each partition's lag in seconds at each of its log end samples (:func:`~.lag.lag_series`), oldest first.
+
+    The offset at a sample's time is the history's latest change up to it (within
+    :data:`HISTORY_LOOKBACK_SECONDS`): at most :data:`~.lag.SAMPLES_KEPT` lookups a partition.
+    """
+    if not keys:
+        return {}
+    h, s = offset_history, watermark_samples
+    oldest = func.statement_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
+    then = (
+        select(h.c.new_offset)
+        .where(
+            h.c.group_id == group_id,
+            h.c.topic == s.c.topic,
+            h.c.partition == s.c.partition,
+            h.c.change_time <= s.c.sampled_at,
+            h.c.change_time >= oldest,
+        )
+        .order_by(h.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    wanted = (
+        func.unnest(bindparam("topics", type_=ARRAY(Text)), bindparam("partitions", type_=ARRAY(Integer)))
+        .table_valued("topic", "partition")
+        .render_derived(name="k")
+    )
+    rows = conn.execute(
+        select(s.c.topic, s.c.partition, s.c.sampled_at, s.c.log_end_offset, then.label("offset_then"))
+        .join(wanted, and_(wanted.c.topic == s.c.topic, wanted.c.partition == s.c.partition))
+        .order_by(s.c.topic, s.c.partition, s.c.sampled_at),
+        {"topics": [t for t, _ in keys], "partitions": [p for _, p in keys]},
+    ).all()
+    points: dict[tuple[str, int], list[tuple[datetime, int, int | None]]] = {}
+    for r in rows:
+        offset = r.offset_then if r.offset_then is not None and r.offset_then >= 0 else None
+        points.setdefault((r.topic, r.partition), []).append((r.sampled_at, r.log_end_offset, offset))
+    return {key: lag_series(found) for key, found in points.items()}
+
+
 def describe_group(
-    conn: Connection, group_id: str, page: PageRequest = PageRequest(), rules: StatusRules = DEFAULT_RULES
+    conn: Connection,
+    group_id: str,
+    page: PageRequest = PageRequest(),
+    rules: StatusRules = DEFAULT_RULES,
+    lag_history: bool = False,
 ) -> GroupDescription:
     """One page of the group's partitions with log end, lag and verdict; :class:`GroupNotFoundError` if unknown or deleted.
 
@@ -357,9 +405,12 @@ def describe_group(
             lag_seconds_column().label("lag_seconds"),
             func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
             *status_columns(rules.window),
-            (func.octet_length(offsets.c.topic) + func.octet_length(offsets.c.metadata) + DESCRIBE_ENTRY_BYTES).label(
-                "size"
-            ),
+            (
+                func.octet_length(offsets.c.topic)
+                + func.octet_length(offsets.c.metadata)
+                + DESCRIBE_ENTRY_BYTES
+                + (LAG_HISTORY_BYTES if lag_history else 0)
+            ).label("size"),
         )
         .select_from(_with_watermarks())
         .where(offsets.c.group_id == group_id)
@@ -380,6 +431,7 @@ def describe_group(
     listed, more = cut_page(
         [r for r in found if r.topic is not None], limit, page, f"the description of group {group_id!r}"
     )
+    histories = lag_histories(conn, group_id, [(r.topic, r.partition) for r in listed]) if lag_history else {}
     partitions = []
     for r in listed:
         lag_seconds, known = lag_seconds_status(r.lag_seconds)
@@ -400,6 +452,7 @@ def describe_group(
                 verdict.status,
                 verdict.reason,
                 r.watermark_time,
+                tuple(histories.get((r.topic, r.partition), ())),
             )
         )
     token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""

@@ -246,9 +246,11 @@ class Store:
     def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
 
-    def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
+    def describe_group(
+        self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
+    ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, self.token_key())
-        return self.read(storage.describe_group, group_id, page, self.status_rules)
+        return self.read(storage.describe_group, group_id, page, self.status_rules, lag_history)
 
     def list_offset_history(
         self,

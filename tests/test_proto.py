@@ -80,6 +80,7 @@ def test_contract_fields() -> None:
         "status",  # issue 36: the verdict, its reason, and when the watermark was seen
         "status_reason",
         "watermark_time",
+        "lag_history",  # the console's sparkline, only when asked
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}

@@ -156,7 +156,7 @@ class GroupSummary(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time")
+    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class PartitionStatus(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAG_HISTORY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -185,7 +186,8 @@ class PartitionStatus(_message.Message):
     status: GroupStatus
     status_reason: str
     watermark_time: _timestamp_pb2.Timestamp
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., watermark_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    lag_history: _containers.RepeatedCompositeFieldContainer[LagPoint]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., watermark_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_history: _Optional[_Iterable[_Union[LagPoint, _Mapping]]] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "offsets", "generation")
@@ -324,14 +326,16 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupRequest(_message.Message):
-    __slots__ = ("group_id", "page_size", "page_token")
+    __slots__ = ("group_id", "page_size", "page_token", "include_lag_history")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_LAG_HISTORY_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     page_size: int
     page_token: str
-    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_lag_history: bool
+    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_lag_history: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
     __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason")
@@ -422,3 +426,11 @@ class ExpireGroupsResponse(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[ExpiredGroup]
     executed: bool
     def __init__(self, groups: _Optional[_Iterable[_Union[ExpiredGroup, _Mapping]]] = ..., executed: _Optional[bool] = ...) -> None: ...
+
+class LagPoint(_message.Message):
+    __slots__ = ("time", "lag_seconds")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    lag_seconds: float
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
