@@ -82,3 +82,11 @@ def test_a_broker_that_is_down_keeps_the_last_watermarks_and_counts(make_topic, 
     assert (after.log_end_offset, after.watermark_time) == (0, seen)
     assert marks.registry.get_sample_value("offsetstore_kafka_watermarks_failures_total", {"reason": "broker"}) >= 1
     assert marks.registry.get_sample_value("offsetstore_kafka_watermarks_age_seconds") >= 0
+
+
+def test_beyond_the_cap_rounds_take_the_partitions_round_robin(broker, make_topic, store, client, group_id) -> None:
+    topic = make_topic(partitions=3, records=2)
+    client.commit_offsets(group_id, {(topic.name, p): 0 for p in range(3)})
+    marks = reader(store, broker.bootstrap, group_id, max_partitions=2)
+    assert [marks.round(), marks.round(), marks.round()] == [2, 1, 2]  # 0 1 | 2 | 0 1
+    assert [p.log_end_offset for p in client.describe_group(group_id).partitions] == [2, 2, 2]
