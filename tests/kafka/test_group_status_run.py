@@ -26,9 +26,13 @@ from confluent_kafka import Producer
 from offsetstore.client import OffsetStoreClient, Watermark
 from offsetstore.core.types import GroupStatus
 from offsetstore.kafka_integration import testing
+from tests.fixtures.fix_db import conninfo
+from tests.fixtures.fix_kafka import ConsumerProcess
 from tests.fixtures.fix_server import start_serve
+from tests.fixtures.node_example import NODE, npm_installed
 
 SCRIPT = Path(__file__).with_name("lag_consumer.py")
+NODE_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql" / "node"
 RATE = 40.0  # records a second into the busy topic
 WINDOW = 4.0  # --status-window
 INTERVAL = 0.5  # --watermarks-kafka-interval
@@ -161,3 +165,46 @@ def wait_for(client, groups, expected, since: float, deadline: float) -> dict[st
             raise AssertionError(f"no verdict within {deadline}s: {missing}")
         time.sleep(0.1)
     return reached
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (examples/sql/node needs node >= 18)")
+def test_the_sql_api_node_consumer_killed_turns_stopped(
+    broker, database_url: str, group_id: str, make_table, tmp_path: Path
+) -> None:
+    """A consumer on the SQL API reports no watermarks: its lag and its death come from the server's reads."""
+    npm_installed(NODE_EXAMPLE, "kafkajs")
+    topic = f"{group_id}-node"
+    testing.create_topic(broker.bootstrap, topic, 1)
+    table = make_table()
+    served = start_serve(
+        tmp_path / "data",
+        "--database-url", database_url,
+        "--watermarks-kafka-bootstrap", broker.bootstrap,
+        "--watermarks-kafka-groups", group_id,
+        "--watermarks-kafka-interval", str(INTERVAL),
+        "--status-window", f"{WINDOW}s",
+    )  # fmt: skip
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_steadily, args=(broker.bootstrap, topic, stop), daemon=True)
+    producer.start()
+    consumer = ConsumerProcess(
+        [str(NODE), str(NODE_EXAMPLE / "consumer.js"), "--bootstrap", broker.bootstrap,
+         "--database-url", conninfo(database_url), "--group", group_id, "--topic", topic,
+         "--table", table.name, "--kafka-group", f"k-{uuid.uuid4().hex[:10]}"]
+    )  # fmt: skip
+    try:
+        with OffsetStoreClient(served.address, timeout=10) as client:
+            for _ in range(3):
+                consumer.wait_for_line("wrote")
+            alive = wait_until(lambda: client.describe_group(group_id), lambda g: g.partitions, deadline=30)
+            assert alive.partitions[0].watermark_time is not None  # the server's: the consumer reports none
+            consumer.kill()
+            killed = time.monotonic()
+            latency = wait_for(client, {"node": group_id}, {"node": GroupStatus.STOPPED}, killed, deadline=60)
+            print(f"\nSQL-API Node consumer: STOPPED {latency['node']} s after its SIGKILL (window {WINDOW} s)")
+    finally:
+        stop.set()
+        consumer.stop()
+        producer.join(15)
+        assert served.terminate() == 0, served.output()
