@@ -259,8 +259,9 @@ async function groupPage(groupId, mine) {
   const first = described.first || g;
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/?prefix=" + encodeURIComponent(view.prefix) }, "← groups")),
-    el("h1", { id: "group-id" }, groupId, " ", el("span", { id: "group-status" }, statusBadge(first.status, first.statusReason))),
-    el("p", { id: "status-reason", class: "muted" }, first.statusReason || ""),
+    el("h1", { id: "group-id" }, groupId),
+    el("p", { class: "status-line" }, el("span", { id: "group-status" }, statusBadge(first.status, first.statusReason)), " ",
+      el("span", { id: "status-reason", class: "muted" }, first.statusReason || "")),
     el("dl", { class: "facts" },
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
