@@ -606,6 +606,7 @@ GROUP_FAMILIES = (
     "offsetstore_group_max_lag",
     "offsetstore_group_partitions_past_log_end",
     "offsetstore_group_last_commit_age_seconds",
+    "offsetstore_group_status",
 )
 
 
