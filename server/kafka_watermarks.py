@@ -149,10 +149,12 @@ class KafkaWatermarks:
         )
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 2.0) -> None:
+        """Stops the rounds; waits ``wait`` seconds at most (a round waiting for a broker that is down is
+        abandoned: its thread is a daemon, and a watermark it did not store is read again next time)."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(2 * self.request_seconds + 10)
+            self._thread.join(wait)
             self._thread = None
 
     def _loop(self) -> None:
