@@ -11,6 +11,7 @@ does not watch. Waits are on conditions; the latencies measured are printed (-s 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -101,7 +102,8 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
         for name, process in consumers.items():
             line = process.stdout.readline()
             assert line.startswith("committed"), f"{name}: {line}{process.stdout.read() if process.poll() else ''}"
-        started = time.monotonic()
+        started = RUN_START[0] = time.monotonic()
+        TIMELINE.clear()
         with OffsetStoreClient(served.address, timeout=10) as client:
             # Retention deleted records 0..99 of the lost topic (see the module's docstring).
             client.report_watermarks([Watermark(lost_topic, 0, 100, 200)])
@@ -129,6 +131,12 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
             assert later.log_end_offset > first.log_end_offset
             assert client.describe_group(groups["fast"]).status == GroupStatus.OK
             print(f"\nverdict latency (s), window {WINDOW}, reader interval {INTERVAL}: {reached}")
+            if os.environ.get("OFFSETSTORE_STATUS_TIMELINE"):
+                Path(os.environ["OFFSETSTORE_STATUS_TIMELINE"]).write_text(
+                    json.dumps(
+                        {"window": WINDOW, "interval": INTERVAL, "killed_at": killed - started, "looks": TIMELINE}
+                    )
+                )
     finally:
         stop.set()
         for process in consumers.values():
@@ -150,16 +158,22 @@ def wait_until(read, done, deadline: float):
         time.sleep(0.1)
 
 
+#: (seconds since the run's start, group, verdict) of every look: OFFSETSTORE_STATUS_TIMELINE=FILE writes
+#: them as JSON, which bench/status_timeline.py draws (docs/images/status-timeline.png).
+TIMELINE: list[tuple[float, str, str]] = []
+RUN_START = [0.0]
+
+
 def wait_for(client, groups, expected, since: float, deadline: float) -> dict[str, float]:
     """Seconds from ``since`` until each group's verdict is the expected one (and says why not when it is not)."""
     reached: dict[str, float] = {}
     until = time.monotonic() + deadline
     while len(reached) < len(expected):
-        for name, status in expected.items():
-            if name not in reached:
-                found = client.describe_group(groups[name])
-                if found.status == status:
-                    reached[name] = round(time.monotonic() - since, 1)
+        for name, group in groups.items():
+            found = client.describe_group(group)
+            TIMELINE.append((round(time.monotonic() - RUN_START[0], 2), name, found.status.name))
+            if name in expected and name not in reached and found.status == expected[name]:
+                reached[name] = round(time.monotonic() - since, 1)
         if time.monotonic() > until:
             missing = {n: client.describe_group(groups[n]).status_reason for n in expected if n not in reached}
             raise AssertionError(f"no verdict within {deadline}s: {missing}")
