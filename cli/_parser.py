@@ -146,7 +146,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--state",
         action="store_true",
-        help="the group's state (Empty, Stable or PastLogEnd), generation, resets and last activity",
+        help="the group's state (Empty, Stable or PastLogEnd), generation, resets, last activity and status "
+        "verdict with its reason (OK, IDLE, LAGGING, STALLED, STOPPED, LOST, PAST_END, UNCONFIRMED)",
     )
 
     p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)
