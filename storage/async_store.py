@@ -264,9 +264,11 @@ class AsyncStore:
 
         return await self.run_hot("fetch_offsets", once, read_only=True)
 
-    async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
+    async def describe_group(
+        self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
+    ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.store.max_response_bytes, await self._token_key())
-        return await self.read(storage.describe_group, group_id, page)
+        return await self.read(storage.describe_group, group_id, page, self.store.status_rules, lag_history)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
         return await self.run(storage.reset_offsets, request, actor=actor)

@@ -50,6 +50,7 @@ from offsetstore.storage._calls import (
     timeout_ms,
 )
 from offsetstore.storage.retention import expiry
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.
@@ -90,8 +91,11 @@ class Store:
         observe: Callable[[str, float], None] | None = None,
         write_flushers: int = 2,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        status_rules: StatusRules = DEFAULT_RULES,
     ) -> None:
         self.engine = engine
+        #: The status verdict's thresholds (storage/status.py), for DescribeGroup and the metrics.
+        self.status_rules = status_rules
         self.statement_timeout_ms = statement_timeout_ms
         #: The most one FetchOffsets or DescribeGroup answer may hold; larger ones come in pages.
         self.max_response_bytes = max_response_bytes
@@ -242,9 +246,11 @@ class Store:
     def list_groups(self, prefix: str = "", *, page_size: int = 0, page_token: str = "") -> Page[GroupSummary]:
         return self.run(storage.list_groups, prefix, page_size=page_size, page_token=page_token)
 
-    def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
+    def describe_group(
+        self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
+    ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, self.token_key())
-        return self.read(storage.describe_group, group_id, page)
+        return self.read(storage.describe_group, group_id, page, self.status_rules, lag_history)
 
     def list_offset_history(
         self,
