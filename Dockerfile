@@ -31,9 +31,9 @@ COPY kafka_integration/ kafka_integration/
 COPY migrations/ migrations/
 # A regular (non-editable) install into a virtualenv that the final stage copies whole: the
 # server extra (a plain install is the client only) and the mirror extra (confluent-kafka) so
-# that every flag of `serve` works, --mirror-kafka-* included. No Arrow, no Spark.
+# that every flag of `serve` works, --mirror-kafka-* included, and the otel extra (traces when OTEL_* asks). No Arrow, no Spark.
 RUN python -m venv /opt/offsetstore \
-    && /opt/offsetstore/bin/pip install --no-cache-dir '.[server,mirror]' \
+    && /opt/offsetstore/bin/pip install --no-cache-dir '.[server,mirror,otel]' \
     && /opt/offsetstore/bin/offsetstore --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

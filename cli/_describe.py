@@ -11,7 +11,7 @@ from offsetstore.cli._group_state import named_groups, several
 from offsetstore.cli._render import Output, json_time, offset_cell, offset_json, table_time, text_cell, unknown_cell
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import GroupNotFoundError
-from offsetstore.core.types import GroupDescription
+from offsetstore.core.types import GroupDescription, GroupStatus
 
 
 def cmd_describe(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
@@ -60,8 +60,9 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
             "HOST",
             "METADATA",
             "COMMIT-TIME",
-            # Last: scripts read the columns before it by position.
+            # Last: scripts read the columns before them by position.
             "LAG-SECONDS",
+            "STATUS",
         ),
         (
             (
@@ -76,6 +77,7 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
                 text_cell(p.metadata),
                 table_time(p.commit_time),
                 "-" if p.lag_seconds < 0 else f"{p.lag_seconds:.1f}",
+                status_cell(p.status),
             )
             for group in groups
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
@@ -92,6 +94,8 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
     for group in groups:
         for warning in _past_end_warnings(group):
             out.error(warning)
+        for note in _unconfirmed_notes(group):
+            out.error(note)
 
 
 def _describe_json(group: GroupDescription) -> dict[str, Any]:
@@ -101,6 +105,8 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
         # kafka-consumer-groups' CONSUMER-ID and HOST: the member and peer of the latest JoinGroup.
         "member_id": group.member_id,
         "member_host": group.member_host,
+        "status": group.status.name,
+        "status_reason": group.status_reason,
         "partitions": [
             {
                 "topic": p.topic,
@@ -114,6 +120,9 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
                 "offset_past_log_end": p.offset_past_log_end,
                 "lag_seconds": p.lag_seconds,
                 "lag_seconds_status": p.lag_seconds_status.name,
+                "status": p.status.name,
+                "status_reason": p.status_reason,
+                "watermark_time": json_time(p.watermark_time),
             }
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ],
@@ -136,6 +145,8 @@ def _state(group: GroupDescription) -> str:
 
 
 def _past_end_warnings(group: GroupDescription) -> list[str]:
+    # offset_past_log_end is confirmed only (a log end observed after the commit): the
+    # fix-it advice fences the group and moves its offset, never on a log end older than it.
     return [
         f"Warning: {group.group_id} {p.topic}:{p.partition}: offset {p.offset} is past the log end "
         f"{p.log_end_offset}; its lag is not 0 but unknown, and nothing is read until the log reaches it. "
@@ -145,6 +156,20 @@ def _past_end_warnings(group: GroupDescription) -> list[str]:
         for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         if p.offset_past_log_end
     ]
+
+
+def _unconfirmed_notes(group: GroupDescription) -> list[str]:
+    """An offset past a log end older than its commit: most likely a log end not reported yet, no advice."""
+    return [
+        f"Note: {group.group_id} {p.topic}:{p.partition}: {p.status_reason}"
+        for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
+        if not p.offset_past_log_end and p.offset > p.log_end_offset >= 0
+    ]
+
+
+def status_cell(status: GroupStatus) -> str:
+    """A verdict in a table: its name, - for a server that gives none."""
+    return "-" if status == GroupStatus.UNSPECIFIED else status.name
 
 
 def _describe_members(groups: list[GroupDescription], args: argparse.Namespace, out: Output) -> None:
@@ -188,6 +213,8 @@ def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, ou
         {
             "group_id": g.group_id,
             "state": _state(g),
+            "status": g.status.name,
+            "status_reason": g.status_reason,
             "generation": g.generation,
             "reset_count": g.reset_count,
             "partition_count": len(g.partitions),
@@ -199,14 +226,24 @@ def _describe_state(groups: list[GroupDescription], args: argparse.Namespace, ou
         out.document(rows if several(args) else rows[0])
         return
     out.table(
-        ("GROUP", "STATE", "GENERATION", "RESETS", "#PARTITIONS", "LAST-ACTIVE"),
+        ("GROUP", "STATE", "GENERATION", "RESETS", "#PARTITIONS", "LAST-ACTIVE", "STATUS", "REASON"),
         (
-            (g.group_id, _state(g), g.generation, g.reset_count, len(g.partitions), table_time(_last_active(g)))
+            (
+                g.group_id,
+                _state(g),
+                g.generation,
+                g.reset_count,
+                len(g.partitions),
+                table_time(_last_active(g)),
+                status_cell(g.status),
+                text_cell(g.status_reason),
+            )
             for g in groups
         ),
     )
     out.line()
     out.line(
         "STATE: Empty (no offsets), Stable (offsets, none past its log end) or PastLogEnd (see describe's "
-        "warnings). LAST-ACTIVE: the latest join, reset or commit."
+        "warnings). LAST-ACTIVE: the latest join, reset or commit. STATUS: the worst partition's verdict, "
+        "OK, IDLE, LAGGING, STALLED, STOPPED, LOST, PAST_END or UNCONFIRMED (docs/operations.md)."
     )

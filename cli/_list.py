@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from offsetstore.cli._describe import status_cell
 from offsetstore.cli._errors import EXIT_OK
-from offsetstore.cli._render import Output, json_time, table_time, unknown_cell
+from offsetstore.cli._render import Output, json_time, table_time, text_cell, unknown_cell
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.durations import format_duration
-from offsetstore.core.types import ExpiredGroup
+from offsetstore.core.errors import GroupNotFoundError
+from offsetstore.core.types import ExpiredGroup, GroupStatus, GroupSummary
 
 
 def _expired_rows(groups: Sequence[ExpiredGroup], out: Output) -> list[dict[str, Any]] | None:
@@ -48,6 +50,8 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
             out.document(rows)
         return EXIT_OK
     groups = list(client.iter_groups(args.prefix))
+    if args.state is not None:
+        return _list_states(client, groups, args.state, out)
     if out.json:
         out.document(
             [
@@ -68,6 +72,38 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
             (g.group_id, g.generation, g.partition_count, table_time(g.last_commit_time), unknown_cell(g.total_lag))
             for g in groups
         ),
+    )
+    return EXIT_OK
+
+
+def _list_states(
+    client: OffsetStoreClient, groups: Sequence[GroupSummary], wanted: frozenset[GroupStatus], out: Output
+) -> int:
+    # As kafka-consumer-groups --list --state, each group is described: the verdict is over its partitions.
+    rows = []
+    for g in groups:
+        try:
+            d = client.describe_group(g.group_id)
+        except GroupNotFoundError:
+            continue  # deleted since it was listed
+        if d.status in wanted:
+            rows.append((g, d))
+    if out.json:
+        out.document(
+            [
+                {
+                    "group_id": g.group_id,
+                    "status": d.status.name,
+                    "status_reason": d.status_reason,
+                    "total_lag": g.total_lag,
+                }
+                for g, d in rows
+            ]
+        )
+        return EXIT_OK
+    out.table(
+        ("GROUP", "STATUS", "TOTAL-LAG", "REASON"),
+        ((g.group_id, status_cell(d.status), unknown_cell(g.total_lag), text_cell(d.status_reason)) for g, d in rows),
     )
     return EXIT_OK
 

@@ -15,6 +15,7 @@ from offsetstore.cli._values import (
     parse_by_duration,
     parse_datetime,
     parse_idle_for,
+    parse_statuses,
     parse_topic_spec,
     positive_seconds,
 )
@@ -117,6 +118,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p = command("list", "list the groups", "List the groups with their generation, partitions, last commit and lag.")
     p.add_argument("--prefix", default="", help="only groups whose id starts with this")
     p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", help=_IDLE_FOR_LIST_HELP)
+    p.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        type=parse_statuses,
+        metavar="STATUS[,STATUS...]",
+        help="with each group's status verdict (describes each group); given statuses, only the groups in one "
+        "of them (OK, IDLE, LAGGING, STALLED, STOPPED, LOST, PAST_END, UNCONFIRMED), as kafka-consumer-groups "
+        "--list --state",
+    )
 
     p = command(
         "describe",
@@ -135,7 +146,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--state",
         action="store_true",
-        help="the group's state (Empty, Stable or PastLogEnd), generation, resets and last activity",
+        help="the group's state (Empty, Stable or PastLogEnd), generation, resets, last activity and status "
+        "verdict with its reason (OK, IDLE, LAGGING, STALLED, STOPPED, LOST, PAST_END, UNCONFIRMED)",
     )
 
     p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)

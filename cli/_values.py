@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from offsetstore.core.durations import parse_duration
+from offsetstore.core.types import GroupStatus
 
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 INT32_MAX = 2**31 - 1
@@ -118,3 +119,13 @@ def positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
     return value
+
+
+def parse_statuses(value: str) -> frozenset[GroupStatus]:
+    """``LAGGING,stopped``: the verdicts named (any case); empty: all of them."""
+    names = [n.strip().upper() for n in value.split(",") if n.strip()]
+    known = {s.name: s for s in GroupStatus if s != GroupStatus.UNSPECIFIED}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown status {', '.join(unknown)}; one of {', '.join(known)}")
+    return frozenset(known[n] for n in names) if names else frozenset(known.values())

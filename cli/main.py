@@ -114,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     retention.add_argument(
         "--maintenance-interval", metavar="DURATION", help="time between maintenance rounds (default 60s)"
     )
+    serve.add_argument(
+        "--status-window",
+        metavar="DURATION",
+        help="the group status verdict's window: no commit for this long with lag is STOPPED, an offset unmoved "
+        "under commits this long STALLED (default 60s; docs/operations.md, Group status)",
+    )
     mirror = serve.add_argument_group("Kafka mirror (off by default; see docs/operations.md)")
     mirror.add_argument(
         "--mirror-kafka-bootstrap", metavar="HOST:PORT,...", help="copy committed offsets to this Kafka cluster"
@@ -122,6 +128,30 @@ def _parser() -> argparse.ArgumentParser:
         "--mirror-kafka-groups", metavar="PREFIX[,PREFIX]", help="mirror the groups whose id starts with a prefix"
     )
     mirror.add_argument("--mirror-interval", metavar="DURATION", help="time between two mirror rounds (default 5s)")
+    marks = serve.add_argument_group("server-side watermarks (off by default; see docs/operations.md)")
+    marks.add_argument(
+        "--watermarks-kafka-bootstrap",
+        metavar="HOST:PORT,...",
+        help="read the log start and end of the watched groups' partitions from this Kafka cluster",
+    )
+    marks.add_argument(
+        "--watermarks-kafka-groups", metavar="PREFIX[,PREFIX]", help="watch the groups whose id starts with a prefix"
+    )
+    marks.add_argument(
+        "--watermarks-kafka-interval", metavar="DURATION", help="time between two reader rounds (default 5s)"
+    )
+    marks.add_argument(
+        "--watermarks-kafka-max-partitions",
+        type=int,
+        metavar="N",
+        help="partitions one round reads at most; beyond, round-robin (default 10000)",
+    )
+    marks.add_argument(
+        "--watermarks-kafka-config",
+        type=Path,
+        metavar="FILE",
+        help="librdkafka properties (security.protocol, sasl.*, ssl.*), one key=value a line",
+    )
     security = serve.add_argument_group("security (off by default; see docs/security.md)")
     security.add_argument(
         "--tls-cert", dest="tls_cert_file", type=Path, metavar="PEM", help="server certificate chain: serve TLS"
@@ -235,7 +265,7 @@ def _migrate(args: argparse.Namespace) -> int:
         try:
             migrate.upgrade(settings.database_url, args.revision, lock_timeout=settings.migration_lock_timeout)
             print(f"migrated to {migrate.current(settings.database_url)}")
-        except migrate.LockWaitTimedOut as error:
+        except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
             print(f"offsetstore: {error}", file=sys.stderr)
             return 1
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:

@@ -19,6 +19,7 @@ from offsetstore.core.types import (
     ExpiredGroup,
     FetchResult,
     GroupDescription,
+    GroupStatus,
     GroupSummary,
     LagSecondsStatus,
     OffsetChange,
@@ -254,8 +255,14 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
         log_start_offset=value.log_start_offset,
         lag_seconds=value.lag_seconds,
         lag_seconds_status=cast(pb.LagSecondsStatus, int(value.lag_seconds_status)),  # the same numbers
+        status=cast(pb.GroupStatus, int(value.status)),  # the same numbers
+        status_reason=value.status_reason,
     )
     _set_time(message, "commit_time", value.commit_time)
+    _set_time(message, "watermark_time", value.watermark_time)
+    for at, seconds in value.lag_history:
+        point = message.lag_history.add(lag_seconds=seconds)
+        point.time.FromDatetime(at)
     return message
 
 
@@ -272,6 +279,10 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         log_start_offset=message.log_start_offset,
         lag_seconds=message.lag_seconds,
         lag_seconds_status=_lag_seconds_status(message.lag_seconds_status),
+        status=group_status_from_proto(message.status),
+        status_reason=message.status_reason,
+        watermark_time=_get_time(message, "watermark_time"),
+        lag_history=tuple((p.time.ToDatetime(tzinfo=UTC), p.lag_seconds) for p in message.lag_history),
     )
 
 
@@ -281,6 +292,14 @@ def _lag_seconds_status(value: int) -> LagSecondsStatus:
         return LagSecondsStatus(value)
     except ValueError:
         return LagSecondsStatus.UNSPECIFIED
+
+
+def group_status_from_proto(value: int) -> GroupStatus:
+    """A verdict this client does not know yet (a newer server's) reads as unspecified."""
+    try:
+        return GroupStatus(value)
+    except ValueError:
+        return GroupStatus.UNSPECIFIED
 
 
 # Responses that map onto one value of types.py
@@ -339,6 +358,8 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         member_id=value.member_id,
         member_host=value.member_host,
         next_page_token=value.next_page_token,
+        status=cast(pb.GroupStatus, int(value.status)),
+        status_reason=value.status_reason,
     )
     _set_time(message, "active_time", value.active_time)
     return message
@@ -354,6 +375,8 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         member_host=message.member_host,
         next_page_token=message.next_page_token,
         active_time=_get_time(message, "active_time"),
+        status=group_status_from_proto(message.status),
+        status_reason=message.status_reason,
     )
 
 

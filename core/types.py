@@ -14,6 +14,7 @@ __all__ = [
     "CommittedOffset",
     "FetchResult",
     "GroupDescription",
+    "GroupStatus",
     "GroupSummary",
     "LagSecondsStatus",
     "Mode",
@@ -75,6 +76,33 @@ class LagSecondsStatus(enum.IntEnum):
     NO_SAMPLES = 2
     #: The offset is a sentinel (-2/-1) whose log start or end is not known.
     OFFSET_UNKNOWN = 3
+
+
+class GroupStatus(enum.IntEnum):
+    """The verdict on a partition, and on a group as its worst partition (values match the proto enum).
+
+    The rules are ``offsetstore.storage.status``'s; docs/operations.md says what to do about each.
+    """
+
+    #: An older server that does not judge.
+    UNSPECIFIED = 0
+    #: Consuming, and keeping up.
+    OK = 1
+    #: Caught up, and no commit for a while (a quiet topic): never an alarm.
+    IDLE = 2
+    #: Lag growing over the window: consuming slower than the log grows.
+    LAGGING = 3
+    #: Commits arrive but the offset does not move while there is lag.
+    STALLED = 4
+    #: No commit for the window while the log end moved past the offset.
+    STOPPED = 5
+    #: The offset is below the log start: records deleted before they were read.
+    LOST = 6
+    #: The offset is past a log end observed after the commit: an anomaly.
+    PAST_END = 7
+    #: No log end known, or none newer than the commit where the verdict depends on it:
+    #: no verdict yet (the reason says what is missing and how old the log end is).
+    UNCONFIRMED = 8
 
 
 class TopicPartition(NamedTuple):
@@ -177,6 +205,13 @@ class PartitionStatus:
     lag_seconds: float = -1.0
     #: Whether ``lag_seconds`` is known, and why not.
     lag_seconds_status: LagSecondsStatus = LagSecondsStatus.UNSPECIFIED
+    #: The verdict on the partition (storage/status.py) and its one-line reason.
+    status: GroupStatus = GroupStatus.UNSPECIFIED
+    status_reason: str = ""
+    #: When the log end (and start) were observed; None when no watermark is known.
+    watermark_time: datetime | None = None
+    #: (time, lag in seconds) at each log end sample, oldest first; asked for with ``lag_history``.
+    lag_history: tuple[tuple[datetime, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +228,9 @@ class GroupDescription:
     next_page_token: str = ""
     #: The latest creation, join or reset of the group (commits show in the partitions' commit_time).
     active_time: datetime | None = None
+    #: The group's verdict: its worst partition's, over every partition (not only this page).
+    status: GroupStatus = GroupStatus.UNSPECIFIED
+    status_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
+from offsetstore.server.tracing import server_interceptors as tracing_interceptors
+from offsetstore.server.tracing import write_carry
 from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -223,7 +225,8 @@ class OffsetStoreServer:
         principal_history_rows_per_second /= processes
         self._options = dict(
             auth=auth,
-            interceptors=interceptors,
+            # OTEL_*: a span of every call (server/tracing.py), inside the metrics: it reads the request they reset.
+            interceptors=(*interceptors, *tracing_interceptors()),
             streams=StreamGuard(
                 max_streams, stream_seconds, auth.authenticate if reflection_mode == "authenticated" else None
             ),
@@ -247,6 +250,9 @@ class OffsetStoreServer:
             ],
         )
         self.async_store = store.aio
+        carry = write_carry()
+        if carry is not None:  # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py)
+            store.aio.writes.carry = carry
         try:
             self.port = store.wait(self._bind(listen, credentials))
             if self.port == 0:

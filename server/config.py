@@ -118,6 +118,9 @@ class Settings:
     maintenance_interval: float = field(default=60.0, metadata={"duration": True})
     """Seconds between maintenance rounds (history partitions, expiry)."""
 
+    status_window: float = field(default=60.0, metadata={"duration": True})
+    """The group status verdict's window: no commit for this long is STOPPED (IDLE when caught up), an offset unmoved under commits STALLED."""
+
     # --- the Kafka mirror (docs/operations.md, "Mirroring offsets to Kafka") ---
 
     mirror_kafka_bootstrap: str = ""
@@ -128,6 +131,23 @@ class Settings:
 
     mirror_interval: float = field(default=5.0, metadata={"duration": True})
     """Seconds between two mirror rounds: a partition's offset reaches Kafka at most this late."""
+
+    # --- server-side watermarks (docs/operations.md, "Server-side watermarks") ---
+
+    watermarks_kafka_bootstrap: str = ""
+    """Kafka ``bootstrap.servers`` the supervisor reads log starts and ends from; empty: only reported watermarks."""
+
+    watermarks_kafka_groups: str = ""
+    """Comma-separated group id prefixes whose stored partitions' watermarks are read; required with the bootstrap."""
+
+    watermarks_kafka_interval: float = field(default=5.0, metadata={"duration": True})
+    """Seconds between two rounds of the watermark reader."""
+
+    watermarks_kafka_max_partitions: int = 10_000
+    """Partitions one round reads at most; beyond, rounds take them round-robin."""
+
+    watermarks_kafka_config: Path | None = None
+    """librdkafka properties file (key=value lines: security.protocol, sasl.*, ssl.*) for the watermark reader's client."""
 
     # --- hostile callers (docs/security.md, "Threat model") ---
 
@@ -202,6 +222,16 @@ class Settings:
             raise ValueError(
                 "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
             )
+        if self.watermarks_kafka_bootstrap and not self.watermarks_kafka_groups.strip(","):
+            raise ValueError(
+                "OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP needs OFFSETSTORE_WATERMARKS_KAFKA_GROUPS (group id prefixes)"
+            )
+        if self.watermarks_kafka_interval <= 0 or self.watermarks_kafka_max_partitions < 1:
+            raise ValueError(
+                "OFFSETSTORE_WATERMARKS_KAFKA_INTERVAL must be above 0 and OFFSETSTORE_WATERMARKS_KAFKA_MAX_PARTITIONS at least 1"
+            )
+        if self.status_window <= 0:
+            raise ValueError("OFFSETSTORE_STATUS_WINDOW must be above 0")
         if self.mirror_interval <= 0:
             raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
         if not 0 <= self.max_streams < self.max_workers:

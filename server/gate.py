@@ -40,6 +40,7 @@ from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import fail
+from offsetstore.server.tracing import note_principal  # otel hook (server/tracing.py)
 from offsetstore.server.wire import check_entries
 from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -111,6 +112,7 @@ class Gate:
             try:
                 principal = self.auth.authenticate(context) if self.auth is not None else None
                 name = principal.name if principal is not None else peer_address(context.peer())
+                note_principal(name)  # otel hook: the call's span names its principal (server/tracing.py)
                 try:
                     self.admission.enter(name, limited=principal is not None)
                 except OffsetStoreError:

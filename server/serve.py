@@ -138,6 +138,7 @@ def _supervise(
     workers = Workers(settings, database_url, listen, directory)
     metrics_server = None
     maintenance = None
+    reader = None
     try:
         if settings.metrics_listen:
             # Before the serving processes: a port taken since the probe stops the start before
@@ -162,6 +163,7 @@ def _supervise(
             interval=settings.maintenance_interval,
             metrics=metrics.retention_metrics(registry),
         ).start()
+        reader = _watermarks_reader(settings, store, registry)
         log.info(
             "serving",
             extra={
@@ -182,6 +184,8 @@ def _supervise(
                 _reload(settings, workers)
             workers.replace_dead()
     finally:
+        if reader is not None:
+            reader.stop()
         if maintenance is not None:
             maintenance.stop()
         clean = workers.stop(settings.grace_seconds)
@@ -191,6 +195,24 @@ def _supervise(
         scrape_store.dispose()
     log.info("stopped")
     return 0 if clean else 1
+
+
+def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
+    """The Kafka watermark reader (once, here: not in each serving process), started; None unless configured."""
+    if not settings.watermarks_kafka_bootstrap:
+        return None
+    from offsetstore.server.kafka_mirror import parse_prefixes
+    from offsetstore.server.kafka_watermarks import KafkaWatermarks, read_client_config
+
+    return KafkaWatermarks(
+        store,
+        settings.watermarks_kafka_bootstrap,
+        parse_prefixes(settings.watermarks_kafka_groups),
+        settings.watermarks_kafka_interval,
+        settings.watermarks_kafka_max_partitions,
+        config=read_client_config(settings.watermarks_kafka_config),
+        registry=registry,
+    ).start()
 
 
 def _check_database(settings: Settings, database_url: str, stopping: threading.Event) -> None:
@@ -206,7 +228,7 @@ def _check_database(settings: Settings, database_url: str, stopping: threading.E
             migrate.current(database_url)
         replication = _replication(database_url)
         pooled = settings.database_prepare == "on" and shares_sessions(database_url)
-    except migrate.LockWaitTimedOut as error:
+    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
         raise StartError(str(error)) from None
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]

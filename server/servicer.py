@@ -124,7 +124,10 @@ class OffsetStoreServicer:
         self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext
     ) -> pb.DescribeGroupResponse:
         description = await self.store.describe_group(
-            request.group_id, page_size=request.page_size, page_token=request.page_token
+            request.group_id,
+            page_size=request.page_size,
+            page_token=request.page_token,
+            lag_history=request.include_lag_history,
         )
         return convert.group_description_to_proto(description)
 

@@ -17,6 +17,7 @@ from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
 from offsetstore.server.security import reloader, security
 from offsetstore.storage.engine import create_engine
+from offsetstore.storage.status import StatusRules
 from offsetstore.storage.store import Store
 
 __all__ = ["RESTART_PAUSE_SECONDS", "START_SECONDS", "StartError", "Workers", "open_store", "serving_process"]
@@ -49,6 +50,7 @@ def open_store(
         statement_timeout_ms=settings.statement_timeout_ms,
         write_flushers=min(settings.write_flushers, pool_size),
         max_response_bytes=settings.max_response_bytes,
+        status_rules=StatusRules(window=settings.status_window),
     )
 
 

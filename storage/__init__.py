@@ -25,13 +25,16 @@ from offsetstore.storage._groups import SelectionArg
 from offsetstore.storage.pages import MAX_OFFSETS_PAGE, UNLIMITED, PageRequest, token_key
 from offsetstore.storage.reads import (
     describe_group,
+    facts_of,
     fetch_offsets,
     fetch_offsets_steps,
+    group_verdict,
     lag_columns,
     lag_seconds_column,
     list_groups,
     list_offset_history,
     past_log_end_column,
+    status_columns,
 )
 from offsetstore.storage.resets import delete_offsets, reset_offsets
 from offsetstore.storage.steps import PAUSE, HotSteps, Statement, run_hot
@@ -77,6 +80,9 @@ __all__ = [
     "list_offset_history",
     "lock_offsets",
     "past_log_end_column",
+    "status_columns",
+    "facts_of",
+    "group_verdict",
     "read_watermarks",
     "report_watermarks",
     "report_watermarks_steps",

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -57,9 +59,10 @@ from offsetstore.storage.engine import (
     session_settings,
 )
 from offsetstore.storage.retention import expiry
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
-__all__ = ["AsyncStore", "AsyncWriteBatcher", "StoreObserver"]
+__all__ = ["AsyncStore", "AsyncWriteBatcher", "Carry", "StoreObserver"]
 
 R = TypeVar("R")
 
@@ -102,6 +105,8 @@ class AsyncStore:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         hot_pool_size: int | None = None,
         pool_size: int | None = None,
+        status_rules: StatusRules = DEFAULT_RULES,
+        carry: Carry | None = None,
     ) -> None:
         size = getattr(engine.pool, "size", None)
         #: Connections the hot pool holds at most.
@@ -121,8 +126,9 @@ class AsyncStore:
         self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
+        self.status_rules = status_rules
         self.write_flushers = write_flushers
-        self.writes = AsyncWriteBatcher(self, flushers=write_flushers)
+        self.writes = AsyncWriteBatcher(self, flushers=write_flushers, carry=carry)
 
     def observe_with(
         self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
@@ -307,9 +313,11 @@ class AsyncStore:
 
         return await self.run_hot("fetch_offsets", once, read_only=True)
 
-    async def describe_group(self, group_id: str, *, page_size: int = 0, page_token: str = "") -> GroupDescription:
+    async def describe_group(
+        self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
+    ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
-        return await self.read(storage.describe_group, group_id, page)
+        return await self.read(storage.describe_group, group_id, page, self.status_rules, lag_history)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
         return await self.run(storage.reset_offsets, request, actor=actor)
@@ -366,14 +374,26 @@ class AsyncStore:
         return expired
 
 
+class Carry(NamedTuple):
+    """What a batch carries of its callers' context (the server's tracing sets it: server/tracing.py).
+
+    ``capture`` runs in each caller's task when it queues its request; ``enter`` gets what was
+    captured of the batch's callers and is entered around the batch's transaction.
+    """
+
+    capture: Callable[[], object]
+    enter: Callable[[list[object]], AbstractContextManager[object]]
+
+
 class _Write(gc.Waiting):
     """A caller's request waiting for its batch; the caller awaits ``future``."""
 
-    __slots__ = ("future",)
+    __slots__ = ("carried", "future")
 
-    def __init__(self, request: storage.WriteRequest, bound: Bound | None) -> None:
+    def __init__(self, request: storage.WriteRequest, bound: Bound | None, carried: object = None) -> None:
         super().__init__(request, bound)
         self.future: asyncio.Future[gc.Handed] = asyncio.get_running_loop().create_future()
+        self.carried = carried
 
     def gone(self) -> bool:
         """The caller left: its call was cancelled, or its context says it is no longer active."""
@@ -390,11 +410,12 @@ class AsyncWriteBatcher:
     A caller whose call is cancelled counts as gone, as one whose deadline passed.
     """
 
-    def __init__(self, store: AsyncStore, *, flushers: int = 2) -> None:
+    def __init__(self, store: AsyncStore, *, flushers: int = 2, carry: Carry | None = None) -> None:
         if flushers < 1:
             raise ValueError("write_flushers must be >= 1")
         self.store = store
         self.flushers = flushers
+        self.carry = carry
         self._queue: deque[_Write] = deque()
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -408,10 +429,12 @@ class AsyncWriteBatcher:
             raise StoreUnavailableError("the offset store is shutting down")
         if self._wake is None:
             self._wake = asyncio.Event()
+            # A context of their own: not the first caller's (its deadline, its trace), for good.
             self._tasks = [
-                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}") for n in range(self.flushers)
+                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}", context=contextvars.Context())
+                for n in range(self.flushers)
             ]
-        write = _Write(request, bound)
+        write = _Write(request, bound, None if self.carry is None else self.carry.capture())
         self._queue.append(write)
         self._wake.set()
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
@@ -444,7 +467,11 @@ class AsyncWriteBatcher:
                 flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
                 while flush.live:
                     try:
-                        outcomes = await self._transaction(flush)
+                        if self.carry is None:
+                            outcomes = await self._transaction(flush)
+                        else:
+                            with self.carry.enter([w.carried for w in flush.live]):
+                                outcomes = await self._transaction(flush)
                     except Exception as error:
                         flush.failed(error)
                     else:

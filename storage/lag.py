@@ -22,6 +22,7 @@ DescribeGroup and the per-group metrics read it in the statement they already ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "expire_samples",
     "lag_seconds_of",
     "lag_seconds_status",
+    "lag_series",
     "with_samples",
 ]
 
@@ -144,6 +146,28 @@ def lag_seconds_status(value: float | None) -> tuple[float, LagSecondsStatus]:
     if value == _NO_OFFSET:
         return -1.0, LagSecondsStatus.OFFSET_UNKNOWN
     return float(value), LagSecondsStatus.KNOWN
+
+
+def lag_series(points: Sequence[tuple[datetime, int, int | None]]) -> list[tuple[datetime, float]]:
+    """Lag in seconds at each sample, from (sample time, log end then, committed offset then), oldest first.
+
+    Pure: the time the log end passed the offset is interpolated between the samples up to
+    that one, as :func:`lag_seconds_of` does for now; a sample without a known offset is left
+    out, and an offset below every sample so far counts from the oldest (a lower bound).
+    """
+    out: list[tuple[datetime, float]] = []
+    for i, (at, end, offset) in enumerate(points):
+        if offset is None:
+            continue
+        if offset >= end:
+            out.append((at, 0.0))
+            continue
+        passed = points[0][0]
+        for (t0, e0, _), (t1, e1, _) in zip(points[: i + 1], points[1 : i + 1], strict=False):
+            if e0 <= offset < e1:
+                passed = t0 + (t1 - t0) * ((offset - e0) / (e1 - e0))
+        out.append((at, max(0.0, (at - passed).total_seconds())))
+    return out
 
 
 def expire_samples(conn: Connection, older_than: timedelta, *, now: datetime | None = None, limit: int = 50_000) -> int:

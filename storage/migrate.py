@@ -9,6 +9,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.pool import NullPool
 
 import offsetstore.migrations
@@ -18,6 +19,7 @@ from offsetstore.storage.database_url import normalize_url
 from offsetstore.storage.engine import plain_engine
 
 __all__ = [
+    "DatabaseAhead",
     "LockWaitStopped",
     "LockWaitTimedOut",
     "alembic_config",
@@ -33,6 +35,10 @@ _SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
 # running in threads of one process would trample each other. Other processes
 # are kept out by the advisory lock that env.py takes in the database.
 _alembic_lock = threading.Lock()
+
+
+class DatabaseAhead(Exception):
+    """The database is at a revision these migrations do not know: a newer release migrated it."""
 
 
 def alembic_config(database_url: str) -> Config:
@@ -62,7 +68,25 @@ def upgrade(
     the holder) and ends when `stop` is set (:class:`LockWaitStopped`).
     """
     with _alembic_lock:
+        _check_known(database_url)
         _run(command.upgrade, database_url, revision, lock_timeout, stop)
+
+
+def _check_known(database_url: str) -> None:
+    """Raises :class:`DatabaseAhead` when the database's revision is not one of these migrations.
+
+    During a rolling upgrade, a server of the previous release (re)started after the new one
+    migrated must serve without migrating; Alembic would only say it cannot locate the revision.
+    """
+    at = current(database_url)
+    script = ScriptDirectory.from_config(alembic_config(database_url))
+    known = {migration.revision for migration in script.walk_revisions()}
+    if at is not None and at not in known:
+        raise DatabaseAhead(
+            f"the database is at revision {at}, which this release (migrations up to {script.get_current_head()}) "
+            "does not know: a newer release migrated it. During a rolling upgrade serve with --no-migrate "
+            "until this server is replaced by the new release (docs/operations.md)"
+        )
 
 
 def downgrade(database_url: str, revision: str) -> None:

@@ -52,9 +52,11 @@ RowT = TypeVar("RowT", bound=Sequence[Any])
 #: Protobuf bytes around one entry's topic and metadata, at most: field tags and lengths,
 #: partition and offset varints, the commit time, the entry's own tag and length.
 FETCH_ENTRY_BYTES = 48
-#: The same for DescribeGroup's PartitionStatus, which adds log start, log end, lag, the past-end flag
-#: and lag in seconds with its status.
-DESCRIBE_ENTRY_BYTES = 100
+#: The same for DescribeGroup's PartitionStatus, which adds log start, log end, lag, the past-end flag,
+#: lag in seconds with its status, the verdict with its one-line reason and the watermark time.
+DESCRIBE_ENTRY_BYTES = 400
+#: What a partition's lag history adds, at most: a point (a time and a double, framed) per sample of the ring.
+LAG_HISTORY_BYTES = 90 * 24
 #: A response's bytes outside its entries: generation, page token, group id, member id and host.
 ENVELOPE_BYTES = 8192
 #: page_size larger than this is cut to it: one request may name this many partitions.

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from offsetstore.storage._calls import deadline
 from offsetstore.storage.async_store import AsyncStore, AsyncWriteBatcher, StoreObserver
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.
@@ -54,6 +55,7 @@ class Store:
         observer: StoreObserver = StoreObserver(),
         write_flushers: int = 2,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        status_rules: StatusRules = DEFAULT_RULES,
     ) -> None:
         #: The engine the store was made from: its URL and settings; the maintenance's own sessions.
         self.engine = engine
@@ -64,6 +66,7 @@ class Store:
             observer=observer,
             write_flushers=write_flushers,
             max_response_bytes=max_response_bytes,
+            status_rules=status_rules,
         )
         #: The event loop the store runs on; the server serves on it too.
         self.loop = asyncio.new_event_loop()
@@ -87,6 +90,10 @@ class Store:
     @property
     def max_response_bytes(self) -> int:
         return self.aio.max_response_bytes
+
+    @property
+    def status_rules(self) -> StatusRules:
+        return self.aio.status_rules
 
     @property
     def pool_size(self) -> int:

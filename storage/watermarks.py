@@ -27,7 +27,9 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark], *, at: date
 
     A log start of -1 was not observed (a Spark batch sees only log ends): the one
     stored stays, and none is invented where none is stored. ``at``: the report's time
-    (tests report at known times); default the statement's.
+    (tests report at known times; the server's Kafka reader, the time it asked); default the
+    statement's. The newer observation wins: a report older than the stored one changes
+    nothing (a consumer's and the server's reader's reports coexist).
     """
     run_hot(conn, report_watermarks_steps(values, at=at))
 
@@ -48,6 +50,7 @@ ON CONFLICT (topic, partition) DO UPDATE SET
     END,
     log_end_offset = EXCLUDED.log_end_offset,
     updated_at = EXCLUDED.updated_at
+WHERE w.updated_at <= EXCLUDED.updated_at
 """)
 
 

@@ -300,7 +300,7 @@ def test_describe_takes_a_group_or_all_groups() -> None:
         (["describe", "g", "--bogus"], "describe"),
         (["reset", "g", "--all-topics", "--to-current", "--reset-offsets"], "reset"),
         (["delete", "g", "--all-topics", "--force"], "delete"),
-        (["list", "--state", "Stable", "extra"], "list"),
+        (["list", "--prefix", "p", "extra"], "list"),  # list --state takes a status since issue 36
     ],
 )
 def test_a_wrong_flag_prints_the_usage_of_its_command(

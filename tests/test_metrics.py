@@ -610,6 +610,7 @@ GROUP_FAMILIES = (
     "offsetstore_group_max_lag",
     "offsetstore_group_partitions_past_log_end",
     "offsetstore_group_last_commit_age_seconds",
+    "offsetstore_group_status",
 )
 
 
@@ -620,8 +621,9 @@ def fill_huge_and_small(url: str, huge: int) -> None:
         "INSERT INTO offsetstore.groups (group_id) VALUES ('huge-0'), ('a-1'), ('a-2'), ('a-3'), ('b-1')",
         'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
         "SELECT 'huge-0', 'wide', p, CASE WHEN p = 0 THEN 30 ELSE 10 END FROM generate_series(0, :n - 1) p",
-        "INSERT INTO offsetstore.watermarks (topic, partition, log_start_offset, log_end_offset) "
-        "SELECT 'wide', p, 0, 25 FROM generate_series(0, :n - 1) p",
+        # Seen after the commits (a past-end offset is an anomaly only then: issue 36).
+        "INSERT INTO offsetstore.watermarks (topic, partition, log_start_offset, log_end_offset, updated_at) "
+        "SELECT 'wide', p, 0, 25, statement_timestamp() FROM generate_series(0, :n - 1) p",
         'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset") '
         "SELECT g, 'narrow', p, 20 FROM unnest(ARRAY['a-1', 'a-2', 'a-3', 'b-1']) g, generate_series(0, 3) p",
         "INSERT INTO offsetstore.watermarks (topic, partition, log_start_offset, log_end_offset) "

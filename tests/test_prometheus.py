@@ -182,6 +182,11 @@ def test_the_shipped_alert_rules_and_scrape_config_load() -> None:
     )
     assert config.returncode == 0, config.stdout + config.stderr
     assert "1 rule files found" in config.stdout
+    # Issue 36: the status alerts fire on their verdict, and never on IDLE or UNCONFIRMED.
+    unit = subprocess.run(
+        [promtool, "test", "rules", str(ROOT / "deploy/prometheus/alerts_test.yml")], capture_output=True, text=True
+    )
+    assert unit.returncode == 0, unit.stdout + unit.stderr
 
 
 def test_the_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:

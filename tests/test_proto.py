@@ -77,6 +77,10 @@ def test_contract_fields() -> None:
         "log_start_offset",
         "lag_seconds",  # issue 26: lag in time, -1 with its status when unknown
         "lag_seconds_status",
+        "status",  # issue 36: the verdict, its reason, and when the watermark was seen
+        "status_reason",
+        "watermark_time",
+        "lag_history",  # the console's sparkline, only when asked
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Float,
     Text,
     and_,
     any_,
@@ -29,6 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore import storage
 from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
 
@@ -117,6 +119,8 @@ def _build_partition_query():
             null().label("lag_sum"),
             null().label("past_ends"),
             lag_seconds.label("lag_seconds"),
+            offsets.c.commit_time,
+            *storage.status_columns(bindparam("window", type_=Float)),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("detailed", type_=ids)))
@@ -133,6 +137,7 @@ def _build_partition_query():
             func.sum(lag).filter(known),
             func.count().filter(past_end),
             func.max(lag_seconds).filter(lag_seconds >= 0),
+            *(null() for _ in range(9)),  # no verdict: see GroupCollector
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))
@@ -145,9 +150,9 @@ _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
 #: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
-#: age, partitions past the log end, lag in seconds. Each of its partitions adds at most two:
-#: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 6
+#: age, partitions past the log end, lag in seconds, status. Each of its partitions adds at most
+#: two: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
+GROUP_SERIES = 7
 PARTITION_SERIES = 2
 
 
@@ -205,7 +210,12 @@ def share_series(sizes: Sequence[tuple[str, str, int]], budget: int) -> frozense
 
 
 def group_metrics(
-    conn: Connection, limit: int, prefixes: Sequence[str] = (), series_limit: int = 0, sums: bool = True
+    conn: Connection,
+    limit: int,
+    prefixes: Sequence[str] = (),
+    series_limit: int = 0,
+    sums: bool = True,
+    rules: StatusRules = DEFAULT_RULES,
 ) -> GroupScrape:
     """The rows of one scrape, in two statements whatever the store's size (a storage-style operation).
 
@@ -227,7 +237,9 @@ def group_metrics(
     partitions: list[Any] = []
     if shown:
         summarized = summarized if sums else []
-        partitions = conn.execute(_PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized}).all()
+        partitions = conn.execute(
+            _PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized, "window": rules.window}
+        ).all()
     return GroupScrape(
         groups=head.groups if head else 0,
         with_offsets=head.with_offsets if head else 0,
@@ -239,4 +251,4 @@ def group_metrics(
 
 def group_sums(conn: Connection, group_ids: Sequence[str]) -> list[Any]:
     """One row of sums (lag sum, max lag, partitions past the log end) for each of ``group_ids``."""
-    return conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids)}).all()
+    return conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids), "window": 0.0}).all()

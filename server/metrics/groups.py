@@ -12,7 +12,9 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from offsetstore import storage
 from offsetstore.server.metrics.group_query import GroupScrape, group_metrics, group_sums
+from offsetstore.storage.status import Verdict, judge
 from offsetstore.storage.store import Store
 
 __all__ = ["SERIES_LIMIT", "GroupCollector"]
@@ -28,7 +30,8 @@ class GroupCollector(Collector):
 
     Bounded twice: at most ``group_limit`` groups are shown (taken round-robin over tenants),
     and the per-group series stay within ``series_limit`` (0: no limit). Every shown group has
-    its partition count, lag sum, max lag, last commit age, partitions past the log end and lag in seconds;
+    its partition count, lag sum, max lag, last commit age, partitions past the log end, lag in seconds
+    and status verdict (the verdict only while its partitions are detailed: a verdict is over them all);
     its partitions have series of their own only while the group fits its tenant's fair share
     of the budget (:func:`share_series`).
 
@@ -102,6 +105,7 @@ class GroupCollector(Collector):
                         self.tenant_prefixes,
                         self.series_limit,
                         self.sums_seconds <= 0,
+                        self.store.status_rules,
                     )
                 except Exception as error:
                     result = error
@@ -170,6 +174,13 @@ class GroupCollector(Collector):
                 "while no partition's is known.",
                 labels=group,
             ),
+            "status": GaugeMetricFamily(
+                "offsetstore_group_status",
+                "1 for the group's status verdict (its worst partition's: OK, IDLE, LAGGING, STALLED, STOPPED, "
+                "LOST, PAST_END or UNCONFIRMED; docs/operations.md), one series per group. Absent for a group "
+                "shown by its sums only.",
+                labels=("group", "status"),
+            ),
             "age": GaugeMetricFamily(
                 "offsetstore_group_last_commit_age_seconds",
                 "Seconds since the group's most recent offset change.",
@@ -205,11 +216,14 @@ class GroupCollector(Collector):
         if self.sums_seconds > 0:
             latest = self._background_sums(scrape)
             rows = [*rows, *(latest[g] for g in sums if g not in scrape.detailed and g in latest)]
+        verdicts: dict[str, list[tuple[str, int, Verdict]]] = {}
         for r in rows:
             found = sums[r.group_id]
             if r.topic is None:  # the sums of a group that did not fit its share
                 found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends, r.lag_seconds]
                 continue
+            facts = storage.facts_of(r, r.lag_seconds if r.lag_seconds >= 0 else -1.0)
+            verdicts.setdefault(r.group_id, []).append((r.topic, r.partition, judge(facts, self.store.status_rules)))
             if r.lag_seconds >= 0:
                 found[3] = max(found[3] or 0.0, r.lag_seconds)
             labels = [r.group_id, r.topic, str(r.partition)]
@@ -230,6 +244,8 @@ class GroupCollector(Collector):
             f["past_ends"].add_metric([r.group_id], past_ends)
             if lag_seconds is not None:
                 f["lag_seconds"].add_metric([r.group_id], lag_seconds)
+            if r.group_id in verdicts:
+                f["status"].add_metric([r.group_id, storage.group_verdict(verdicts[r.group_id]).status.name], 1)
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
         return list(f.values())
 

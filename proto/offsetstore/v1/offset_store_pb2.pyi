@@ -31,6 +31,18 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_KIND_RESET: _ClassVar[ChangeKind]
     CHANGE_KIND_DELETE: _ClassVar[ChangeKind]
     CHANGE_KIND_EXPIRE: _ClassVar[ChangeKind]
+
+class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GROUP_STATUS_UNSPECIFIED: _ClassVar[GroupStatus]
+    GROUP_STATUS_OK: _ClassVar[GroupStatus]
+    GROUP_STATUS_IDLE: _ClassVar[GroupStatus]
+    GROUP_STATUS_LAGGING: _ClassVar[GroupStatus]
+    GROUP_STATUS_STALLED: _ClassVar[GroupStatus]
+    GROUP_STATUS_STOPPED: _ClassVar[GroupStatus]
+    GROUP_STATUS_LOST: _ClassVar[GroupStatus]
+    GROUP_STATUS_PAST_END: _ClassVar[GroupStatus]
+    GROUP_STATUS_UNCONFIRMED: _ClassVar[GroupStatus]
 BOUNDARY_UNSPECIFIED: Boundary
 BOUNDARY_EARLIEST: Boundary
 BOUNDARY_LATEST: Boundary
@@ -43,6 +55,15 @@ CHANGE_KIND_COMMIT: ChangeKind
 CHANGE_KIND_RESET: ChangeKind
 CHANGE_KIND_DELETE: ChangeKind
 CHANGE_KIND_EXPIRE: ChangeKind
+GROUP_STATUS_UNSPECIFIED: GroupStatus
+GROUP_STATUS_OK: GroupStatus
+GROUP_STATUS_IDLE: GroupStatus
+GROUP_STATUS_LAGGING: GroupStatus
+GROUP_STATUS_STALLED: GroupStatus
+GROUP_STATUS_STOPPED: GroupStatus
+GROUP_STATUS_LOST: GroupStatus
+GROUP_STATUS_PAST_END: GroupStatus
+GROUP_STATUS_UNCONFIRMED: GroupStatus
 
 class TopicPartition(_message.Message):
     __slots__ = ("topic", "partition")
@@ -135,7 +156,7 @@ class GroupSummary(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status")
+    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +168,10 @@ class PartitionStatus(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LAG_SECONDS_STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAG_HISTORY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -158,7 +183,11 @@ class PartitionStatus(_message.Message):
     log_start_offset: int
     lag_seconds: float
     lag_seconds_status: LagSecondsStatus
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ...) -> None: ...
+    status: GroupStatus
+    status_reason: str
+    watermark_time: _timestamp_pb2.Timestamp
+    lag_history: _containers.RepeatedCompositeFieldContainer[LagPoint]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., watermark_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_history: _Optional[_Iterable[_Union[LagPoint, _Mapping]]] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "offsets", "generation")
@@ -297,17 +326,19 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupRequest(_message.Message):
-    __slots__ = ("group_id", "page_size", "page_token")
+    __slots__ = ("group_id", "page_size", "page_token", "include_lag_history")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_LAG_HISTORY_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     page_size: int
     page_token: str
-    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_lag_history: bool
+    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_lag_history: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +347,8 @@ class DescribeGroupResponse(_message.Message):
     MEMBER_HOST_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
@@ -324,7 +357,9 @@ class DescribeGroupResponse(_message.Message):
     member_host: str
     next_page_token: str
     active_time: _timestamp_pb2.Timestamp
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    status: GroupStatus
+    status_reason: str
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")
@@ -391,3 +426,11 @@ class ExpireGroupsResponse(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[ExpiredGroup]
     executed: bool
     def __init__(self, groups: _Optional[_Iterable[_Union[ExpiredGroup, _Mapping]]] = ..., executed: _Optional[bool] = ...) -> None: ...
+
+class LagPoint(_message.Message):
+    __slots__ = ("time", "lag_seconds")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    lag_seconds: float
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_seconds: _Optional[float] = ...) -> None: ...

@@ -61,13 +61,15 @@ async function call(method, body) {
 async function pages(method, body, key) {
   const out = [];
   let token = "";
+  let first = null;
   for (let i = 0; i < MAX_PAGES; i++) {
     const doc = await call(method, { ...body, pageToken: token });
+    first = first || doc;
     out.push(...(doc[key] || []));
     token = doc.nextPageToken || "";
-    if (!token) return { items: out, last: doc };
+    if (!token) return { items: out, last: doc, first };
   }
-  return { items: out, last: {}, truncated: true };
+  return { items: out, last: {}, first: first || {}, truncated: true };
 }
 
 // --- formatting ----------------------------------------------------------------------
@@ -117,6 +119,41 @@ function lagSecondsText(p) {
   return `${Number(p.lagSeconds || 0).toFixed(1)} s`;
 }
 
+// The status verdict (docs/operations.md, "Group status"): a badge whose title is its reason.
+function statusBadge(status, reason) {
+  const name = String(status || "GROUP_STATUS_UNSPECIFIED").replace("GROUP_STATUS_", "");
+  if (name === "UNSPECIFIED") return el("span", { class: "muted" }, "-");
+  return el("span", { class: "badge status-" + name.toLowerCase(), title: reason || name }, name);
+}
+
+// Lag in seconds over the sample ring (PartitionStatus.lagHistory), as a small line.
+function sparkline(points) {
+  const NS = "http://www.w3.org/2000/svg";
+  const [w, h] = [120, 24];
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "sparkline");
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  const values = (points || []).map((p) => Number(p.lagSeconds || 0));
+  if (values.length < 2) {
+    const text = document.createElementNS(NS, "text");
+    text.setAttribute("x", 0);
+    text.setAttribute("y", 16);
+    text.setAttribute("class", "muted");
+    text.textContent = values.length ? "one sample" : "no samples";
+    svg.append(text);
+    return svg;
+  }
+  const top = Math.max(1, ...values);
+  const line = document.createElementNS(NS, "polyline");
+  line.setAttribute("points", values.map((v, i) => `${(i * (w - 2)) / (values.length - 1) + 1},${h - 2 - (v / top) * (h - 4)}`).join(" "));
+  const title = document.createElementNS(NS, "title");
+  title.textContent = `lag in seconds over the last ${values.length} samples, up to ${top.toFixed(1)} s`;
+  svg.append(title, line);
+  return svg;
+}
+
 function when(iso) {
   if (!iso) return el("span", { class: "muted" }, "never");
   const then = new Date(iso);
@@ -140,7 +177,14 @@ const GROUP_COLUMNS = [
   { key: "generation", label: "Generation", num: true, value: (g) => num(g.generation), cell: (g) => String(g.generation) },
   { key: "totalLag", label: "Lag (offsets)", num: true, value: (g) => num(g.totalLag), cell: (g) => lagText(g.totalLag) },
   { key: "lastCommitTime", label: "Last activity", value: (g) => g.lastCommitTime || "", cell: (g) => when(g.lastCommitTime) },
+  { key: "status", label: "Status", value: (g) => STATUS_ORDER.indexOf(statusName(g.status)), cell: (g) => statusBadge(g.status, g.statusReason) },
 ];
+
+// Worst first, as the server orders a group's partitions (storage/status.py's SEVERITY).
+const STATUS_ORDER = ["LOST", "PAST_END", "STOPPED", "STALLED", "LAGGING", "UNCONFIRMED", "OK", "IDLE", "UNSPECIFIED"];
+const statusName = (s) => String(s || "GROUP_STATUS_UNSPECIFIED").replace("GROUP_STATUS_", "");
+// ListGroups carries no verdict: the first page of a DescribeGroup of one partition does (over all of them).
+const STATUS_LOOKUPS = 200;
 
 const view = { sort: "groupId", dir: 1, groups: [], prefix: "" };
 
@@ -164,6 +208,16 @@ async function groupsPage(prefix, mine) {
     view.groups = items;
     $("#count").textContent = `${items.length} group(s)${truncated ? " (first pages only)" : ""}`;
     renderGroups();
+    for (const g of items.slice(0, STATUS_LOOKUPS)) {
+      try {
+        const first = await call("DescribeGroup", { groupId: g.groupId, pageSize: 1 });
+        if (movedOn(mine)) return;
+        [g.status, g.statusReason] = [first.status, first.statusReason];
+      } catch (error) {
+        g.statusReason = error.message;
+      }
+    }
+    if (!movedOn(mine)) renderGroups();
   } catch (error) {
     if (!movedOn(mine)) $("#groups").replaceChildren(failure(error));
   }
@@ -194,7 +248,7 @@ async function groupPage(groupId, mine) {
   main.replaceChildren(el("p", { class: "muted" }, "Loading…"));
   let described;
   try {
-    described = await pages("DescribeGroup", { groupId, pageSize: 1000 }, "partitions");
+    described = await pages("DescribeGroup", { groupId, pageSize: 1000, includeLagHistory: true }, "partitions");
   } catch (error) {
     if (!movedOn(mine)) main.replaceChildren(el("h1", {}, groupId), failure(error));
     return;
@@ -202,9 +256,12 @@ async function groupPage(groupId, mine) {
   if (movedOn(mine)) return;
   const g = described.last;
   const partitions = described.items;
+  const first = described.first || g;
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/?prefix=" + encodeURIComponent(view.prefix) }, "← groups")),
     el("h1", { id: "group-id" }, groupId),
+    el("p", { class: "status-line" }, el("span", { id: "group-status" }, statusBadge(first.status, first.statusReason)), " ",
+      el("span", { id: "status-reason", class: "muted" }, first.statusReason || "")),
     el("dl", { class: "facts" },
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
@@ -220,6 +277,8 @@ async function groupPage(groupId, mine) {
       { label: "Log end", num: true, cell: (p) => (num(p.logEndOffset) < 0 ? "unknown" : String(p.logEndOffset)) },
       { label: "Lag", num: true, cell: (p) => lagText(p.lag) },
       { label: "Lag (time)", num: true, cell: (p) => lagSecondsText(p) },
+      { label: "Lag trend (15 min)", cell: (p) => sparkline(p.lagHistory) },
+      { label: "Status", cell: (p) => statusBadge(p.status, p.statusReason) },
       { label: "Committed", cell: (p) => when(p.commitTime) },
     ], partitions, "partitions"),
     el("div", { id: "admin" }),

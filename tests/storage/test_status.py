@@ -1,0 +1,83 @@
+"""The status verdict's rules (storage/status.py) on hand-made facts: no database, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from offsetstore.core.types import GroupStatus
+from offsetstore.storage.status import PartitionFacts, StatusRules, Verdict, judge, worst
+
+NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+# A consumer keeping up: committed 2 s ago at 95, the log end 100 seen 1 s ago, lag steady.
+HEALTHY = PartitionFacts(
+    offset=95,
+    commit_time=ago(2),
+    moved_time=ago(2),
+    log_start=0,
+    log_end=100,
+    watermark_time=ago(1),
+    lag_seconds=1.5,
+    offset_then=40,
+    log_end_then=45,
+    now=NOW,
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "reason"),
+    [
+        ({}, GroupStatus.OK, "lag 5 (2s behind), keeping up"),
+        ({"offset": 100}, GroupStatus.OK, "caught up at 100"),
+        # Caught up and silent: a quiet topic, never an alarm however long.
+        ({"offset": 100, "commit_time": ago(86400), "moved_time": ago(86400)}, GroupStatus.IDLE, "no commit for 24.0h"),
+        # The issue's walk: committed 75 after the log end 64 was seen: no anomaly claimed.
+        ({"offset": 75, "log_end": 64, "watermark_time": ago(3)}, GroupStatus.OK, "seen 1s before the commit (unconf"),
+        # ... and with no log end seen for longer than the window, no verdict at all.
+        ({"offset": 75, "log_end": 64, "watermark_time": ago(90)}, GroupStatus.UNCONFIRMED, "no log end seen for 90s"),
+        ({"offset": 75, "log_end": 64, "watermark_time": ago(1)}, GroupStatus.PAST_END, "past the log end 64"),
+        ({"log_start": 97}, GroupStatus.LOST, "2 records deleted unread"),
+        # The log start only grows: one seen before the commit already proves the loss.
+        ({"log_start": 97, "watermark_time": ago(30)}, GroupStatus.LOST, "below the log start 97"),
+        ({"commit_time": ago(90), "moved_time": ago(90)}, GroupStatus.STOPPED, "no commit for 90s"),
+        # No log end seen since the last commit: the lag it shows may be gone.
+        (
+            {"commit_time": ago(90), "moved_time": ago(90), "watermark_time": ago(120)},
+            GroupStatus.UNCONFIRMED,
+            "no log end seen since",
+        ),
+        ({"moved_time": ago(300)}, GroupStatus.STALLED, "has not moved for 5m"),
+        ({"lag_seconds": 45.0, "offset_then": 60, "log_end_then": 62}, GroupStatus.LAGGING, "lag grew from 2 to 5"),
+        # Lag growing, but the oldest unread record is young: jitter between two commits.
+        ({"lag_seconds": 3.0, "offset_then": 60, "log_end_then": 62}, GroupStatus.OK, "keeping up"),
+        ({"log_end": None, "watermark_time": None}, GroupStatus.UNCONFIRMED, "no log end known"),
+    ],
+)
+def test_a_rule_decides_each_verdict(change: dict[str, object], status: GroupStatus, reason: str) -> None:
+    verdict = judge(replace(HEALTHY, **change))  # type: ignore[arg-type]  # the fields' own types
+    assert verdict.status == status, verdict.reason
+    assert reason in verdict.reason
+
+
+def test_the_window_is_the_one_threshold() -> None:
+    stopped = replace(HEALTHY, commit_time=ago(20), moved_time=ago(20))
+    assert judge(stopped).status == GroupStatus.OK
+    assert judge(stopped, StatusRules(window=10)).status == GroupStatus.STOPPED
+
+
+def test_a_group_is_its_worst_partition() -> None:
+    verdicts = [Verdict(GroupStatus.IDLE, "a"), Verdict(GroupStatus.STOPPED, "b"), Verdict(GroupStatus.LAGGING, "c")]
+    assert worst(verdicts).status == GroupStatus.STOPPED
+    assert (
+        worst([Verdict(GroupStatus.UNCONFIRMED, "u"), Verdict(GroupStatus.OK, "o")]).status == GroupStatus.UNCONFIRMED
+    )
+    assert worst([Verdict(GroupStatus.PAST_END, "p"), Verdict(GroupStatus.LOST, "l")]).status == GroupStatus.LOST
+    assert worst([]).status == GroupStatus.IDLE
