@@ -251,8 +251,11 @@ class OffsetStoreServer:
         )
         self.async_store = store.aio
         carry = write_carry()
-        if carry is not None:  # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py)
+        if carry is not None and store.aio.writes.carry is None:
+            # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py); the
+            # store's connections opened before tracing was set up would trace nothing: renewed.
             store.aio.writes.carry = carry
+            store.wait(store.aio.renew_connections())
         try:
             self.port = store.wait(self._bind(listen, credentials))
             if self.port == 0:

@@ -268,11 +268,11 @@ class AsyncStore:
                     await self._health.close()
                     self._health = None
                 if isinstance(error, NotThePrimary):
-                    await self._renew_connections()
+                    await self.renew_connections()
                 return False
 
-    async def _renew_connections(self) -> None:
-        """Drops every pooled connection: they may be on a server that is no longer the primary."""
+    async def renew_connections(self) -> None:
+        """Drops every pooled connection (they may be on a server that is no longer the primary, or predate tracing)."""
         with contextlib.suppress(Exception):
             await self.hot.drain()
         with contextlib.suppress(Exception):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -701,14 +701,18 @@ def test_serve_reads_the_sums_of_huge_groups_in_the_background(scratch_database_
     store = Store(create_engine(scratch_database_url, pool_size=2))
     try:
         registry = metrics.build_registry(store, series_limit=500, sums_seconds=60)
-        summed_here: list[list[str]] = []  # the groups whose sums the scrape's own thread read
+        summed_here: list[list[str]] = []  # the groups whose sums the scrape's own call read
+        # The store runs every statement on its loop, in its caller's context: this marks the scrape's.
+        scraping = contextvars.ContextVar("scraping", default=False)
 
         def on_execute(conn, cursor, statement, parameters, context, executemany):
-            if threading.current_thread() is threading.main_thread() and isinstance(parameters, dict):
+            if scraping.get() and isinstance(parameters, dict):
                 summed_here.append(parameters.get("summarized") or [])
 
         sa.event.listen(store.aio.engine.sync_engine, "before_cursor_execute", on_execute)
+        token = scraping.set(True)
         generate_latest(registry)  # starts the read of the sums; this scrape does not wait for it
+        scraping.reset(token)
         sa.event.remove(store.aio.engine.sync_engine, "before_cursor_execute", on_execute)
         assert summed_here and not any(summed_here)
         assert registry.get_sample_value("offsetstore_group_partitions", {"group": "huge-0"}) == 3000
