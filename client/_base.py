@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from grpc_health.v1 import health_pb2
 
 from offsetstore.core import convert
+from offsetstore.core.calls import BY_REQUEST
 from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError
 from offsetstore.core.types import (
     CommittedOffset,
@@ -51,22 +52,13 @@ PAGED_READ_ATTEMPTS = 3
 Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
 
 
-#: What a write whose answer never came may have done, and how to find out: said in the
-#: message of its DeadlineExceededError or StoreUnavailableError. Keyed by request type.
-UNKNOWN_OUTCOME: dict[str, str] = {
-    "CommitOffsetsRequest": "the commit may or may not have been applied; fetch the offsets to find out",
-    "ResetOffsetsRequest": "the reset may or may not have been applied; describe the group to find out",
-    "DeleteOffsetsRequest": "the delete may or may not have been applied; fetch the offsets to find out",
-    "JoinGroupRequest": "the join may or may not have bumped the group's generation; join again for a current one",
-    "ExpireGroupsRequest": "the expiry may or may not have been applied; list the groups to find out",
-}
-
-
 def unknown_outcome(request: Any) -> str | None:
-    """What to say when `request` (a write) got no answer; None for a read, which changed nothing."""
-    if getattr(request, "dry_run", False) or getattr(request, "execute", True) is False:
-        return None  # a dry run, or an expiry's preview
-    return UNKNOWN_OUTCOME.get(type(request).__name__)
+    """What to say when `request` (a write) got no answer, and how to find out (its unknown_outcome
+    fact, :mod:`offsetstore.core.calls`); None for a read or a preview, which changed nothing."""
+    facts = BY_REQUEST.get(type(request).__name__)
+    if facts is None or not facts.unknown_outcome or facts.previews(request):
+        return None
+    return facts.unknown_outcome
 
 
 class ClientBase:
