@@ -1,4 +1,4 @@
-"""``groups list`` and ``groups expire``: the groups, and the groups idle long enough to expire."""
+"""``groups list``, ``groups topics`` and ``groups expire``: the groups, a group's topics, and the groups idle long enough to expire."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from offsetstore.cli._errors import EXIT_OK
 from offsetstore.cli._render import Output, json_time, table_time, unknown_cell
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.durations import format_duration
-from offsetstore.core.types import ExpiredGroup
+from offsetstore.core.types import ExpiredGroup, TopicSummary
 
 
 def _expired_rows(groups: Sequence[ExpiredGroup], out: Output) -> list[dict[str, Any]] | None:
@@ -68,6 +68,35 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
             (g.group_id, g.generation, g.partition_count, table_time(g.last_commit_time), unknown_cell(g.total_lag))
             for g in groups
         ),
+    )
+    return EXIT_OK
+
+
+def cmd_topics(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    topics: list[TopicSummary] = []
+    token = ""
+    while True:
+        page = client.list_topics(args.group, page_token=token)
+        topics.extend(page.items)
+        token = page.next_page_token
+        if not token:
+            break
+    if out.json:
+        out.document(
+            [
+                {
+                    "topic": t.topic,
+                    "partition_count": t.partition_count,
+                    "last_commit_time": json_time(t.last_commit_time),
+                    "total_lag": t.total_lag,
+                }
+                for t in topics
+            ]
+        )
+        return EXIT_OK
+    out.table(
+        ("TOPIC", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG"),
+        ((t.topic, t.partition_count, table_time(t.last_commit_time), unknown_cell(t.total_lag)) for t in topics),
     )
     return EXIT_OK
 

@@ -31,6 +31,7 @@ from offsetstore.core.types import (
     ResetRequest,
     TopicPartition,
     Topics,
+    TopicSummary,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -194,6 +195,14 @@ def list_groups_request(prefix: str, page_size: int, page_token: str) -> pb.List
 
 def list_groups_result(response: pb.ListGroupsResponse) -> Page[GroupSummary]:
     return Page([convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
+
+
+def list_topics_request(group_id: str, page_size: int, page_token: str) -> pb.ListTopicsRequest:
+    return pb.ListTopicsRequest(group_id=group_id, page_size=page_size, page_token=page_token)
+
+
+def list_topics_result(response: pb.ListTopicsResponse) -> Page[TopicSummary]:
+    return Page([convert.topic_summary_from_proto(t) for t in response.topics], response.next_page_token)
 
 
 def expire_groups_request(

@@ -91,12 +91,16 @@ class CallFacts:
         return not self.read_only and not self.previews(request)
 
 
+# The generated stub types the extension as a plain FieldDescriptor, which Extensions[] refuses.
+_CALL: Any = options_pb2.call
+
+
 def facts_of(method: MethodDescriptor) -> CallFacts:
     """The facts ``method`` declares; ValueError when it declares none (or an incomplete set)."""
     options = method.GetOptions()
-    if not options.HasExtension(options_pb2.call):
+    if not options.HasExtension(_CALL):
         raise ValueError(f"{method.full_name} declares no (offsetstore.v1.call) option: see DEVELOPERS.md")
-    call = options.Extensions[options_pb2.call]
+    call: options_pb2.CallFacts = options.Extensions[_CALL]
     if not (call.permission and call.scope and call.cost):
         raise ValueError(f"{method.full_name}'s (offsetstore.v1.call) option needs permission, scope and cost")
     request = method.input_type

@@ -31,6 +31,7 @@ from offsetstore.storage.reads import (
     lag_seconds_column,
     list_groups,
     list_offset_history,
+    list_topics,
     past_log_end_column,
 )
 from offsetstore.storage.resets import delete_offsets, reset_offsets
@@ -75,6 +76,7 @@ __all__ = [
     "lag_seconds_column",
     "list_groups",
     "list_offset_history",
+    "list_topics",
     "lock_offsets",
     "past_log_end_column",
     "read_watermarks",

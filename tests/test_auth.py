@@ -76,6 +76,7 @@ NEEDS = {
     "DescribeGroup": "read",
     "ListOffsetHistory": "read",
     "ListGroups": "read",
+    "ListTopics": "read",
     "CommitOffsets": "commit",
     "JoinGroup": "commit",
     "ReportWatermarks": "commit",

@@ -45,6 +45,7 @@ def _examples(group: str) -> dict[str, dict[str, Any]]:
         },
         "DescribeGroup": {"groupId": group},
         "ListGroups": {"prefix": group},
+        "ListTopics": {"groupId": group},
         "ListOffsetHistory": {"groupId": group},
         "ResetOffsets": {"groupId": group, "allTopics": True, "toBoundary": "BOUNDARY_EARLIEST", "dryRun": True},
         "DeleteOffsets": {"groupId": group, "topics": [{"topic": "orders", "partitions": [1]}]},
@@ -69,6 +70,7 @@ def test_every_rpc_of_the_service_answers_curl_with_its_response(http_server: Ht
     }
     assert answers["ListGroups"]["groups"][0]["groupId"] == group
     assert answers["DescribeGroup"]["partitions"][0]["logEndOffset"] == "50"
+    assert [(t["topic"], t["partitionCount"]) for t in answers["ListTopics"]["topics"]] == [("orders", 2)]
     assert answers["ResetOffsets"]["dryRun"] is True
     assert answers["DeleteOffsets"]["deleted"] == [{"topic": "orders", "partition": 1}]
     assert [c["actor"] for c in answers["ListOffsetHistory"]["changes"]] == ["console-admin", "console-admin"]

@@ -75,7 +75,14 @@ def test_a_write_that_may_not_be_retried_must_say_how_to_find_out_what_it_did() 
 
 def test_the_gate_the_quotas_and_the_clients_read_the_same_facts() -> None:
     assert RPC_PERMISSIONS == {name: f.permission for name, f in FACTS.items()}
-    assert RETRIED_METHODS == ("FetchOffsets", "ListGroups", "DescribeGroup", "ListOffsetHistory", "ReportWatermarks")
+    assert set(RETRIED_METHODS) == {
+        "FetchOffsets",
+        "ListGroups",
+        "DescribeGroup",
+        "ListOffsetHistory",
+        "ListTopics",
+        "ReportWatermarks",
+    }
     writes = {name for name, f in FACTS.items() if f.unknown_outcome}
     assert writes == {"CommitOffsets", "ResetOffsets", "DeleteOffsets", "JoinGroup", "ExpireGroups"}
     assert {n for n, f in FACTS.items() if f.creates_group} == {"CommitOffsets", "JoinGroup", "ResetOffsets"}
