@@ -12,7 +12,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import PKI, SERVICE, TOKENS, bearer, call, fresh
 from tests.fixtures.fix_db import nothing_written
 from tests.fixtures.fix_server import free_port
+from tests.fixtures.waits import wait_until_serving
 
 # --- the requests of the raw calls ------------------------------------------------------
 
@@ -508,16 +508,7 @@ def test_offsetstore_serve_with_tls_and_tokens(database_url: str, pki: PKI, tmp_
         )
     try:
         with OffsetStoreClient(address, credentials=pki.channel_credentials(), timeout=5) as anonymous:
-            stop_at = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, log.read_text()
-                try:
-                    if anonymous.health() == "SERVING":
-                        break
-                except StoreUnavailableError:
-                    pass
-                assert time.monotonic() < stop_at, log.read_text()
-                time.sleep(0.2)
+            wait_until_serving(anonymous, process, log.read_text)
             with pytest.raises(UnauthenticatedError):
                 anonymous.list_groups("t-")
         group = fresh()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,12 +35,6 @@ DRIVER_WORDS = ("psycopg", "sqlalchemy", "traceback", "sqlstate")
 SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE FROM", "ON CONFLICT", "[SQL:")
 
 # --- fixtures and helpers ---
-
-
-@pytest.fixture
-def topic() -> str:
-    """A topic no other test uses, so that "nothing written" can be checked by topic."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="module")

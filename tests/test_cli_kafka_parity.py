@@ -9,11 +9,6 @@ import pytest
 
 
 @pytest.fixture
-def topic() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
 def two(client, topic: str) -> list[str]:
     """Two groups with offsets 10 and 20 on partitions 0 and 1 of `topic`."""
     names = [f"parity-{uuid.uuid4().hex[:10]}" for _ in range(2)]

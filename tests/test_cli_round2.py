@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import uuid
 
 import pytest
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import Watermark
 from offsetstore.server import metrics
-
-
-@pytest.fixture
-def topic() -> str:
-    """A topic no other test uses: watermarks are shared by all groups."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def offsets_of(client, group_id: str) -> dict[tuple[str, int], int]:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-
-import pytest
 
 from offsetstore.client import (
     ChangeKind,
@@ -19,11 +16,6 @@ from offsetstore.client import (
 )
 from tests.fixtures.concurrency import run_in_threads
 from tests.fixtures.fix_server import all_history
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def test_hundreds_of_concurrent_commits_all_land(server, client, group_id, topic):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import grpc
 import pytest
@@ -18,11 +17,6 @@ from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, St
 from offsetstore.core.types import EARLIEST, NO_OFFSET, Boundary, ChangeKind, OffsetCommit, Watermark
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def run(engine: sa.Engine, operation, *args, **kwargs):

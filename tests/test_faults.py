@@ -244,40 +244,46 @@ def test_acknowledged_commits_survive_killed_backends_a_restart_and_a_crash(
         threads = [threading.Thread(target=c.run, args=(stop,), daemon=True) for c in committers]
         for t in threads:
             t.start()
-        try:
-            time.sleep(1.5)
 
-            # Connections killed under the server's feet, again and again.
+        def everyone_committed_since(since: float) -> Callable[[], bool]:
+            return lambda: all(c.acknowledged_at and c.acknowledged_at[-1] > since for c in committers)
+
+        def failures() -> int:
+            return sum(len(c.failures) for c in committers)
+
+        try:
+            wait_for(everyone_committed_since(0), RECOVERY_SECONDS, "every committer commits")
+
+            # Connections killed under the server's feet, again and again; each time every
+            # committer gets through again before the next.
             killed = 0
             for _ in range(6):
                 killed += private_pg.terminate_server_backends()
-                time.sleep(0.3)
+                wait_for(everyone_committed_since(time.monotonic()), RECOVERY_SECONDS, "every committer commits again")
             assert killed > 0
-            time.sleep(1)
 
             # A clean restart, then a crash: each time health goes NOT_SERVING while the
             # database is away, calls fail with UNAVAILABLE, and the server comes back by itself.
             recoveries = []
             for outage in (private_pg.stop, private_pg.crash):
+                failed_before = failures()
                 outage()
                 wait_for(health_is(client, "NOT_SERVING"), RECOVERY_SECONDS, "health turns NOT_SERVING")
                 with pytest.raises(StoreUnavailableError) as down:
                     client.commit_offsets(probe_group, {("probe", 0): 1})
                 assert server_reason(down.value) == "STORE_UNAVAILABLE"
-                time.sleep(0.5)
+                # The committers meet the outage too before the database comes back.
+                wait_for(
+                    lambda before=failed_before: failures() > before, RECOVERY_SECONDS, "a committer's commit fails"
+                )
                 private_pg.start()
                 back_at = time.monotonic()
-
-                def everyone_committed_since(back_at: float = back_at) -> bool:
-                    return all(c.acknowledged_at and c.acknowledged_at[-1] > back_at for c in committers)
-
                 recoveries.append(
                     wait_for(a_commit_succeeds(client, probe_group), RECOVERY_SECONDS, "a commit succeeds")
                 )
                 wait_for(health_is(client, "SERVING"), RECOVERY_SECONDS, "health turns SERVING")
                 # Every committer gets through again, not just the probe.
-                wait_for(everyone_committed_since, RECOVERY_SECONDS, "every committer commits again")
-                time.sleep(1)
+                wait_for(everyone_committed_since(back_at), RECOVERY_SECONDS, "every committer commits again")
         finally:
             stop.set()
             for t in threads:

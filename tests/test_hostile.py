@@ -41,7 +41,6 @@ from offsetstore.client import (
     OffsetStoreClient,
     PermissionDeniedError,
     ResourceExhaustedError,
-    StoreUnavailableError,
     UnauthenticatedError,
 )
 from offsetstore.core.errors import from_rpc_error
@@ -60,6 +59,7 @@ from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.dockerfile import healthcheck_command, read_dockerfile
 from tests.fixtures.fix_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, reason_of
 from tests.fixtures.fix_db import nothing_written
+from tests.fixtures.waits import wait_for, wait_until_serving
 
 INT64_MAX = 2**63 - 1
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,14 +379,7 @@ def served(module_database_url: str, pki: PKI, tmp_path_factory: pytest.TempPath
         )
     try:
         with OffsetStoreClient(address, timeout=5) as anonymous:
-            stop_at = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, log.read_text()
-                with contextlib.suppress(StoreUnavailableError):
-                    if anonymous.health() == "SERVING":
-                        break
-                assert time.monotonic() < stop_at, log.read_text()
-                time.sleep(0.2)
+            wait_until_serving(anonymous, process, log.read_text)
         yield Served(address, f"http://127.0.0.1:{metrics_port}/metrics", log, process.pid)
     finally:
         process.terminate()
@@ -669,23 +662,13 @@ def test_sighup_reloads_the_tokens_file(database_url: str, pki: PKI, tmp_path: P
     try:
         new_token, group = f"rotated-{uuid.uuid4().hex}", fresh()
         with OffsetStoreClient(address, token=new_token, timeout=5) as rotated:
-            stop_at = time.monotonic() + 60
-            while True:  # up, and the new token not yet valid
-                assert process.poll() is None, log.read_text()
-                with contextlib.suppress(StoreUnavailableError):
-                    if rotated.health() == "SERVING":
-                        break
-                assert time.monotonic() < stop_at, log.read_text()
-                time.sleep(0.2)
+            wait_until_serving(rotated, process, log.read_text)  # up, and the new token not yet valid
             with pytest.raises(UnauthenticatedError):
                 rotated.commit_offsets(group, {("orders", 0): 1})
             # The committer's current token rotated to a new one; the old one is gone.
             tokens.write_text(tokens.read_text().replace(hash_token(TOKENS["committer"]), hash_token(new_token)))
             process.send_signal(signal.SIGHUP)
-            stop_at = time.monotonic() + 20
-            while "tokens file reloaded" not in log.read_text():
-                assert time.monotonic() < stop_at, log.read_text()
-                time.sleep(0.1)
+            wait_for(lambda: "tokens file reloaded" in log.read_text(), "the tokens file reloaded", 20)
             rotated.commit_offsets(group, {("orders", 0): 1})
         with OffsetStoreClient(address, token=TOKENS["committer"], timeout=5) as old:
             with pytest.raises(UnauthenticatedError):
@@ -693,10 +676,7 @@ def test_sighup_reloads_the_tokens_file(database_url: str, pki: PKI, tmp_path: P
         # A broken file is refused and the one in force stays.
         tokens.write_text("[principals")
         process.send_signal(signal.SIGHUP)
-        stop_at = time.monotonic() + 20
-        while "not reloaded" not in log.read_text():
-            assert time.monotonic() < stop_at, log.read_text()
-            time.sleep(0.1)
+        wait_for(lambda: "not reloaded" in log.read_text(), "the broken tokens file refused", 20)
         with OffsetStoreClient(address, token=new_token, timeout=5) as rotated:
             rotated.commit_offsets(group, {("orders", 0): 3})
     finally:

@@ -9,7 +9,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -102,12 +101,6 @@ def metered(metrics_database_url: str) -> Iterator[Metered]:
     m = start_metered(metrics_database_url)
     yield m
     stop_metered(m)
-
-
-@pytest.fixture
-def topic() -> str:
-    """A topic no other test uses: watermarks are per topic, shared by every group."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def count_statements(engine: sa.Engine, registry: CollectorRegistry) -> int:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from offsetstore.client import OffsetStoreClient, StoreUnavailableError
+from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import Watermark
+from tests.fixtures.waits import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_INSTALLED = "Debian's prometheus package is not installed (apt-get install prometheus)"
@@ -80,16 +81,7 @@ def offsetstore_serve(scratch_database_url: str, tmp_path: Path) -> Iterator[tup
     )
     try:
         with OffsetStoreClient(address, timeout=2) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, (tmp_path / "offsetstore.log").read_text()
-                try:
-                    if client.health() == "SERVING":
-                        break
-                except StoreUnavailableError:
-                    pass  # not listening yet
-                assert time.monotonic() < deadline, "offsetstore serve never became SERVING"
-                time.sleep(0.2)
+            wait_until_serving(client, process, (tmp_path / "offsetstore.log").read_text)
         yield address, metrics_port, process
     finally:
         if process.poll() is None:

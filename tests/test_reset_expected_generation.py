@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 
 import grpc
 import psycopg
@@ -17,11 +16,6 @@ from offsetstore.storage.database_url import conninfo
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.concurrency import wait_until
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def state(client: OffsetStoreClient, group_id: str) -> tuple[object, ...]:

@@ -34,6 +34,7 @@ from offsetstore.server.config import Settings
 from offsetstore.storage import retention
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
+from tests.fixtures.waits import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -207,16 +208,16 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
             slowest[0] = max(slowest[0], time.perf_counter() - started)
             commits[0] += 1
 
-    holding = threading.Event()
+    holding, release = threading.Event(), threading.Event()
 
     def long_writer() -> None:
-        # A transaction that wrote history and stays open 1.5 s (a long sink batch): the
-        # round's DDL must give up on its lock within LOCK_TIMEOUT_MS, not queue the
-        # commits behind it for as long.
+        # A transaction that wrote history and stays open (a long sink batch) until the round
+        # is over: the round's DDL must give up on its lock within LOCK_TIMEOUT_MS, not queue
+        # the commits behind it for as long.
         with rstore.engine.begin() as conn:
             insert_history(conn, fresh("long-"), [datetime.now(UTC)])
             holding.set()
-            time.sleep(1.5)
+            release.wait(60)
 
     threads = [threading.Thread(target=load, args=(n,)) for n in range(4)]
     for t in threads:
@@ -226,9 +227,12 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
         writer = threading.Thread(target=long_writer)
         writer.start()
         holding.wait(10)
-        blocked = retention.Maintenance(
-            rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda: start + timedelta(days=19)
-        ).run_once()
+        try:
+            blocked = retention.Maintenance(
+                rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda: start + timedelta(days=19)
+            ).run_once()
+        finally:
+            release.set()
         writer.join()
         assert blocked is not None and blocked.deferred
         for day in range(20, 26):
@@ -253,12 +257,13 @@ def test_only_one_of_two_servers_runs_a_round_at_a_time(rstore: Store, module_da
     other = Store(create_engine(module_database_url, pool_size=2))
     inside = threading.Barrier(2, timeout=10)
     running = [0, 0]
+    skipped = threading.Event()
 
     class Slow(retention.Maintenance):
         def _round(self) -> retention.RoundResult:
             running[0] += 1
             running[1] = max(running[1], running[0])
-            time.sleep(0.5)
+            skipped.wait(10)  # a round that lasts until the other server has tried its own
             running[0] -= 1
             return retention.RoundResult()
 
@@ -268,6 +273,8 @@ def test_only_one_of_two_servers_runs_a_round_at_a_time(rstore: Store, module_da
     def run(i: int) -> None:
         inside.wait()
         results[i] = workers[i].run_once()
+        if results[i] is None:
+            skipped.set()
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     try:
@@ -339,7 +346,13 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
             time.sleep(0.2)
         else:
             pytest.fail("the idle group did not expire")
-        time.sleep(1.5)  # one more round, in which the busy group must still survive
+        # One more round, in which the busy group must still survive.
+        rounds = registry.get_sample_value("offsetstore_maintenance_seconds_count") or 0
+        wait_for(
+            lambda: (registry.get_sample_value("offsetstore_maintenance_seconds_count") or 0) > rounds + 1,
+            "two more maintenance rounds",
+            15,
+        )
     finally:
         worker.stop()
         stop.set()
@@ -409,7 +422,7 @@ def test_expire_groups_previews_unless_executed(rclient: OffsetStoreClient) -> N
     prefix = fresh("manual-")
     group = prefix + "-a"
     rclient.commit_offsets(group, {("t", 0): 3})
-    time.sleep(1.2)
+    wait_for(lambda: rclient.expire_groups(1, prefix=prefix) != [], "the group idle for 1 s", 10)
     preview = rclient.expire_groups(1, prefix=prefix)
     assert [(g.group_id, g.partition_count) for g in preview] == [(group, 1)]
     assert rclient.fetch_offsets(group).offsets[("t", 0)].offset == 3
@@ -447,7 +460,7 @@ def test_cli_lists_what_would_expire_and_expires_only_with_execute(
     prefix = fresh("cli-")
     group = prefix + "-a"
     client.commit_offsets(group, {("t", 0): 7})
-    time.sleep(1.2)
+    wait_for(lambda: client.expire_groups(1, prefix=prefix) != [], "the group idle for 1 s", 10)
 
     def run(*argv: str) -> tuple[int, str]:
         capsys.readouterr()
@@ -557,7 +570,7 @@ def test_two_servers_expiring_at_once_expire_each_group_once(rstore: Store, modu
     names = [f"{prefix}-{n:02d}" for n in range(12)]
     for name in names:
         rstore.commit_offsets(name, [OffsetCommit("t", 0, 1), OffsetCommit("t", 1, 2)])
-    time.sleep(1.1)
+    wait_for(lambda: len(rstore.expire_groups(timedelta(seconds=1), prefix=prefix)) == 12, "the groups idle 1 s", 10)
     start = threading.Barrier(2, timeout=10)
     done: list[list[str]] = [[], []]
 
@@ -589,7 +602,7 @@ def test_the_asyncio_client_expires_too(rstore: Store) -> None:
 
     prefix = fresh("async-")
     rstore.commit_offsets(prefix + "-a", [OffsetCommit("t", 0, 1)])
-    time.sleep(1.1)
+    wait_for(lambda: rstore.expire_groups(timedelta(seconds=1), prefix=prefix) != [], "the group idle 1 s", 10)
     server = OffsetStoreServer(rstore, "127.0.0.1:0", max_workers=4)
 
     async def run() -> tuple[list[str], list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,12 +32,6 @@ from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 
 # --- fixtures and helpers ---
-
-
-@pytest.fixture
-def topic() -> str:
-    """A topic no other test uses: watermarks are shared by all groups."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="module")

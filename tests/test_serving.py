@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from offsetstore.client import OffsetStoreClient, StoreUnavailableError
+from offsetstore.client import OffsetStoreClient
 from tests.fixtures.fix_auth import PKI, TOKENS, fresh
+from tests.fixtures.waits import wait_until_serving
 
 # Opens COUNT calls of METHOD that send their headers and never their request, holds them
 # for SECONDS, and says how many the server ended before that (refused, or timed out).
@@ -117,14 +118,7 @@ def serve(
     served = Served(address, process, log)
     try:
         with OffsetStoreClient(address, timeout=5, **(client or {})) as probe:
-            stop_at = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, served.output()
-                with contextlib.suppress(StoreUnavailableError):
-                    if probe.health() == "SERVING":
-                        break
-                assert time.monotonic() < stop_at, served.output()
-                time.sleep(0.2)
+            wait_until_serving(probe, process, served.output)
         yield served
     finally:
         if process.poll() is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -25,12 +24,6 @@ from offsetstore.core.types import (
 from offsetstore.storage.schema import groups, offset_history, offsets
 
 # --- fixtures and helpers ---
-
-
-@pytest.fixture
-def topic() -> str:
-    """A topic no other test uses: watermarks are shared by all groups."""
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
