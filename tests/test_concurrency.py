@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from offsetstore.client import (
@@ -16,6 +15,7 @@ from offsetstore.client import (
 )
 from tests.fixtures.concurrency import run_in_threads
 from tests.fixtures.fix_server import all_history
+from tests.fixtures.waits import wait_for
 
 
 def test_hundreds_of_concurrent_commits_all_land(server, client, group_id, topic):
@@ -167,6 +167,8 @@ def test_joins_during_commits_fence_exactly_the_older_writers(client, group_id, 
     writers, joins = 6, 10
     stop = threading.Event()
 
+    under: dict[int, int] = {}  # generation -> commits that landed under it
+
     def write(i: int) -> list[int]:
         landed = []
         offset = 1
@@ -175,6 +177,7 @@ def test_joins_during_commits_fence_exactly_the_older_writers(client, group_id, 
             try:
                 client.commit_offsets(group_id, {(topic, i): offset}, generation=generation)
                 landed.append(generation)
+                under[generation] = under.get(generation, 0) + 1
                 offset += 1
             except StaleGenerationError as error:
                 assert error.current_generation > generation
@@ -184,8 +187,9 @@ def test_joins_during_commits_fence_exactly_the_older_writers(client, group_id, 
     with ThreadPoolExecutor(max_workers=writers) as pool:
         client.join_group(group_id)
         futures = [pool.submit(write, i) for i in range(writers)]
-        for _ in range(joins - 1):
-            time.sleep(0.02)  # let commits land under each generation
+        for generation in range(1, joins):
+            # Some commits land under each generation before the next join fences them.
+            wait_for(lambda g=generation: under.get(g, 0) > 0, f"a commit under generation {generation}", 30)
             client.join_group(group_id)
         stop.set()
         landed = [g for f in futures for g in f.result(timeout=30)]

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from offsetstore.client import OffsetStoreClient
 from tests.fixtures.fix_auth import PKI, TOKENS, fresh
-from tests.fixtures.waits import wait_until_serving
+from tests.fixtures.waits import wait_for, wait_until_serving
 
 # Opens COUNT calls of METHOD that send their headers and never their request, holds them
 # for SECONDS, and says how many the server ended before that (refused, or timed out).
@@ -274,7 +274,8 @@ def test_sigterm_under_load_loses_no_acknowledged_commit(database_url: str, engi
         threads = [threading.Thread(target=commit_until_refused) for _ in range(8)]
         for thread in threads:
             thread.start()
-        time.sleep(3)
+        # Under load: the commits are flowing when the signal comes.
+        wait_for(lambda: sum(len(o) for o in acknowledged.values()) > 200, "200 acknowledged commits", 60)
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(60) == 0, served.output()
         stop.set()
