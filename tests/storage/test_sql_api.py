@@ -17,7 +17,7 @@ from psycopg import errors
 from tests.fixtures.fix_db import conninfo
 from tests.fixtures.fix_sql_roles import SqlRole
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 
 #: The documented v1: (name, identity arguments, result). Changing an entry breaks v1's users.
 V1 = [
@@ -187,7 +187,7 @@ def test_bad_input_raises_22023_naming_the_field(conn: psycopg.Connection, call:
 def test_the_limits_are_validate_pys() -> None:
     from offsetstore.storage import validate
 
-    text = "".join(p.read_text() for p in (Path(__file__).parent.parent / "storage" / "sql").glob("*.sql"))
+    text = "".join(p.read_text() for p in (Path(__file__).parents[2] / "storage" / "sql").glob("*.sql"))
     assert f"> {validate.MAX_GROUP_ID_BYTES}" in text
     assert f"> {validate.MAX_TOPIC_CHARS}" in text
     assert f"> {validate.MAX_PARTITIONS}" in text
@@ -244,7 +244,7 @@ def test_the_documented_role_does_the_loop_and_nothing_else(
         for statement in forbidden:
             with pytest.raises(errors.InsufficientPrivilege):
                 consumer.execute(statement)
-        # Another consumer's group is not its own (tests/test_sql_grants.py tries each function).
+        # Another consumer's group is not its own (tests/storage/test_sql_grants.py tries each function).
         with pytest.raises(psycopg.Error) as caught:
             consumer.execute("SELECT * FROM offsetstore.read_offsets(%s)", [f"x{group_id}"])
         assert caught.value.sqlstate == "OS003"

@@ -55,7 +55,7 @@ from tests.fixtures.streams import open_reflection_streams
 from tests.fixtures.waits import wait_for, wait_until_serving
 
 INT64_MAX = 2**63 - 1
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- 1. derived figures saturate; absurd watermarks are refused ----------------------------

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from tests.fixtures.exactly_once import assert_exactly_once
 from tests.fixtures.fix_db import stored_offsets
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sql" / "java" / "CsvConsumer.java"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql" / "java" / "CsvConsumer.java"
 JDBC = Path("/usr/share/java/postgresql.jar")
 JAVAC = shutil.which("javac")
 JAVA = shutil.which("java")

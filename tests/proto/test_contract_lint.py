@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO = Path("proto/offsetstore/v1/offset_store.proto")
 BUF = shutil.which("buf", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 

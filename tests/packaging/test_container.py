@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from tests.fixtures.dockerfile import Stage, env_of, exec_form, healthcheck_command, read_dockerfile
 from tests.fixtures.fix_server import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 HADOLINT = shutil.which("hadolint", path=SEARCH_PATH)
 PROMTOOL = shutil.which("promtool")

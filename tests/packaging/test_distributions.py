@@ -20,7 +20,7 @@ import pytest
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # The client-only install's whole list of requirements: gRPC and protobuf.
 CLIENT_REQUIREMENTS = {"grpcio", "grpcio-health-checking", "grpcio-status", "protobuf", "googleapis-common-protos"}

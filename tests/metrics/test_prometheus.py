@@ -23,7 +23,7 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import Watermark
 from tests.fixtures.waits import wait_until_serving
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOT_INSTALLED = "Debian's prometheus package is not installed (apt-get install prometheus)"
 
 

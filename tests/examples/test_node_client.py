@@ -13,7 +13,7 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
 from tests.fixtures.node_example import npm_installed
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "node"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node"
 NODE = shutil.which("node")
 
 needs_node = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (the example needs node >= 18)")

@@ -22,7 +22,7 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")

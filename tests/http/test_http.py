@@ -18,7 +18,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 if TYPE_CHECKING:

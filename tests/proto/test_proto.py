@@ -8,7 +8,7 @@ from pathlib import Path
 
 from offsetstore.v1 import offset_store_pb2 as pb
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("offset_store_pb2.py", "offset_store_pb2.pyi", "offset_store_pb2_grpc.py")
 
 
