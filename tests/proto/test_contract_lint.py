@@ -47,12 +47,18 @@ def git(repo: Path, *args: str) -> None:
     )
 
 
+def copy_contract(repo: Path) -> None:
+    """The .proto files of offsetstore.v1 (the service imports its options' file)."""
+    (repo / PROTO.parent).mkdir(parents=True)
+    for proto in (ROOT / PROTO.parent).glob("*.proto"):
+        shutil.copy(proto, repo / PROTO.parent / proto.name)
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A git repository holding the contract, buf.yaml and the script, one commit deep."""
     repo = tmp_path / "repo"
-    (repo / PROTO.parent).mkdir(parents=True)
-    shutil.copy(ROOT / PROTO, repo / PROTO)
+    copy_contract(repo)
     shutil.copy(ROOT / "buf.yaml", repo / "buf.yaml")
     (repo / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "check_contract.sh", repo / "scripts" / "check_contract.sh")
@@ -87,15 +93,44 @@ def test_additions_pass(repo: Path) -> None:
     assert "buf breaking against HEAD~1" in result.stdout
 
 
+def test_declaring_an_idempotency_level_where_there_was_none_passes(repo: Path) -> None:
+    # A promise added (buf reports any change of the option); changing a declared one fails below.
+    edit_and_commit(
+        repo,
+        "rpc JoinGroup(JoinGroupRequest) returns (JoinGroupResponse) {\n",
+        "rpc JoinGroup(JoinGroupRequest) returns (JoinGroupResponse) {\n    option idempotency_level = IDEMPOTENT;\n",
+    )
+    result = check(repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'from "IDEMPOTENCY_UNKNOWN" to "IDEMPOTENT"' in result.stdout
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
         ("int64 generation = 3;", "int64 fencing_generation = 3;", 'changed name from "generation"'),
         ("int64 generation = 3;", "reserved 3;", 'field "3" with name "generation"'),
         ("int64 offset = 3;\n  // Free text", "int32 offset = 3;\n  // Free text", "changed type"),
-        ("rpc ReportWatermarks(ReportWatermarksRequest) returns (ReportWatermarksResponse);", "", "ReportWatermarks"),
+        (
+            "  rpc ReportWatermarks(ReportWatermarksRequest) returns (ReportWatermarksResponse) {\n"
+            "    option idempotency_level = IDEMPOTENT;\n"
+            "    option (call) = {\n"
+            "      permission: PERMISSION_COMMIT\n"
+            "      scope: SCOPE_TOPICS\n"
+            "      cost: COST_RULE_ENTRIES\n"
+            '      cost_field: "watermarks"\n'
+            "    };\n"
+            "  }\n",
+            "",
+            "ReportWatermarks",
+        ),
+        (
+            "option idempotency_level = IDEMPOTENT;",
+            "option idempotency_level = NO_SIDE_EFFECTS;",
+            'changed option "idempotency_level" from "IDEMPOTENT" to "NO_SIDE_EFFECTS"',
+        ),
     ],
-    ids=["rename", "delete", "retype", "drop-rpc"],
+    ids=["rename", "delete", "retype", "drop-rpc", "change-a-declared-idempotency-level"],
 )
 def test_breaking_changes_fail(repo: Path, old: str, new: str, message: str) -> None:
     edit_and_commit(repo, old, new)
@@ -111,8 +146,7 @@ def test_a_base_without_proto_skips_breaking(tmp_path: Path) -> None:
     (repo / "README").write_text("before the contract\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "start")
-    (repo / PROTO.parent).mkdir(parents=True)
-    shutil.copy(ROOT / PROTO, repo / PROTO)
+    copy_contract(repo)
     shutil.copy(ROOT / "buf.yaml", repo / "buf.yaml")
     (repo / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "check_contract.sh", repo / "scripts" / "check_contract.sh")
