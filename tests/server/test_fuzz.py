@@ -196,6 +196,12 @@ REQUESTS: dict[str, Callable[[str], st.SearchStrategy[Any]]] = {
         page_token=st.one_of(st.just(""), TEXT, st.just("eyJ4IjoxfQ")),
     ),
     "DescribeGroup": lambda ns: st.builds(pb.DescribeGroupRequest, group_id=group_ids(ns)),
+    "ListTopics": lambda ns: st.builds(
+        pb.ListTopicsRequest,
+        group_id=group_ids(ns),
+        page_size=st.one_of(st.integers(0, 2000), INT32),
+        page_token=st.one_of(st.just(""), TEXT, st.just("eyJ4IjoxfQ")),
+    ),
     "ListOffsetHistory": list_offset_history,
     "ReportWatermarks": report_watermarks,
     "ExpireGroups": expire_groups,
