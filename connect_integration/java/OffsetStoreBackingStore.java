@@ -42,8 +42,10 @@ import org.apache.kafka.connect.util.Callback;
  * <li>{@code handler} (default): the change handler commits each position in the same PostgreSQL
  * transaction as the change rows (offsetstore.connect_integration). This store only reads: what
  * the engine flushes is not written ({@link #set} completes at once), so a position is never ahead
- * of the rows. A position whose offset an operator reset (its "next" no longer matches the stored
- * offset) is resumed by the LSN rule: the first transaction that commits after LSN offset - 1.</li>
+ * of the rows. The engine resumes after the last transaction delivered; after an operator's reset
+ * (the metadata's "next" no longer matches the stored offset) it resumes from the oldest change
+ * its replication slot holds, and the handler writes the transactions committed at or after the
+ * offset.</li>
  * <li>{@code engine}: the store joins the group at start (fencing an older engine of the same name)
  * and commits each flush with that generation (begin_write + commit_offsets): at-least-once, as the
  * file store is, plus history, fencing and live resets. The SQL API v1 stores no metadata, so in
@@ -235,22 +237,28 @@ public class OffsetStoreBackingStore implements OffsetBackingStore {
                 }
             }
         }
-        if (mode.equals("engine") && kept != null) {
-            return kept;
-        }
-        // The LSN rule: resume with the first transaction that commits after LSN offset - 1.
-        // The last event's LSN is one below it, where no WAL record starts, so Debezium's
-        // locator restarts at the start of that transaction rather than inside it.
         ObjectNode resume = JSON.createObjectNode();
-        long commit = Math.max(offset - 1, 0);
-        long event = Math.max(offset - 2, 0);
+        if (kept == null) {
+            // Reset by an operator (or written by the engine mode, which keeps no map): resume
+            // from the oldest change the replication slot holds; the change handler's rule
+            // writes only the transactions whose commit LSN is at or above the offset.
+            resume.put("lsn_commit", 1L);
+            resume.put("lsn", 1L);
+            resume.put("lsn_proc", 1L);
+            resume.put("ts_usec", 0L);
+            return resume;
+        }
+        // The handler's own position: the last transaction delivered ended at LSN offset - 1.
+        // The last event is put one byte below it, where no WAL record starts, so Debezium's
+        // locator resumes at the start of the next transaction, never inside one.
+        long commit = Math.max(offset - 1, 1);
         resume.put("lsn_commit", commit);
-        resume.put("lsn", event);
-        resume.put("lsn_proc", event);
-        if (kept != null && kept.has("txId")) {
+        resume.put("lsn", Math.max(commit - 1, 1));
+        resume.put("lsn_proc", Math.max(commit - 1, 1));
+        if (kept.has("txId")) {
             resume.set("txId", kept.get("txId"));
         }
-        resume.put("ts_usec", kept != null && kept.has("ts_usec") ? kept.get("ts_usec").asLong() : 0L);
+        resume.put("ts_usec", kept.has("ts_usec") ? kept.get("ts_usec").asLong() : 0L);
         return resume;
     }
 

@@ -32,7 +32,7 @@ def require_debezium() -> Path:
     return store_classpath()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def cdc_node() -> Iterator[PgNode]:
     """A started PostgreSQL 15 with logical decoding and the store's schema in its database."""
     require_postgres_binaries()
