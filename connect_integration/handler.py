@@ -209,4 +209,3 @@ def _schema() -> Any:
             ("ts_ms", pa.int64()),
         ]
     )
-

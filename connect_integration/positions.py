@@ -41,7 +41,9 @@ def _text(value: Any) -> str:
 
 def metadata_of(partition: Mapping[str, Any], offset: Mapping[str, Any], next_offset: int) -> str:
     """The metadata stored with a position: the engine's map whole, and the offset it was stored at."""
-    return json.dumps({"partition": dict(partition), "offset": dict(offset), "next": next_offset}, separators=(",", ":"))
+    return json.dumps(
+        {"partition": dict(partition), "offset": dict(offset), "next": next_offset}, separators=(",", ":")
+    )
 
 
 def position_of(metadata: str) -> dict[str, Any] | None:

@@ -150,7 +150,7 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
             control_rows = conn.execute("SELECT count(*) FROM control_changes").fetchone()[0]
             stored = conn.execute("SELECT next_offset, metadata FROM offsetstore.read_offsets('cdc-eo')").fetchall()
             torn = conn.execute(
-                "SELECT count(*) FROM (SELECT tx_id FROM changes GROUP BY tx_id HAVING count(DISTINCT \"offset\") > 1) t"
+                'SELECT count(*) FROM (SELECT tx_id FROM changes GROUP BY tx_id HAVING count(DISTINCT "offset") > 1) t'
             ).fetchone()[0]
     finally:
         stop.set()
@@ -168,5 +168,9 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
     next_offset, metadata = stored[0]
     assert next_offset == last + 1, "the stored position is the last transaction's commit LSN + 1"
     kept = json.loads(metadata)
-    assert kept["offset"]["lsn_commit"] == last and kept["next"] == next_offset and kept["partition"] == {"server": "source"}
+    assert (
+        kept["offset"]["lsn_commit"] == last
+        and kept["next"] == next_offset
+        and kept["partition"] == {"server": "source"}
+    )
     assert control_rows > total, f"the control delivered no change twice under {KILLS} kills (seed {seed})"

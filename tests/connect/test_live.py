@@ -124,7 +124,9 @@ def test_reset_moves_a_running_capture_and_a_second_engine_fences_it(
 
             # Replay from the 6th order's transaction on, while the engine runs.
             sixth_commit = changes[5][1]
-            groups(cdc_server, capsys, "reset", NAME, "--topic", "source", "--to-offset", str(sixth_commit), "--execute")
+            groups(
+                cdc_server, capsys, "reset", NAME, "--topic", "source", "--to-offset", str(sixth_commit), "--execute"
+            )
             wait_for(lambda: sum(times for _, _, times in captured()) == 15, "orders 6-10 delivered again", 120)
             assert [times for _, _, times in captured()] == [1] * 5 + [2] * 5
             assert first.process.poll() is None, "a reset restarts the engine; it does not stop it"
