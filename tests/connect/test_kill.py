@@ -35,7 +35,7 @@ from offsetstore.connect_integration import change_table_sql
 from tests.fixtures.fix_pg_cluster import PgNode
 from tests.fixtures.processes import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 KILLS = 5
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,7 +32,7 @@ from offsetstore.storage.store import Store
 from tests.fixtures.fix_pg_cluster import PgNode
 from tests.fixtures.processes import free_port, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "orders-cdc"
