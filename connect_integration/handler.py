@@ -120,16 +120,16 @@ class ChangeWriter:
                 continue
             if value is None:  # a tombstone: the delete before it is the change
                 continue
-            self._open.append(self._row(record, str(value)))
+            key = event.key()
+            self._open.append(self._row(record, str(value), None if key is None else str(key)))
         if not positions:
             return Delivery()
         return self._write(ready, positions, transactions)
 
-    def _row(self, record: Any, value: str) -> dict[str, Any]:
+    def _row(self, record: Any, value: str, key: str | None) -> dict[str, Any]:
         change = json.loads(value)
         offset = java_map(record.sourceOffset())
         source = change.get("source") or {}
-        key = record.key()
         table = ".".join(str(source[k]) for k in ("schema", "table") if source.get(k)) or str(record.topic())
         return {
             "topic": topic_of(java_map(record.sourcePartition())),
@@ -139,7 +139,7 @@ class ChangeWriter:
             "tx_id": offset.get("txId", source.get("txId")),
             "op": change.get("op"),
             "source_table": table,
-            "key": None if key is None else str(key),
+            "key": key,  # JSON, as the engine's key converter wrote it
             "before": None if change.get("before") is None else json.dumps(change["before"]),
             "after": None if change.get("after") is None else json.dumps(change["after"]),
             "ts_ms": change.get("ts_ms"),

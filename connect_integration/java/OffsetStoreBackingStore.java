@@ -64,10 +64,12 @@ public class OffsetStoreBackingStore implements OffsetBackingStore {
     private Connection connection;
     private long generation;
     private ExecutorService executor;
+    private Map<String, Object> engineConfig = new HashMap<>();
 
     @Override
     public void configure(WorkerConfig config) {
         Map<String, Object> all = config.originals();
+        engineConfig = new HashMap<>(all);
         url = string(all, PREFIX + "url", null);
         if (url == null) {
             throw new ConnectException(PREFIX + "url is required (jdbc:postgresql://host:port/database)");
@@ -223,7 +225,7 @@ public class OffsetStoreBackingStore implements OffsetBackingStore {
      * The map the engine resumes from, for a stored offset and its metadata; null for none (the
      * sentinels -2 earliest and -1 latest: the engine starts as its snapshot mode and slot say).
      */
-    ObjectNode position(long offset, String metadata) throws java.io.IOException {
+    ObjectNode position(long offset, String metadata) throws java.io.IOException, SQLException {
         if (offset < 0) {
             return null;
         }
@@ -241,10 +243,18 @@ public class OffsetStoreBackingStore implements OffsetBackingStore {
         if (kept == null) {
             // Reset by an operator (or written by the engine mode, which keeps no map): resume
             // from the oldest change the replication slot holds; the change handler's rule
-            // writes only the transactions whose commit LSN is at or above the offset.
-            resume.put("lsn_commit", 1L);
-            resume.put("lsn", 1L);
-            resume.put("lsn_proc", 1L);
+            // writes only the transactions whose commit LSN is at or above the offset. No slot
+            // yet: no position (the engine starts as its snapshot mode says).
+            Long oldest = slotRestartLsn();
+            if (oldest == null) {
+                return null;
+            }
+            // One byte past the slot's restart point: Debezium accepts it (not older than the
+            // slot), and no WAL record starts there, so its locator resumes at the start of the
+            // first transaction PostgreSQL sends rather than inside one.
+            resume.put("lsn_commit", oldest + 1);
+            resume.put("lsn", oldest + 1);
+            resume.put("lsn_proc", oldest + 1);
             resume.put("ts_usec", 0L);
             return resume;
         }
@@ -260,6 +270,32 @@ public class OffsetStoreBackingStore implements OffsetBackingStore {
         }
         resume.put("ts_usec", kept.has("ts_usec") ? kept.get("ts_usec").asLong() : 0L);
         return resume;
+    }
+
+    /** The restart LSN of the connector's replication slot in the source database, or null when it has none. */
+    private Long slotRestartLsn() throws SQLException {
+        String host = string(engineConfig, "database.hostname", "localhost");
+        String port = string(engineConfig, "database.port", "5432");
+        String database = string(engineConfig, "database.dbname", "postgres");
+        Properties props = new Properties();
+        String user = string(engineConfig, "database.user", null);
+        if (user != null) {
+            props.setProperty("user", user);
+        }
+        String password = string(engineConfig, "database.password", null);
+        if (password != null) {
+            props.setProperty("password", password);
+        }
+        String slot = string(engineConfig, "slot.name", "debezium");
+        String source = "jdbc:postgresql://" + host + ":" + port + "/" + database;
+        try (Connection c = DriverManager.getConnection(source, props);
+                PreparedStatement st = c.prepareStatement(
+                        "SELECT (restart_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = ? AND database = current_database()")) {
+            st.setString(1, slot);
+            try (ResultSet rs = st.executeQuery()) {
+                return rs.next() ? rs.getLong(1) : null;
+            }
+        }
     }
 
     @Override

@@ -143,7 +143,14 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
             try:
                 wait_for(lambda: [c.working() for c in captures] and counts() == (total, total), "catching up", 120)
             except AssertionError:
-                raise AssertionError(f"{counts()} distinct changes of {total} after 120 s (seed {seed})") from None
+                missing = conn.execute(
+                    "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM source_rows EXCEPT"
+                    " SELECT (after::json->>'id')::bigint FROM changes) m"
+                ).fetchone()[0]
+                raise AssertionError(
+                    f"{counts()} distinct changes of {total} after 120 s (seed {seed}); offsetstore lacks"
+                    f" {len(missing or [])}: {(missing or [])[:20]}"
+                ) from None
             rows, distinct, last = conn.execute(
                 "SELECT count(*), count(DISTINCT (after::json->>'id')), max(\"offset\") FROM changes"
             ).fetchone()
