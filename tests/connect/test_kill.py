@@ -76,11 +76,14 @@ class Capture:
                 self.delivered += 1
             self.tail = [*self.tail[-40:], line.rstrip()]
 
-    def working(self) -> bool:
+    def alive(self) -> bool:
         assert self.process is not None
         if self.process.poll() is not None:
             raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n" + "\n".join(self.tail))
-        return self.delivered > 0
+        return True
+
+    def working(self) -> bool:
+        return self.alive() and self.delivered > 0
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -117,11 +120,19 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
         Capture("file", cdc_node, "cdc-file", "control_changes", work),
     ]
     started = time.monotonic()
+
+    def slots_streaming() -> bool:
+        with cdc_node.connect() as conn:
+            query = "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name IN ('cdc_eo', 'cdc_file')"
+            return conn.execute(query).fetchone()[0] == 2
+
     try:
-        writer.start()
         for kill in range(KILLS + 1):
             for c in captures:
                 c.start()
+            if kill == 0:  # the slots exist from now on: every change after it is captured
+                wait_for(lambda: all(c.alive() for c in captures) and slots_streaming(), "both slots", 120)
+                writer.start()
             for c in captures:
                 wait_for(c.working, f"{c.name} to write after start {kill}", 120)
             if kill == KILLS:
