@@ -158,3 +158,39 @@ def _slots_tables(conn) -> str:
     ).fetchall()
     active = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE active").fetchone()[0]
     return " ".join(r[0] for r in rows) if active else ""
+
+
+def test_the_java_store_alone_commits_the_engines_flushes_fenced(
+    cdc_node: PgNode, cdc_server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``offset.storage.offsetstore.mode = engine``: any handler, positions committed as the engine flushes them."""
+    name = "plain-engine"
+    with cdc_node.connect() as conn:
+        conn.execute("CREATE TABLE refunds (id bigserial PRIMARY KEY, amount integer NOT NULL)")
+        conn.execute("CREATE TABLE refunds_copy (after text NOT NULL)")
+        argv = [
+            *(sys.executable, "-m", "tests.fixtures.cdc_capture", "engine", cdc_node.url(), name),
+            *("refunds_copy", str(cdc_node.port), "refunds"),
+        ]
+        engine = Process(argv, tmp_path)
+        try:
+            slot = "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = 'plain_engine'"
+            wait_for(lambda: engine.process.poll() is None and conn.execute(slot).fetchone()[0] == 1, "the slot", 120)
+            before_last = 0
+            for i in range(3):
+                before_last = conn.execute("SELECT (pg_current_wal_lsn() - '0/0')::bigint").fetchone()[0]
+                conn.execute("INSERT INTO refunds (amount) VALUES (%s)", (i,))
+            wait_for(lambda: conn.execute("SELECT count(*) FROM refunds_copy").fetchone()[0] == 3, "3 changes", 120)
+
+            def stored() -> int:
+                row = conn.execute("SELECT next_offset FROM offsetstore.read_offsets(%s)", (name,)).fetchone()
+                return -1 if row is None else row[0]
+
+            # The engine flushes every second: its position passes the last insert's commit.
+            wait_for(lambda: stored() > before_last, "the engine's flush of the last change", 120)
+            history = groups(cdc_server, capsys, "history", name, "--output", "json")
+            assert "CHANGE_KIND_COMMIT" in history, "the engine's flushes are commits of the group, in its history"
+            generation = conn.execute("SELECT generation FROM offsetstore.groups WHERE group_id = %s", (name,))
+            assert generation.fetchone()[0] == 1, "the store joined the group once, at start"
+        finally:
+            engine.stop()
