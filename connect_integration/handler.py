@@ -118,7 +118,9 @@ class ChangeWriter:
                 positions[topic_of(partition)] = (partition, offset, commit_lsn + 1)
                 transactions += 1
                 continue
-            if value is None:  # a tombstone: the delete before it is the change
+            if value is None or schema is None or not str(schema.name()).endswith(".Envelope"):
+                # A tombstone (the delete before it is the change), a heartbeat, a logical
+                # decoding message: no row of a captured table.
                 continue
             key = event.key()
             self._open.append(self._row(record, str(value), None if key is None else str(key)))
