@@ -9,7 +9,7 @@
 # (docs/security.md, compose.tls.yaml) before publishing further.
 #
 # The image has no embedded PostgreSQL: OFFSETSTORE_DATABASE_URL is required. Migrations
-# run at start (OFFSETSTORE_MIGRATE=false turns that off). tests/test_container.py runs
+# run at start (OFFSETSTORE_MIGRATE=false turns that off). tests/packaging/test_container.py runs
 # this file's ENV, ENTRYPOINT, CMD and HEALTHCHECK from a clean virtualenv.
 
 ARG PYTHON_IMAGE=python:3.12-slim

@@ -13,7 +13,7 @@ from offsetstore.cli._render import Output, json_time, table_time, text_cell, un
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.durations import format_duration
 from offsetstore.core.errors import GroupNotFoundError
-from offsetstore.core.types import ExpiredGroup, GroupStatus, GroupSummary
+from offsetstore.core.types import ExpiredGroup, GroupStatus, GroupSummary, TopicSummary
 
 
 def _expired_rows(groups: Sequence[ExpiredGroup], out: Output) -> list[dict[str, Any]] | None:
@@ -104,6 +104,35 @@ def _list_states(
     out.table(
         ("GROUP", "STATUS", "TOTAL-LAG", "REASON"),
         ((g.group_id, status_cell(d.status), unknown_cell(g.total_lag), text_cell(d.status_reason)) for g, d in rows),
+    )
+    return EXIT_OK
+
+
+def cmd_topics(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
+    topics: list[TopicSummary] = []
+    token = ""
+    while True:
+        page = client.list_topics(args.group, page_token=token)
+        topics.extend(page.items)
+        token = page.next_page_token
+        if not token:
+            break
+    if out.json:
+        out.document(
+            [
+                {
+                    "topic": t.topic,
+                    "partition_count": t.partition_count,
+                    "last_commit_time": json_time(t.last_commit_time),
+                    "total_lag": t.total_lag,
+                }
+                for t in topics
+            ]
+        )
+        return EXIT_OK
+    out.table(
+        ("TOPIC", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG"),
+        ((t.topic, t.partition_count, table_time(t.last_commit_time), unknown_cell(t.total_lag)) for t in topics),
     )
     return EXIT_OK
 

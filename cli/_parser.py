@@ -130,6 +130,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
     p = command(
+        "topics",
+        "list a group's topics",
+        "List the topics a group has offsets for, with their partition count, last commit and total lag "
+        "(- where a log end is unknown). An unknown group has none.",
+    )
+    p.add_argument("group", metavar="GROUP")
+
+    p = command(
         "describe",
         "show a group's offsets and lag",
         "Show each partition's committed offset, log end, lag, the group's latest member (CONSUMER-ID and "

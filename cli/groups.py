@@ -4,7 +4,7 @@
 offsetstore.cli.groups list ...`` runs them on their own (the same commands without the
 leading ``groups``). They talk to the server only through `OffsetStoreClient`.
 
-Each command lives in a module of its own (``_list``: list and expire, ``_describe``,
+Each command lives in a module of its own (``_list``: list, topics and expire, ``_describe``,
 ``_reset``, ``_delete``, ``_history``, ``_offsets_file``: export and import); ``_parser``
 builds the options from ``_values``' parsers, ``_render`` shows results, ``_errors`` words
 the errors, ``_connect`` reaches the server.
@@ -33,7 +33,7 @@ from offsetstore.cli._delete import cmd_delete
 from offsetstore.cli._describe import cmd_describe
 from offsetstore.cli._errors import EXIT_ERROR, error_message
 from offsetstore.cli._history import cmd_history
-from offsetstore.cli._list import cmd_expire, cmd_list
+from offsetstore.cli._list import cmd_expire, cmd_list, cmd_topics
 from offsetstore.cli._offsets_file import cmd_export, cmd_import
 from offsetstore.cli._parser import configure_parser
 from offsetstore.cli._profile import ProfileError, apply_profile
@@ -46,6 +46,7 @@ __all__ = ["configure_parser", "main", "run"]
 
 _COMMANDS: dict[str, Callable[[OffsetStoreClient, argparse.Namespace, Output], int]] = {
     "list": cmd_list,
+    "topics": cmd_topics,
     "describe": cmd_describe,
     "reset": cmd_reset,
     "delete": cmd_delete,

@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = _missing_server_module()
     if missing is not None:
         # One line instead of a traceback: serve and migrate need the server extra. There is no PyPI
-        # release to name (tests/test_docs.py): the checkout's form, as examples/spark/orders_job.py's hint.
+        # release to name (tests/packaging/test_docs.py): the checkout's form, as examples/spark/orders_job.py's hint.
         print(
             f"offsetstore: the server is not installed (no module {missing}): install the server extra "
             "(from the checkout: pip install '.[server]'; from a wheel: pip install '<wheel>[server]')",

@@ -37,6 +37,7 @@ from offsetstore.core.types import (
     PartitionStatus,
     ResetResult,
     TopicPartition,
+    TopicSummary,
     Watermark,
 )
 
@@ -58,6 +59,7 @@ __all__ = [
     "PartitionStatus",
     "ResetResult",
     "TopicPartition",
+    "TopicSummary",
     "Watermark",
     "NO_OFFSET",
     "EARLIEST",

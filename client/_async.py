@@ -84,6 +84,7 @@ class AsyncOffsetStoreClient(ClientMethods):
     delete_offsets = _awaited(ClientMethods.delete_offsets)
     join_group = _awaited(ClientMethods.join_group)
     list_groups = _awaited(ClientMethods.list_groups)
+    list_topics = _awaited(ClientMethods.list_topics)
     expire_groups = _awaited(ClientMethods.expire_groups)
     describe_group = _awaited(ClientMethods.describe_group)
     list_offset_history = _awaited(ClientMethods.list_offset_history)

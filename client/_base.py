@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from grpc_health.v1 import health_pb2
 
 from offsetstore.core import convert
+from offsetstore.core.calls import BY_REQUEST
 from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError
 from offsetstore.core.types import (
     CommittedOffset,
@@ -30,6 +31,7 @@ from offsetstore.core.types import (
     ResetRequest,
     TopicPartition,
     Topics,
+    TopicSummary,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -51,22 +53,13 @@ PAGED_READ_ATTEMPTS = 3
 Offsets = Iterable[OffsetCommit] | Mapping[tuple[str, int], int]
 
 
-#: What a write whose answer never came may have done, and how to find out: said in the
-#: message of its DeadlineExceededError or StoreUnavailableError. Keyed by request type.
-UNKNOWN_OUTCOME: dict[str, str] = {
-    "CommitOffsetsRequest": "the commit may or may not have been applied; fetch the offsets to find out",
-    "ResetOffsetsRequest": "the reset may or may not have been applied; describe the group to find out",
-    "DeleteOffsetsRequest": "the delete may or may not have been applied; fetch the offsets to find out",
-    "JoinGroupRequest": "the join may or may not have bumped the group's generation; join again for a current one",
-    "ExpireGroupsRequest": "the expiry may or may not have been applied; list the groups to find out",
-}
-
-
 def unknown_outcome(request: Any) -> str | None:
-    """What to say when `request` (a write) got no answer; None for a read, which changed nothing."""
-    if getattr(request, "dry_run", False) or getattr(request, "execute", True) is False:
-        return None  # a dry run, or an expiry's preview
-    return UNKNOWN_OUTCOME.get(type(request).__name__)
+    """What to say when `request` (a write) got no answer, and how to find out (its unknown_outcome
+    fact, :mod:`offsetstore.core.calls`); None for a read or a preview, which changed nothing."""
+    facts = BY_REQUEST.get(type(request).__name__)
+    if facts is None or not facts.unknown_outcome or facts.previews(request):
+        return None
+    return facts.unknown_outcome
 
 
 class ClientBase:
@@ -202,6 +195,14 @@ def list_groups_request(prefix: str, page_size: int, page_token: str) -> pb.List
 
 def list_groups_result(response: pb.ListGroupsResponse) -> Page[GroupSummary]:
     return Page([convert.group_summary_from_proto(g) for g in response.groups], response.next_page_token)
+
+
+def list_topics_request(group_id: str, page_size: int, page_token: str) -> pb.ListTopicsRequest:
+    return pb.ListTopicsRequest(group_id=group_id, page_size=page_size, page_token=page_token)
+
+
+def list_topics_result(response: pb.ListTopicsResponse) -> Page[TopicSummary]:
+    return Page([convert.topic_summary_from_proto(t) for t in response.topics], response.next_page_token)
 
 
 def expire_groups_request(

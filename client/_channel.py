@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from offsetstore.core.calls import FACTS
 from offsetstore.v1 import offset_store_pb2
 
 __all__ = ["RETRIED_METHODS", "SERVICE", "channel_options", "service_config"]
@@ -25,8 +26,9 @@ __all__ = ["RETRIED_METHODS", "SERVICE", "channel_options", "service_config"]
 #: Full name of the offset store service, as the service config names it.
 SERVICE: str = offset_store_pb2.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 
-#: The idempotent RPCs gRPC retries on UNAVAILABLE.
-RETRIED_METHODS = ("FetchOffsets", "ListGroups", "DescribeGroup", "ListOffsetHistory", "ReportWatermarks")
+#: The idempotent RPCs gRPC retries on UNAVAILABLE: those whose idempotency_level is
+#: NO_SIDE_EFFECTS or IDEMPOTENT in the .proto (:mod:`offsetstore.core.calls`).
+RETRIED_METHODS = tuple(name for name, facts in FACTS.items() if facts.retried)
 
 _RETRY_POLICY = {
     "maxAttempts": 4,

@@ -29,6 +29,7 @@ from offsetstore.core.types import (
     ResetResult,
     TopicPartition,
     Topics,
+    TopicSummary,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2_grpc
@@ -148,6 +149,13 @@ class ClientMethods(_base.ClientBase):
         """One page of the groups whose id starts with `prefix`, ordered by id."""
         request = _base.list_groups_request(prefix, page_size, page_token)
         return self._call(self._stub.ListGroups, request, _base.list_groups_result, timeout)
+
+    def list_topics(
+        self, group_id: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> Page[TopicSummary]:
+        """One page of the topics `group_id` has offsets for, ordered by topic; none for an unknown group."""
+        request = _base.list_topics_request(group_id, page_size, page_token)
+        return self._call(self._stub.ListTopics, request, _base.list_topics_result, timeout)
 
     def expire_groups(
         self,

@@ -30,6 +30,7 @@ from offsetstore.core.types import (
     ResetResult,
     TopicPartition,
     Topics,
+    TopicSummary,
     Watermark,
 )
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -220,6 +221,21 @@ def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
     return GroupSummary(
         group_id=message.group_id,
         generation=message.generation,
+        partition_count=message.partition_count,
+        last_commit_time=_get_time(message, "last_commit_time"),
+        total_lag=message.total_lag,
+    )
+
+
+def topic_summary_to_proto(value: TopicSummary) -> pb.TopicSummary:
+    message = pb.TopicSummary(topic=value.topic, partition_count=value.partition_count, total_lag=value.total_lag)
+    _set_time(message, "last_commit_time", value.last_commit_time)
+    return message
+
+
+def topic_summary_from_proto(message: pb.TopicSummary) -> TopicSummary:
+    return TopicSummary(
+        topic=message.topic,
         partition_count=message.partition_count,
         last_commit_time=_get_time(message, "last_commit_time"),
         total_lag=message.total_lag,

@@ -26,6 +26,7 @@ __all__ = [
     "ResetRequest",
     "ResetResult",
     "TopicPartition",
+    "TopicSummary",
     "Topics",
     "Watermark",
     "NO_OFFSET",
@@ -174,6 +175,17 @@ class GroupSummary:
     generation: int
     partition_count: int
     last_commit_time: datetime | None
+    total_lag: int
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """One topic of a group: how many of its partitions have an offset, the latest commit, the total lag."""
+
+    topic: str
+    partition_count: int
+    last_commit_time: datetime | None
+    #: -1 unless every partition's log end is known.
     total_lag: int
 
 

@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from offsetstore.core.calls import FACTS, Cost
 from offsetstore.core.errors import ResourceExhaustedError
 from offsetstore.storage import validate as check
 
@@ -52,21 +53,25 @@ DEFAULT_READ_COST = 1000
 
 
 def cost_of(method: str, request: Any) -> int:
-    """What a call of ``method`` with ``request`` costs, in partitions (rows) touched; at least 1."""
-    if method == "CommitOffsets":
-        return max(1, len(request.offsets))
-    if method == "ReportWatermarks":
-        return max(1, len(request.watermarks))
-    if method in ("FetchOffsets", "DescribeGroup", "ResetOffsets", "DeleteOffsets", "ListOffsetHistory"):
-        topics = getattr(request, "topics", ())
+    """What a call of ``method`` with ``request`` costs, in partitions (rows) touched; at least 1.
+
+    The rule is the method's ``cost`` fact (:mod:`offsetstore.core.calls`); a method without
+    facts is a KeyError, never a silent default.
+    """
+    facts = FACTS[method]
+    rule = facts.cost
+    if rule is Cost.ENTRIES:
+        return max(1, len(getattr(request, facts.cost_field)))
+    if rule is Cost.SELECTION:
+        topics = request.topics
         named = sum(len(t.partitions) for t in topics)
         whole = not topics or any(not t.partitions for t in topics)
-        page = getattr(request, "page_size", 0)
+        page = getattr(request, facts.cost_field) if facts.cost_field else 0
         if whole:
             named += min(page, check.MAX_PARTITIONS) if page > 0 else DEFAULT_READ_COST
         return max(1, min(named, check.MAX_PARTITIONS))
-    if method in ("ListGroups", "ExpireGroups"):
-        size = getattr(request, "page_size", 0) or getattr(request, "limit", 0)
+    if rule is Cost.PAGE:
+        size = getattr(request, facts.cost_field)
         return max(1, min(size, check.MAX_PARTITIONS)) if size > 0 else DEFAULT_READ_COST
     return 1
 

@@ -18,7 +18,7 @@ from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import MAX_MESSAGE_BYTES
-from offsetstore.server.gate import Gate
+from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import ConnectionLimits, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.kafka_mirror import KafkaMirror
@@ -282,6 +282,8 @@ class OffsetStoreServer:
             auth=auth,
             quota=quota,
             partition_quota=partition_quota,
+            # The interceptors that want each call's outcome from the gate (the metrics).
+            observers=tuple(i for i in o["interceptors"] if isinstance(i, CallObserver)),
         )
         self.server = grpc.aio.server(
             interceptors=(*o["interceptors"], o["streams"]),

@@ -18,17 +18,21 @@ what it can from the call's metadata before a byte of the request is read::
 A caller that never sends its request costs a coroutine, no thread and no share of anyone
 else's. Every error of a call ends here, turned into its status by
 :func:`offsetstore.server.status.fail` (a typed error its rich status, anything unexpected
-a bare INTERNAL), with a log line (the traceback, for the unexpected).
+a bare INTERNAL), with a log line (the traceback, for the unexpected). Once a call ends,
+the gate tells its observers (the metrics) one :class:`CallOutcome`: the method, the
+request if it was read, the status code and the typed error, so that a quota refusal, a
+call-limit refusal and a stale generation are told apart by their reason, not guessed
+back from a status code.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -45,7 +49,7 @@ from offsetstore.server.wire import check_entries
 from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 
-__all__ = ["READ_SECONDS", "Gate", "current_request", "peer_address"]
+__all__ = ["READ_SECONDS", "CallObserver", "CallOutcome", "Gate", "peer_address"]
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +57,36 @@ log = logging.getLogger(__name__)
 #: dropped, so that no one can hold calls open forever by never finishing one.
 READ_SECONDS = 30.0
 
-#: The decoded request of the call being served, for the metrics interceptor around the gate.
-current_request: contextvars.ContextVar[Message | None] = contextvars.ContextVar("offsetstore_request", default=None)
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What one offsetstore.v1 call came to, told to the gate's observers when it ends."""
+
+    method: str
+    #: The decoded request; None for a call refused (or failed) before it was read.
+    request: Message | None
+    code: grpc.StatusCode
+    #: The typed error the call ended with; None for a success, a crash (INTERNAL) or a cancel.
+    error: OffsetStoreError | None = None
+
+    @property
+    def reason(self) -> str:
+        """The ErrorInfo reason ("" for OK); a failure without a typed error is named by its code."""
+        if self.error is not None and self.error.reason:
+            return self.error.reason
+        return "" if self.code == grpc.StatusCode.OK else self.code.name
+
+    @property
+    def limit(self) -> str:
+        """Which limit refused the call (``principal_calls``, ``max_groups``...; see the errors' metadata), or ""."""
+        return self.error.metadata.get("limit", "") if self.error is not None else ""
+
+
+@runtime_checkable
+class CallObserver(Protocol):
+    """Told every call's :class:`CallOutcome`, on the event loop, before the response is sent: must not block."""
+
+    def call_ended(self, outcome: CallOutcome) -> None: ...
 
 
 def peer_address(peer: str) -> str:
@@ -79,8 +111,10 @@ class Gate:
         quota: GroupQuota | None = None,
         partition_quota: PartitionQuota | None = None,
         read_seconds: float = READ_SECONDS,
+        observers: Sequence[CallObserver] = (),
     ) -> None:
         self.servicer = servicer
+        self.observers = tuple(observers)
         self.service = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
         self.admission = admission
         self.auth = auth
@@ -109,6 +143,7 @@ class Gate:
             principal: Principal | None = None
             request: Any = None
             size = 0
+            outcome: CallOutcome | None = None
             try:
                 principal = self.auth.authenticate(context) if self.auth is not None else None
                 name = principal.name if principal is not None else peer_address(context.peer())
@@ -122,7 +157,6 @@ class Gate:
                     assert self.auth is not None
                     self.auth.authorize_method(principal, method)  # before a byte of the request is read
                 request = await self._read(requests, request_class, method)
-                current_request.set(request)
                 if principal is not None:
                     assert self.auth is not None
                     self.auth.authorize(principal, method, request)
@@ -147,24 +181,37 @@ class Gate:
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))
+                outcome = CallOutcome(method, request, grpc.StatusCode.OK)
                 return response
             except OffsetStoreError as error:
                 log.info(
                     "rpc refused" if request is None else "rpc failed",
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
+                outcome = CallOutcome(method, request, error.code, error)
                 return fail(context, error)
             except asyncio.CancelledError:
+                outcome = CallOutcome(method, request, grpc.StatusCode.CANCELLED)
                 raise
             except Exception as error:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
+                outcome = CallOutcome(method, request, grpc.StatusCode.INTERNAL)
                 return fail(context, error)
             finally:
                 if name is not None:
                     self.admission.leave(name, size, limited=principal is not None)
+                if outcome is not None:
+                    self._tell(outcome)
 
         return call
+
+    def _tell(self, outcome: CallOutcome) -> None:
+        for observer in self.observers:
+            try:
+                observer.call_ended(outcome)
+            except Exception:  # an observer's bug must not change the call's answer
+                log.exception("a call observer failed", extra={"rpc": outcome.method})
 
     async def _read(self, requests: AsyncIterator[bytes], request_class: type[Message], method: str) -> Message:
         try:

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from offsetstore.core.calls import FACTS, Cost, Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
@@ -41,9 +42,6 @@ from offsetstore.storage.schema import groups, offsets, watermarks
 
 __all__ = ["PartitionQuota", "count_partitions", "count_watermarks"]
 
-_ADDING = frozenset({"CommitOffsets", "ResetOffsets"})
-#: Calls that append to the history, one row a partition: the history budget counts them.
-_HISTORY = frozenset({"CommitOffsets", "ResetOffsets", "DeleteOffsets"})
 #: The history budget's bursts: this many seconds of its rate.
 HISTORY_BURST_SECONDS = 10.0
 
@@ -123,9 +121,10 @@ def topic_prefixes(principal: Principal) -> tuple[str, ...]:
 
 def _partitions(method: str, request: Any) -> list[tuple[str, int]]:
     """The partitions a call may add: a commit's, or those a reset names."""
-    if method == "CommitOffsets":
-        return sorted({(o.topic, o.partition) for o in request.offsets})
-    if request.dry_run:
+    facts = FACTS[method]
+    if facts.cost is Cost.ENTRIES:  # a commit's offsets
+        return sorted({(o.topic, o.partition) for o in getattr(request, facts.cost_field)})
+    if facts.previews(request):
         return []
     return sorted({(s.topic, p) for s in request.topics for p in s.partitions})
 
@@ -179,14 +178,14 @@ class PartitionQuota:
             )
 
     def _charge_history(self, method: str, request: Any, principal: str) -> None:
-        if self.history_rate <= 0 or method not in _HISTORY:
+        # Calls that append to the history, one row a partition: the history budget counts them.
+        facts = FACTS[method]
+        if self.history_rate <= 0 or not facts.appends_history or facts.previews(request):
             return
-        if method == "CommitOffsets":
-            rows = len(request.offsets)
+        if facts.cost is Cost.ENTRIES:  # a commit's offsets
+            rows = len(getattr(request, facts.cost_field))
         else:
             rows = sum(max(1, len(t.partitions)) for t in request.topics) or 1
-            if method == "ResetOffsets" and request.dry_run:
-                return
         now = time.monotonic()
         self._history[principal] = (self._history_left(principal, now) - rows, now)
 
@@ -206,12 +205,13 @@ class PartitionQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
-        if method == "ReportWatermarks":
+        facts = FACTS[method]
+        if facts.scope is Scope.TOPICS:
             await self._check_watermarks(request, principal)
             return
-        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+        if facts.appends_history and self.quota_of(principal)[0] != 0:
             self._check_history(principal)
-        if method not in _ADDING or not checkable_group_id(request.group_id):
+        if not facts.adds_partitions or not checkable_group_id(request.group_id):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
@@ -258,14 +258,15 @@ class PartitionQuota:
 
     def after(self, method: str, request: Any, principal: str) -> None:
         """Remembers a partition set that a call of ``principal`` which succeeded stored."""
-        if method in _HISTORY and self.quota_of(principal)[0] != 0:
+        facts = FACTS[method]
+        if facts.appends_history and self.quota_of(principal)[0] != 0:
             self._charge_history(method, request, principal)
-        if method == "ReportWatermarks" and self.quota_of(principal)[0] != 0:
+        if facts.scope is Scope.TOPICS and self.quota_of(principal)[0] != 0:
             pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
             if pairs:
                 self.known.add(self._key("", pairs))
             return
-        if method in _ADDING and self.quota_of(principal)[0] != 0:
+        if facts.adds_partitions and self.quota_of(principal)[0] != 0:
             pairs = _partitions(method, request)
             if pairs:
                 self.known.add(self._key(request.group_id, pairs))

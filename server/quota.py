@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import Connection, case, exists, false, func, or_, select
 
+from offsetstore.core.calls import FACTS, Cost, Scope
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
@@ -40,9 +41,12 @@ __all__ = ["GroupQuota", "count_groups", "creation_prefixes"]
 
 log = logging.getLogger(__name__)
 
-# Every call that can make a group live (a new id, or one deleted or expired). A reset that
-# is not a dry run creates the group of an unknown id (to_offset, or import's boundary reset).
-_CREATING = frozenset({"CommitOffsets", "JoinGroup", "ResetOffsets"})
+
+def _creates(method: str, request: Any) -> bool:
+    # A call that can make a group live (a new id, or one deleted or expired), unless it is a
+    # preview: a reset that is not a dry run creates the group of an unknown id.
+    facts = FACTS[method]
+    return facts.creates_group and not facts.previews(request)
 
 
 def creation_prefixes(principal: Principal) -> tuple[str, ...]:
@@ -103,11 +107,12 @@ class GroupQuota:
 
     async def check(self, method: str, request: Any, principal: str) -> None:
         """Raises GroupQuotaError when the call would create a group beyond ``principal``'s quota."""
-        if method not in _CREATING or (method == "ResetOffsets" and request.dry_run):
+        if not _creates(method, request):
             return
         group = request.group_id
         # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
-        if group in self.known or (method == "CommitOffsets" and not request.offsets) or not checkable_group_id(group):
+        empty_commit = FACTS[method].cost is Cost.ENTRIES and not getattr(request, FACTS[method].cost_field)
+        if group in self.known or empty_commit or not checkable_group_id(group):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
@@ -125,10 +130,14 @@ class GroupQuota:
 
     def after(self, method: str, request: Any, response: Any) -> None:
         """Remembers what a call that succeeded did to the live groups."""
-        if method in _CREATING and not (method == "ResetOffsets" and request.dry_run):
+        facts = FACTS[method]
+        if _creates(method, request):
             self.known.add(request.group_id)  # created (or found)
-        elif method == "DeleteOffsets" and request.all_topics:
-            self.known.discard(request.group_id)  # the group is gone: its next commit creates it again
-        elif method == "ExpireGroups" and request.execute:
+        elif not facts.removes_groups or facts.previews(request):
+            return
+        elif facts.scope is Scope.GROUP:
+            if request.all_topics:  # the group is gone: its next commit creates it again
+                self.known.discard(request.group_id)
+        else:
             for expired in response.groups:  # gone too: reviving one is a creation
                 self.known.discard(expired.group_id)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from offsetstore import storage
 from offsetstore.core import convert
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import CommittedOffset
@@ -130,6 +131,14 @@ class OffsetStoreServicer:
             lag_history=request.include_lag_history,
         )
         return convert.group_description_to_proto(description)
+
+    async def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
+        page = await self.store.read(
+            storage.list_topics, request.group_id, page_size=request.page_size, page_token=request.page_token
+        )
+        return pb.ListTopicsResponse(
+            topics=[convert.topic_summary_to_proto(t) for t in page.items], next_page_token=page.next_page_token
+        )
 
     async def ListOffsetHistory(
         self, request: pb.ListOffsetHistoryRequest, context: grpc.ServicerContext

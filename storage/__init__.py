@@ -33,6 +33,7 @@ from offsetstore.storage.reads import (
     lag_seconds_column,
     list_groups,
     list_offset_history,
+    list_topics,
     past_log_end_column,
     status_columns,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "lag_seconds_column",
     "list_groups",
     "list_offset_history",
+    "list_topics",
     "lock_offsets",
     "past_log_end_column",
     "status_columns",

@@ -46,6 +46,7 @@ from offsetstore.core.types import (
     Page,
     PartitionStatus,
     TopicPartition,
+    TopicSummary,
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
@@ -517,6 +518,33 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
     items = [
         GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows
     ]
+    return Page(items, token)
+
+
+def list_topics(conn: Connection, group_id: str, *, page_size: int = 0, page_token: str = "") -> Page[TopicSummary]:
+    """The topics ``group_id`` has offsets for, ordered by topic, one page at a time; none for an unknown group."""
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    size = check.page_size(page_size, violations=v)
+    v.raise_if_any()
+    _, lag = lag_columns()
+    query = (
+        select(
+            offsets.c.topic,
+            func.count().label("partition_count"),
+            func.max(offsets.c.commit_time).label("last_commit_time"),
+            # As list_groups: -1 unless every partition's lag is known, saturated at int64's maximum.
+            case(
+                (func.bool_and(lag >= 0), func.least(func.sum(lag), check.INT64_MAX)),
+                else_=NO_OFFSET,
+            ).label("total_lag"),
+        )
+        .select_from(_with_watermarks())
+        .where(offsets.c.group_id == group_id)
+        .group_by(offsets.c.topic)
+    )
+    rows, token = keyset_page(conn, query, offsets.c.topic, size, page_token)
+    items = [TopicSummary(r.topic, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows]
     return Page(items, token)
 
 

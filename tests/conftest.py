@@ -19,4 +19,5 @@ pytest_plugins = [
     "tests.fixtures.fix_console",
     "tests.fixtures.fix_tenants",
     "tests.fixtures.fix_cli",
+    "tests.fixtures.fix_metrics",
 ]

@@ -8,7 +8,7 @@ offsets. The rule then exists once, in SQL, instead of in SQL and again in Pytho
 
 The function texts below are frozen copies of ``storage/sql/*.sql`` as of this revision:
 a migration never reads the live files, whose later edits belong to later migrations
-(DEVELOPERS.md, "Concurrency"; tests/test_sql_functions.py fails when they drift).
+(DEVELOPERS.md, "Concurrency"; tests/storage/test_sql_functions.py fails when they drift).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ schema is revoked from PUBLIC: a consumer's role gets EXECUTE on the four API fu
 (docs/sql.md's recipe), the schema's owner (the server, the migrations) keeps all of it.
 
 The function texts below are frozen copies of ``storage/sql/*.sql`` as of this revision
-(tests/test_sql_functions.py fails when they drift).
+(tests/storage/test_sql_functions.py fails when they drift).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ an offset committed through ``commit_offsets`` or ``join_group`` with a session 
 function now raises the setting for the transaction (read at COMMIT), keeping a stronger one.
 
 The function text below is a frozen copy of ``storage/sql/write_batch.sql`` as of this
-revision (tests/test_sql_functions.py fails when they drift).
+revision (tests/storage/test_sql_functions.py fails when they drift).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ arrays are bounded before they are walked (22023). The v1 signatures do not chan
 owner manages grants with ``grant_groups``, ``revoke_groups`` and ``set_quotas``.
 
 The function texts below are frozen copies of ``storage/sql/*.sql`` as of this revision
-(tests/test_sql_functions.py fails when they drift); downgrade() puts 0009's API back.
+(tests/storage/test_sql_functions.py fails when they drift); downgrade() puts 0009's API back.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import Any
 
 import grpc
 
+from offsetstore.core.calls import FACTS, Scope
 from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.server.auth.principals import RPC_PERMISSIONS, Grant, Permission, Principal
 from offsetstore.server.auth.tls import certificate_identities
@@ -49,7 +50,7 @@ class AuthInterceptor:
         permission = RPC_PERMISSIONS.get(method)
         if permission is None:
             raise PermissionDeniedError(f"{method} is not open to any principal")
-        topics = method == "ReportWatermarks"
+        topics = FACTS[method].scope is Scope.TOPICS
         if not any(g.permission >= permission and g.topic == topics for g in principal.grants) and not (
             topics and principal.may(Permission.ADMIN, "")
         ):
@@ -61,7 +62,7 @@ class AuthInterceptor:
         permission = RPC_PERMISSIONS.get(method)
         if permission is None:
             raise PermissionDeniedError(f"{method} is not open to any principal")
-        if method == "ReportWatermarks":
+        if FACTS[method].scope is Scope.TOPICS:
             for topic in sorted({w.topic for w in request.watermarks}):
                 if not principal.may_report(topic):
                     shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
@@ -115,12 +116,9 @@ class AuthInterceptor:
 def _what(method: str, scope: str) -> str:
     # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
     shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
-    return f"every group starting with {shown}" if method in _PREFIX_SCOPED else f"group {shown}"
-
-
-# RPCs over every group whose id starts with the request's prefix, not over one group.
-_PREFIX_SCOPED = ("ListGroups", "ExpireGroups")
+    return f"every group starting with {shown}" if FACTS[method].scope is Scope.PREFIX else f"group {shown}"
 
 
 def _scope(method: str, request: Any) -> str:
-    return request.prefix if method in _PREFIX_SCOPED else request.group_id
+    # A prefix RPC reaches every group whose id starts with the request's prefix.
+    return request.prefix if FACTS[method].scope is Scope.PREFIX else request.group_id

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextvars
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+
+from offsetstore.core.calls import FACTS, Permission
 
 __all__ = [
     "CERT_KINDS",
@@ -22,30 +24,11 @@ __all__ = [
 current_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("offsetstore_principal", default=None)
 
 
-class Permission(enum.IntEnum):
-    """What a grant allows; each level includes the ones below it."""
-
-    READ = 1
-    COMMIT = 2
-    ADMIN = 3
-
-
-#: The permission each RPC needs. Group RPCs need it on the request's group_id, ListGroups
-#: on its prefix (so that every group it could list is covered), ReportWatermarks on every
-#: topic it reports (a topic grant, or admin on every group). A method missing here is
-#: refused to everyone.
-RPC_PERMISSIONS: Mapping[str, Permission] = {
-    "FetchOffsets": Permission.READ,
-    "DescribeGroup": Permission.READ,
-    "ListOffsetHistory": Permission.READ,
-    "ListGroups": Permission.READ,
-    "CommitOffsets": Permission.COMMIT,
-    "JoinGroup": Permission.COMMIT,
-    "ReportWatermarks": Permission.COMMIT,
-    "ResetOffsets": Permission.ADMIN,
-    "DeleteOffsets": Permission.ADMIN,
-    "ExpireGroups": Permission.ADMIN,
-}
+#: The permission each RPC needs, as its ``(offsetstore.v1.call)`` option declares it
+#: (:mod:`offsetstore.core.calls`). Group RPCs need it on the request's group_id, prefix
+#: RPCs on its prefix (so that every group it could reach is covered), ReportWatermarks on
+#: every topic it reports (a topic grant, or admin on every group).
+RPC_PERMISSIONS: Mapping[str, Permission] = MappingProxyType({name: f.permission for name, f in FACTS.items()})
 
 
 #: The prefix of a principal reached by a client certificate; the rest is ``CN=<common name>``

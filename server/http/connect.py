@@ -8,6 +8,12 @@ metadata (``Authorization: Bearer ...``), ``Connect-Timeout-Ms`` or ``grpc-timeo
 deadline, the TCP peer and the TLS client certificate its peer and identity. Nothing about
 who may do what is decided here.
 
+A method whose ``idempotency_level`` is ``NO_SIDE_EFFECTS`` (a read; :mod:`offsetstore.core.calls`)
+may also be called as Connect's GET: ``GET /offsetstore.v1.OffsetStoreService/<Method>?encoding=json
+&message=<the request, URL-encoded>`` (``&base64=1`` for a base64url message, ``encoding=proto``
+for binary), which a browser, a proxy or ``curl`` can make and cache; any other method
+answers 405.
+
 A failed call answers the Connect error JSON with the HTTP status the protocol gives its
 code; its details are the gRPC status details, each as ``{"type", "value" (base64), "debug"}``,
 so ``google.rpc.ErrorInfo``'s ``reason`` reads the same as over gRPC.
@@ -32,6 +38,7 @@ from google.protobuf import json_format, symbol_database
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
+from offsetstore.core.calls import FACTS
 from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
 from offsetstore.storage.validate import MAX_PARTITIONS
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -189,11 +196,24 @@ class ConnectTransport:
         return self.max_message_bytes
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """The aiohttp handler of ``POST /offsetstore.v1.OffsetStoreService/{method}``."""
+        """The aiohttp handler of ``POST`` (and, for a read, ``GET``) ``/offsetstore.v1.OffsetStoreService/{method}``."""
         method = self.methods.get(request.match_info.get("method", ""))
         if method is None:
             return _error(grpc.StatusCode.UNIMPLEMENTED, "no such method of offsetstore.v1.OffsetStoreService", 404)
-        codec = _codec(request.headers.get("Content-Type", ""))
+        query: bytes | None = None  # a GET's request message
+        if request.method == "GET":
+            if not FACTS[method.name].read_only:
+                response = _error(grpc.StatusCode.UNIMPLEMENTED, f"{method.name} changes the store: POST it", 405)
+                response.headers["Allow"] = "POST"
+                return response
+            try:
+                codec, query = _query_message(request.query)
+            except InvalidArgumentError as error:
+                return _error(grpc.StatusCode.INVALID_ARGUMENT, error.message, 400)
+            if codec is None:
+                return _error(grpc.StatusCode.INVALID_ARGUMENT, "a GET needs encoding=json or encoding=proto", 400)
+        else:
+            codec = _codec(request.headers.get("Content-Type", ""))
         if codec is None:
             response = _error(grpc.StatusCode.UNKNOWN, f"the content type must be {JSON} or {PROTO}", 415)
             response.headers["Accept-Post"] = f"{JSON}, {PROTO}"
@@ -210,7 +230,7 @@ class ConnectTransport:
         if handler is None or handler.stream_unary is None:
             return _error(grpc.StatusCode.UNIMPLEMENTED, f"{method.name} is not served", 501)
         request_class = getattr(pb, method.input_type.name)
-        requests = _requests(request, request_class, method.name, codec, self.max_message_bytes)
+        requests = _requests(request, request_class, method.name, codec, self.max_message_bytes, query)
         try:
             async with asyncio.timeout(None if timeout is None else timeout + _DEADLINE_GRACE_SECONDS):
                 answer = await handler.stream_unary(requests, context)
@@ -257,16 +277,39 @@ def _timeout(headers: Mapping[str, str]) -> float | None:
     return min(found) if found else None
 
 
+def _query_message(query: Mapping[str, str]) -> tuple[str | None, bytes]:
+    """(codec, message) of a Connect GET's query: ``encoding``, ``message``, ``base64``; a bad one is INVALID_ARGUMENT."""
+    codec = {"json": JSON, "proto": PROTO}.get(query.get("encoding", ""))
+    message = query.get("message", "").encode()
+    if query.get("base64") == "1":
+        try:
+            message = base64.urlsafe_b64decode(message + b"=" * (-len(message) % 4))
+        except ValueError:
+            raise InvalidArgumentError.field("message", "is not base64url") from None
+    return codec, message
+
+
 async def _requests(
-    request: web.Request, request_class: type[Message], method: str, codec: str, limit: int
+    request: web.Request,
+    request_class: type[Message],
+    method: str,
+    codec: str,
+    limit: int,
+    query: bytes | None = None,
 ) -> AsyncIterator[bytes]:
-    """The call's one request message, binary; read only when the gate asks (authenticated, admitted, permitted)."""
-    if request.content_length is not None and request.content_length > limit:
+    """The call's one request message, binary; read only when the gate asks (authenticated, admitted, permitted).
+
+    ``query`` is a GET's message, from its URL (which the HTTP server bounds); else the body is read.
+    """
+    if query is not None:
+        body = query
+    elif request.content_length is not None and request.content_length > limit:
         raise _too_large(method, limit)  # refused from its header, unread
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise _too_large(method, limit) from None
+    else:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _too_large(method, limit) from None
     if codec == JSON:
         # Off the event loop: parsing the largest valid body is about a second of Python,
         # which would hold every gRPC and HTTP call of the process.

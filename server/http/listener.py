@@ -96,6 +96,8 @@ class HttpListener:
             client_max_size=self.transport.max_body_bytes, middlewares=[_headers, self.guard.middleware]
         )
         app.router.add_post(f"/{SERVICE.full_name}/{{method}}", self.transport.handle)
+        # Connect's GET, for the reads (NO_SIDE_EFFECTS): the transport answers 405 for the rest.
+        app.router.add_get(f"/{SERVICE.full_name}/{{method}}", self.transport.handle, allow_head=False)
         description = openapi_json().encode()
         app.router.add_get("/openapi.json", _fixed(description, "application/json"))
         console = resources.files("offsetstore.server.http").joinpath("console")

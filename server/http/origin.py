@@ -32,6 +32,9 @@ from offsetstore.server.http.connect import error_document
 
 __all__ = ["HostGuard", "host_of"]
 
+# The RPCs' paths: a GET of a read is a call too, checked for its origin as a POST is.
+_SERVICE_PATH = "/offsetstore.v1.OffsetStoreService/"
+
 log = logging.getLogger(__name__)
 
 #: Names of this machine's loopback that need no setting.
@@ -78,7 +81,9 @@ class HostGuard:
                 "if it is yours",
             )
         origin = request.headers.get("Origin")
-        if origin is not None and request.method == "POST":
+        if origin is not None and (
+            request.method == "POST" or (request.method == "GET" and request.path.startswith(_SERVICE_PATH))
+        ):
             scheme, _, rest = origin.partition("://")
             if not rest or authority is None or rest.strip().lower() != authority.strip().lower():
                 log.debug("http call from another origin refused", extra={"origin": origin[:100]})

@@ -1,7 +1,10 @@
 """The RPC side of the metrics: go-grpc-prometheus' ``grpc_server_*`` series and the store counters.
 
-One interceptor records them for every call, from the method, the request and the final
-status code, before the response leaves the server.
+One interceptor records the ``grpc_server_*`` series of every call of every service from its
+final status code. The store counters and the errors by reason come from the gate's
+:class:`~offsetstore.server.gate.CallOutcome` (the interceptor is also the gate's observer):
+the request it decoded and the typed error the call ended with, so that a group quota, a
+partition quota and a call limit are different label values, not one status code.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from offsetstore.server.gate import current_request
+from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, rpc_kind
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -29,6 +32,7 @@ __all__ = [
     "LATENCY_BUCKETS",
     "REJECTION_REASONS",
     "SERVICES",
+    "STARTING_REASONS",
     "MethodMetrics",
     "MetricsInterceptor",
     "ServerMetrics",
@@ -63,15 +67,19 @@ GRPC_CODES: dict[grpc.StatusCode, str] = {
     grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated",
 }
 
-# The contract's error table: each rejection of a commit has its own status code.
-REJECTION_REASONS: dict[grpc.StatusCode, str] = {
-    grpc.StatusCode.FAILED_PRECONDITION: "STALE_GENERATION",
-    grpc.StatusCode.ABORTED: "OFFSET_MISMATCH",
-    grpc.StatusCode.INVALID_ARGUMENT: "INVALID_ARGUMENT",
-}
-
-_COMMIT_METHOD = f"/{_OFFSET_STORE.full_name}/CommitOffsets"
-_RESET_METHOD = f"/{_OFFSET_STORE.full_name}/ResetOffsets"
+# The reasons of a rejected commit whose series exist (at zero) from the start: the contract's
+# three, and the quotas'. Any other reason a commit is refused with (the typed error's
+# ErrorInfo reason, or its code's name) gets its series when it first happens.
+REJECTION_REASONS: tuple[str, ...] = (
+    "STALE_GENERATION",
+    "OFFSET_MISMATCH",
+    "INVALID_ARGUMENT",
+    "GROUP_QUOTA",
+    "PARTITION_QUOTA",
+    "RESOURCE_EXHAUSTED",
+)
+#: The same for ``offsetstore_rpc_errors_total`` (each method's, with no limit named).
+STARTING_REASONS = REJECTION_REASONS
 
 # Store round trips are milliseconds; Prometheus' defaults start at 5 ms.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -111,14 +119,25 @@ class ServerMetrics:
         self.resets = Counter(
             "offsetstore_resets", "ResetOffsets calls applied (dry runs excluded).", registry=registry
         )
+        self.errors = Counter(
+            "offsetstore_rpc_errors",
+            "offsetstore.v1 calls that ended in an error, by method, ErrorInfo reason and (for "
+            "RESOURCE_EXHAUSTED) the limit that refused them: principal_calls, principal_bytes, "
+            "history_rows, max_groups, max_partitions, message_bytes, streams.",
+            ("grpc_method", "reason", "limit"),
+            registry=registry,
+        )
         self._methods: dict[str, MethodMetrics] = {}
         self._lock = threading.Lock()
         for service in services:
             for method in service.methods:
                 kind = rpc_kind(method.client_streaming, method.server_streaming)
                 self.method(f"/{service.full_name}/{method.name}", kind)
-        for reason in REJECTION_REASONS.values():
+        for reason in REJECTION_REASONS:
             self.rejections.labels(reason)
+        for method in _OFFSET_STORE.methods:
+            for reason in STARTING_REASONS:
+                self.errors.labels(method.name, reason, "")
 
     def method(self, full_method: str, kind: str) -> MethodMetrics:
         """The series of one method, created (every code at zero) on first use."""
@@ -142,16 +161,19 @@ class ServerMetrics:
         found = self._methods.get(full_method)
         return None if found is None else found.kind
 
-    def record_store_outcome(self, full_method: str, request: Any, code: grpc.StatusCode) -> None:
-        """Counts commits, rejections and resets from a finished unary call."""
-        if full_method == _COMMIT_METHOD:
-            if code == grpc.StatusCode.OK:
+    def record_outcome(self, outcome: CallOutcome) -> None:
+        """Counts one ended call of the offset store: its error by reason, and commits, rejections and resets."""
+        if outcome.code != grpc.StatusCode.OK:
+            self.errors.labels(outcome.method, outcome.reason, outcome.limit).inc()
+        if outcome.method == "CommitOffsets":
+            if outcome.code == grpc.StatusCode.OK:
                 self.commits.inc()
-                self.offsets_committed.inc(len(request.offsets))
-            elif (reason := REJECTION_REASONS.get(code)) is not None:
-                self.rejections.labels(reason).inc()
-        elif full_method == _RESET_METHOD and code == grpc.StatusCode.OK and not request.dry_run:
-            self.resets.inc()
+                self.offsets_committed.inc(len(outcome.request.offsets))  # type: ignore[union-attr]
+            elif outcome.code != grpc.StatusCode.CANCELLED:
+                self.rejections.labels(outcome.reason).inc()
+        elif outcome.method == "ResetOffsets" and outcome.code == grpc.StatusCode.OK:
+            if not outcome.request.dry_run:  # type: ignore[union-attr]
+                self.resets.inc()
 
 
 @dataclass(frozen=True)
@@ -178,31 +200,35 @@ def _final_code(context: grpc.aio.ServicerContext, raised: bool) -> grpc.StatusC
 
 
 class MetricsInterceptor(HandlerInterceptor):
-    """Records go-grpc-prometheus' server metrics and the store counters for every call.
+    """Records go-grpc-prometheus' server metrics for every call, and the store counters from the gate.
 
     The series are recorded before the response leaves the server, so a client that has
     its answer reads metrics that already count its call. The offset store's methods are
     served as client streams by the gate (:mod:`offsetstore.server.gate`), which reads the
-    request itself; they are counted as the unary methods they are, with the request the
-    gate decoded (:data:`~offsetstore.server.gate.current_request`). Unknown methods are
-    not wrapped (gRPC answers them UNIMPLEMENTED): no unbounded labels.
+    request itself; they are counted as the unary methods they are, and the gate tells
+    :meth:`call_ended` what each came to (a :class:`~offsetstore.server.gate.CallObserver`).
+    Unknown methods are not wrapped (gRPC answers them UNIMPLEMENTED): no unbounded labels.
     """
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self.metrics = metrics
 
+    def call_ended(self, outcome: CallOutcome) -> None:
+        """The gate's report of one offsetstore.v1 call."""
+        self.metrics.record_outcome(outcome)
+
     def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour:
         m = self.metrics.method(method, self.metrics.kind_of(method) or kind)
         if kind in ("unary", "client_stream"):
-            return self._unary(method, m, behaviour)
+            return self._unary(m, behaviour)
         return self._streaming(m, behaviour)
 
-    def _unary(self, full_method: str, m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
+    @staticmethod
+    def _unary(m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
         async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
             m.started.inc()
             started_at = time.perf_counter()
             raised = True
-            slot = current_request.set(None)
             try:
                 response = await behaviour(request, context)
                 raised = False
@@ -213,12 +239,7 @@ class MetricsInterceptor(HandlerInterceptor):
                 raise
             finally:
                 if raised is not None:
-                    code = _final_code(context, bool(raised))
-                    m.done(code, started_at)
-                    decoded = current_request.get()
-                    if decoded is not None:
-                        self.metrics.record_store_outcome(full_method, decoded, code)
-                current_request.reset(slot)
+                    m.done(_final_code(context, bool(raised)), started_at)
 
         return run
 

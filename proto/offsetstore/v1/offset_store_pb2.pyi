@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from offsetstore.v1 import options_pb2 as _options_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -434,3 +435,33 @@ class LagPoint(_message.Message):
     time: _timestamp_pb2.Timestamp
     lag_seconds: float
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("group_id", "page_size", "page_token")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics", "next_page_token")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicSummary]
+    next_page_token: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class TopicSummary(_message.Message):
+    __slots__ = ("topic", "partition_count", "last_commit_time", "total_lag")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition_count: int
+    last_commit_time: _timestamp_pb2.Timestamp
+    total_lag: int
+    def __init__(self, topic: _Optional[str] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...

@@ -85,6 +85,11 @@ class OffsetStoreServiceStub:
                 request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.SerializeToString,
                 response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.FromString,
                 _registered_method=True)
+        self.ListTopics = channel.unary_unary(
+                '/offsetstore.v1.OffsetStoreService/ListTopics',
+                request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.SerializeToString,
+                response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.FromString,
+                _registered_method=True)
 
 
 class OffsetStoreServiceServicer:
@@ -165,6 +170,14 @@ class OffsetStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTopics(self, request, context):
+        """The topics a group has offsets for, ordered by topic, a page at a time, each with its
+        partition count, latest commit and total lag. An unknown or deleted group has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OffsetStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +230,11 @@ def add_OffsetStoreServiceServicer_to_server(servicer, server):
                     servicer.ExpireGroups,
                     request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.FromString,
                     response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.SerializeToString,
+            ),
+            'ListTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTopics,
+                    request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.FromString,
+                    response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +508,33 @@ class OffsetStoreService:
             '/offsetstore.v1.OffsetStoreService/ExpireGroups',
             offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsRequest.SerializeToString,
             offsetstore_dot_v1_dot_offset__store__pb2.ExpireGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/offsetstore.v1.OffsetStoreService/ListTopics',
+            offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.SerializeToString,
+            offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -273,7 +273,8 @@ async function groupPage(groupId, mine) {
     table([
       { label: "Topic", cell: (p) => p.topic },
       { label: "Partition", num: true, cell: (p) => String(p.partition) },
-      { label: "Offset", num: true, cell: (p) => offsetText(p.offset) },
+      // The commit's metadata (a CDC engine's position map, say) on hover.
+      { label: "Offset", num: true, cell: (p) => el("span", { title: p.metadata || undefined }, offsetText(p.offset)) },
       { label: "Log end", num: true, cell: (p) => (num(p.logEndOffset) < 0 ? "unknown" : String(p.logEndOffset)) },
       { label: "Lag", num: true, cell: (p) => lagText(p.lag) },
       { label: "Lag (time)", num: true, cell: (p) => lagSecondsText(p) },

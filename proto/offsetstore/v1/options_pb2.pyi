@@ -1,0 +1,68 @@
+from google.protobuf import descriptor_pb2 as _descriptor_pb2
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Permission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PERMISSION_UNSPECIFIED: _ClassVar[Permission]
+    PERMISSION_READ: _ClassVar[Permission]
+    PERMISSION_COMMIT: _ClassVar[Permission]
+    PERMISSION_ADMIN: _ClassVar[Permission]
+
+class Scope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCOPE_UNSPECIFIED: _ClassVar[Scope]
+    SCOPE_GROUP: _ClassVar[Scope]
+    SCOPE_PREFIX: _ClassVar[Scope]
+    SCOPE_TOPICS: _ClassVar[Scope]
+
+class CostRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COST_RULE_UNSPECIFIED: _ClassVar[CostRule]
+    COST_RULE_ONE: _ClassVar[CostRule]
+    COST_RULE_ENTRIES: _ClassVar[CostRule]
+    COST_RULE_SELECTION: _ClassVar[CostRule]
+    COST_RULE_PAGE: _ClassVar[CostRule]
+PERMISSION_UNSPECIFIED: Permission
+PERMISSION_READ: Permission
+PERMISSION_COMMIT: Permission
+PERMISSION_ADMIN: Permission
+SCOPE_UNSPECIFIED: Scope
+SCOPE_GROUP: Scope
+SCOPE_PREFIX: Scope
+SCOPE_TOPICS: Scope
+COST_RULE_UNSPECIFIED: CostRule
+COST_RULE_ONE: CostRule
+COST_RULE_ENTRIES: CostRule
+COST_RULE_SELECTION: CostRule
+COST_RULE_PAGE: CostRule
+CALL_FIELD_NUMBER: _ClassVar[int]
+call: _descriptor.FieldDescriptor
+
+class CallFacts(_message.Message):
+    __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome")
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_FIELD_NUMBER: _ClassVar[int]
+    CREATES_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ADDS_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    APPENDS_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    REMOVES_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    permission: Permission
+    scope: Scope
+    cost: CostRule
+    cost_field: str
+    creates_group: bool
+    adds_partitions: bool
+    appends_history: bool
+    removes_groups: bool
+    preview_field: str
+    unknown_outcome: str
+    def __init__(self, permission: _Optional[_Union[Permission, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., cost: _Optional[_Union[CostRule, str]] = ..., cost_field: _Optional[str] = ..., creates_group: _Optional[bool] = ..., adds_partitions: _Optional[bool] = ..., appends_history: _Optional[bool] = ..., removes_groups: _Optional[bool] = ..., preview_field: _Optional[str] = ..., unknown_outcome: _Optional[str] = ...) -> None: ...

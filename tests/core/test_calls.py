@@ -1,0 +1,105 @@
+"""Every RPC declares its facts in the contract, and everything that needs them reads them from there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.descriptor_pb2 import MethodOptions
+
+from offsetstore.client._base import unknown_outcome
+from offsetstore.client._channel import RETRIED_METHODS
+from offsetstore.core.calls import BY_REQUEST, FACTS, SERVICE, Cost, Permission, Scope, facts_of
+from offsetstore.server.admission import cost_of
+from offsetstore.server.auth import RPC_PERMISSIONS
+from offsetstore.v1 import offset_store_pb2 as pb
+from offsetstore.v1 import options_pb2
+
+
+def test_every_method_of_the_service_declares_its_facts() -> None:
+    # FACTS is built at import from the descriptor: a method without (offsetstore.v1.call) fails it.
+    assert set(FACTS) == {m.name for m in SERVICE.methods}
+    assert set(BY_REQUEST) == {m.input_type.name for m in SERVICE.methods}
+    for method in SERVICE.methods:
+        assert method.GetOptions().HasExtension(options_pb2.call), method.name
+        request = getattr(pb, method.input_type.name)()
+        cost_of(method.name, request)  # every cost rule applies to its own request
+
+
+def _method_without_facts() -> descriptor_pb2.MethodDescriptorProto:
+    return descriptor_pb2.MethodDescriptorProto(
+        name="ListTopicsOfNothing",
+        input_type=".offsetstore.v1.JoinGroupRequest",
+        output_type=".offsetstore.v1.JoinGroupResponse",
+    )
+
+
+def _service_with(method: descriptor_pb2.MethodDescriptorProto) -> Any:
+    """The real contract plus ``method``, in a pool of its own: what a careless edit of the .proto makes."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: Any) -> None:
+        if file.name in added:
+            return
+        for dependency in file.dependencies:
+            add(dependency)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        if file is pb.DESCRIPTOR:
+            proto.service[0].method.append(method)
+        pool.Add(proto)
+        added.add(file.name)
+
+    add(pb.DESCRIPTOR)
+    return pool.FindServiceByName(SERVICE.full_name).methods_by_name[method.name]
+
+
+def test_a_method_without_facts_is_refused() -> None:
+    with pytest.raises(ValueError, match="declares no"):
+        facts_of(_service_with(_method_without_facts()))
+
+
+def test_a_write_that_may_not_be_retried_must_say_how_to_find_out_what_it_did() -> None:
+    method = _method_without_facts()
+    facts = options_pb2.CallFacts(
+        permission=options_pb2.PERMISSION_COMMIT, scope=options_pb2.SCOPE_GROUP, cost=options_pb2.COST_RULE_ONE
+    )
+    method.options.Extensions[options_pb2.call].CopyFrom(facts)
+    with pytest.raises(ValueError, match="unknown_outcome"):
+        facts_of(_service_with(method))
+    method.options.idempotency_level = MethodOptions.IDEMPOTENT
+    assert facts_of(_service_with(method)).retried
+
+
+def test_the_gate_the_quotas_and_the_clients_read_the_same_facts() -> None:
+    assert RPC_PERMISSIONS == {name: f.permission for name, f in FACTS.items()}
+    assert set(RETRIED_METHODS) == {
+        "FetchOffsets",
+        "ListGroups",
+        "DescribeGroup",
+        "ListOffsetHistory",
+        "ListTopics",
+        "ReportWatermarks",
+    }
+    writes = {name for name, f in FACTS.items() if f.unknown_outcome}
+    assert writes == {"CommitOffsets", "ResetOffsets", "DeleteOffsets", "JoinGroup", "ExpireGroups"}
+    assert {n for n, f in FACTS.items() if f.creates_group} == {"CommitOffsets", "JoinGroup", "ResetOffsets"}
+    assert {n for n, f in FACTS.items() if f.adds_partitions} == {"CommitOffsets", "ResetOffsets"}
+    assert {n for n, f in FACTS.items() if f.scope is Scope.PREFIX} == {"ListGroups", "ExpireGroups"}
+    assert FACTS["ReportWatermarks"].scope is Scope.TOPICS and FACTS["ReportWatermarks"].cost is Cost.ENTRIES
+    assert FACTS["DeleteOffsets"].permission is Permission.ADMIN
+
+
+def test_a_preview_has_no_unknown_outcome_and_a_write_says_how_to_find_out() -> None:
+    assert unknown_outcome(pb.ResetOffsetsRequest(dry_run=True)) is None
+    assert unknown_outcome(pb.ExpireGroupsRequest(execute=False)) is None
+    assert unknown_outcome(pb.FetchOffsetsRequest()) is None
+    assert "fetch the offsets" in (unknown_outcome(pb.CommitOffsetsRequest()) or "")
+    assert "list the groups" in (unknown_outcome(pb.ExpireGroupsRequest(execute=True)) or "")
+
+
+def test_a_method_without_facts_has_no_cost() -> None:
+    with pytest.raises(KeyError):
+        cost_of("NoSuchMethod", pb.JoinGroupRequest())
