@@ -55,11 +55,26 @@ def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
     return bool(ready)
 
 
+#: The server ended the session (terminated, shut down, idle too long) or the link broke: the
+#: statement that hears it never ran.
+_ENDED = (
+    psycopg.errors.AdminShutdown,
+    psycopg.errors.CrashShutdown,
+    psycopg.errors.IdleSessionTimeout,
+    psycopg.errors.ConnectionException,
+    psycopg.InterfaceError,
+)
+
+
 def connection_lost(error: BaseException) -> bool:
-    """Whether ``error`` came from a connection that died under the statement (so no later statement ran on it)."""
+    """Whether ``error`` came from a connection that was dead when its statement went out or died under it."""
     if isinstance(error, sqlalchemy.exc.DBAPIError):
-        return bool(error.connection_invalidated)
+        if error.connection_invalidated:
+            return True
+        error = error.orig
+    if isinstance(error, _ENDED):
+        return True
     if isinstance(error, psycopg.Error):
         pgconn = error.pgconn
         return pgconn is not None and pgconn.status == psycopg.pq.ConnStatus.BAD
-    return isinstance(error, psycopg.InterfaceError)
+    return False
