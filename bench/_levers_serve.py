@@ -37,6 +37,11 @@ BEFORE = {
 for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(",")):
     BEFORE[_lever]()
 
+if _flushers := os.environ.get("OFFSETSTORE_BENCH_READ_FLUSHERS"):  # to weigh the read batcher's tasks
+    defaults = async_store.AsyncStore.__init__.__kwdefaults__
+    assert defaults is not None
+    defaults["read_flushers"] = int(_flushers)
+
 if __name__ == "__main__":
     from offsetstore.cli.main import main
 

@@ -188,7 +188,9 @@ def main() -> None:
 
             embedded = EmbeddedPostgres(workdir / "pgdata")
             os.environ["OFFSETSTORE_BENCH_DATABASE_URL"] = embedded.start()
-        say(f"{os.cpu_count()} cores; {args.rounds} alternating rounds of {args.seconds:g} s per load; {load_average()}")
+        say(
+            f"{os.cpu_count()} cores; {args.rounds} alternating rounds of {args.seconds:g} s per load; {load_average()}"
+        )
         for lever in args.levers:
             compare(lever, LEVERS[lever], args, say)
         if not args.no_profile:

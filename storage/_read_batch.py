@@ -38,6 +38,7 @@ from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import FetchResult
 from offsetstore.storage import reads
 from offsetstore.storage._calls import Bound, caller_bound
+from offsetstore.storage.steps import int_array, text_array
 
 __all__ = ["BATCHED_FETCH", "MAX_BATCH_READS", "ReadBatcher", "coalescable"]
 
@@ -77,8 +78,14 @@ BATCHED_FETCH = (
     "ORDER BY b.n, f.topic, f.partition"
 )
 
-_PARAMS = (("groups", "group"), ("after_topics", "after_topic"), ("after_partitions", "after_partition"))
-_PARAMS += (("row_limits", "rows"), ("budgets", "budget"))
+#: The batch's parameters: each an array literal of one page parameter (joined at C speed, see :mod:`.steps`).
+_PARAMS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("groups", "group", text_array),
+    ("after_topics", "after_topic", text_array),
+    ("after_partitions", "after_partition", int_array),
+    ("row_limits", "rows", int_array),
+    ("budgets", "budget", int_array),
+)
 
 
 def coalescable(statement: storage.Statement | None) -> bool:
@@ -162,7 +169,9 @@ class ReadBatcher:
             raise StoreUnavailableError("the offset store is shutting down")
         if self._wake is None:
             self._wake = asyncio.Event()
-            self._tasks = [asyncio.create_task(self._loop(), name=f"offsetstore-reads-{n}") for n in range(self.flushers)]
+            self._tasks = [
+                asyncio.create_task(self._loop(), name=f"offsetstore-reads-{n}") for n in range(self.flushers)
+            ]
         read = _Read(statement[1], bound)
         self._queue.append(read)
         self._wake.set()
@@ -212,7 +221,7 @@ class ReadBatcher:
     async def _flush(self, batch: list[_Read]) -> None:
         try:
             ms = self._batch_ms(batch)
-            params = {name: [read.params[key] for read in batch] for name, key in _PARAMS}
+            params = {name: literal([read.params[key] for read in batch]) for name, key, literal in _PARAMS}
             try:
                 rows = await self._execute(BATCHED_FETCH, params, ms)
             except Exception as error:

@@ -31,11 +31,13 @@ def fresh(tag: str) -> str:
 @pytest.fixture
 def groups(store: Store) -> Iterator[dict[str, str]]:
     """Groups of every shape a page of offsets can have."""
-    made = {name: fresh(name) for name in ("one", "many", "metadata", "sentinel", "unknown", "joined", "deleted")}
+    made = {name: fresh(name) for name in ("one", "many", "metadata", "mixed", "unknown", "joined", "deleted")}
     store.commit_offsets(made["one"], [OffsetCommit("t", 0, 5)])
     store.commit_offsets(made["many"], [OffsetCommit(f"t{t}", p, p * 10 + t) for t in range(3) for p in range(7)])
     store.commit_offsets(made["metadata"], [OffsetCommit("m", p, p, "x" * 40 + "é'\"") for p in range(4)])
-    store.commit_offsets(made["sentinel"], [OffsetCommit("a-topic", 0, 0), OffsetCommit("Z", 3, 1), OffsetCommit("_x", 1, 1)])
+    store.commit_offsets(
+        made["mixed"], [OffsetCommit("a-topic", 0, 0), OffsetCommit("Z", 3, 1), OffsetCommit("_x", 1, 1)]
+    )
     store.join_group(made["joined"])
     store.join_group(made["joined"])
     store.commit_offsets(made["joined"], [OffsetCommit("j", 1, 2)], generation=2)
@@ -174,7 +176,7 @@ def test_a_callers_cancellation_or_deadline_leaves_the_others_their_answers(
             await lock.waiters(conninfo, 1)
             # These gather behind it: one is cancelled, one runs out of time while waiting.
             cancelled = asyncio.create_task(hot.fetch_offsets(groups["many"]))
-            others = [asyncio.create_task(hot.fetch_offsets(g)) for g in (groups["metadata"], groups["sentinel"])]
+            others = [asyncio.create_task(hot.fetch_offsets(g)) for g in (groups["metadata"], groups["mixed"])]
 
             async def pressed() -> FetchResult:
                 with deadline(0.3):
@@ -189,9 +191,9 @@ def test_a_callers_cancellation_or_deadline_leaves_the_others_their_answers(
         results = await asyncio.gather(first, cancelled, *others, return_exceptions=True)
         return [*late_error, *results]
 
-    late, first, cancelled, metadata, sentinel = with_store(store, scenario, hot_pool_size=1, read_flushers=1)
+    late, first, cancelled, metadata, mixed = with_store(store, scenario, hot_pool_size=1, read_flushers=1)
     assert isinstance(late, StoreUnavailableError)
     assert isinstance(cancelled, asyncio.CancelledError)
     assert first == alone(store, groups["one"])
     assert metadata == alone(store, groups["metadata"])
-    assert sentinel == alone(store, groups["sentinel"])
+    assert mixed == alone(store, groups["mixed"])
