@@ -71,7 +71,7 @@ def connection_lost(error: BaseException) -> bool:
     if isinstance(error, sqlalchemy.exc.DBAPIError):
         if error.connection_invalidated:
             return True
-        error = error.orig
+        return error.orig is not None and connection_lost(error.orig)
     if isinstance(error, _ENDED):
         return True
     if isinstance(error, psycopg.Error):

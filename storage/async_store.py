@@ -70,7 +70,8 @@ class AsyncStore:
 
     It opens its own connections: ``hot_pool_size`` for the batches and fetches (psycopg's
     pool), ``pool_size`` for everything else (SQLAlchemy's asyncio engine), and one for the
-    health probe. ``store`` lends its settings (statement timeout, response size) and its
+    health probe. ``read_flushers`` tasks coalesce concurrent fetches (:mod:`._read_batch`),
+    ``write_flushers`` concurrent commits and joins (group commit). ``store`` lends its settings (statement timeout, response size) and its
     hooks (``observe``, ``expired``: the metrics), read at each call.
     """
 
@@ -81,7 +82,7 @@ class AsyncStore:
         hot_pool_size: int = 8,
         pool_size: int = 4,
         write_flushers: int = 2,
-        read_flushers: int = 2,
+        read_flushers: int = 4,
     ) -> None:
         self.store = store
         url, self.settings = session_settings(store.engine)  # the very settings of the store's engine
@@ -289,7 +290,7 @@ class AsyncStore:
             # A retried attempt (or a coalesced read sent back to run alone) starts the steps afresh.
             return first.pop() if first else storage.fetch_offsets_steps(group_id, topics, page)
 
-        if not first:  # its statement rides a batch with other groups' (:mod:`._read_batch`)
+        if statement is not None and not first:  # its statement rides a batch with other groups' (:mod:`._read_batch`)
             alone = lambda: self._hot("fetch_offsets", once, read_only=True)  # noqa: E731
             return await self._timed("fetch_offsets", self.reads.fetch(steps, statement, alone))
         return await self.run_hot("fetch_offsets", once, read_only=True)
