@@ -37,7 +37,11 @@ HERE = Path(__file__).resolve().parent
 LEVERS = {
     "pool-check": ("fetch16", "commit1"),
     "read-coalescing": ("fetch16",),
+    # The pool check where every read takes a connection of its own (as before coalescing).
+    "pool-check/reads-alone": ("fetch16",),
 }
+#: lever -> what both of its servers undo (the baseline it is measured on).
+BASE = {"pool-check/reads-alone": "read-coalescing"}
 
 
 def load_average() -> str:
@@ -51,10 +55,12 @@ def serving_pid(supervisor: int) -> int:
 
 
 def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: callable) -> None:  # type: ignore[valid-type]
-    served_args = ["--processes", "1"]
+    served_args = ["--processes", str(args.processes)]
     program = (str(HERE / "_levers_serve.py"),)
-    before_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": lever}
-    after_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": ""}
+    base = BASE.get(lever, "")
+    undo = ",".join(filter(None, (lever.split("/")[0], base)))
+    before_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": undo}
+    after_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": base}
     with (
         served(extra_args=served_args, program=program, env=before_env) as before,
         served(extra_args=served_args, program=program, env=after_env) as after,
@@ -173,7 +179,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64])
     parser.add_argument("--client-processes", type=int, default=2)
-    parser.add_argument("--levers", nargs="+", choices=sorted(LEVERS), default=sorted(LEVERS))
+    parser.add_argument("--levers", nargs="+", choices=sorted(LEVERS), default=list(LEVERS))
+    parser.add_argument("--processes", type=int, default=1, help="the servers' --processes (the profile uses 1)")
     parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args()
 
