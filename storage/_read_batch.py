@@ -139,7 +139,7 @@ class ReadBatcher:
         timeout_ms: Callable[[Bound | None], int | None],
         statement_timeout_ms: int,
         *,
-        flushers: int = 4,
+        flushers: int = 2,
     ) -> None:
         if flushers < 1:
             raise ValueError("read_flushers must be >= 1")

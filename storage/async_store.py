@@ -82,7 +82,7 @@ class AsyncStore:
         hot_pool_size: int = 8,
         pool_size: int = 4,
         write_flushers: int = 2,
-        read_flushers: int = 4,
+        read_flushers: int = 2,
     ) -> None:
         self.store = store
         url, self.settings = session_settings(store.engine)  # the very settings of the store's engine
