@@ -37,10 +37,13 @@ def served(
     pool_size: int | None = None,
     extra_args: Sequence[str] = (),
     prefix: str = "offsetstore-bench-",
+    program: Sequence[str] = ("-m", "offsetstore.cli.main"),
+    env: dict[str, str] | None = None,
 ) -> Iterator[Served]:
     """A server over ``OFFSETSTORE_BENCH_DATABASE_URL``, or over an embedded PostgreSQL; healthy on entry.
 
-    ``max_workers`` and ``pool_size`` left unset keep the server's defaults.
+    ``max_workers`` and ``pool_size`` left unset keep the server's defaults. ``program``: what
+    the interpreter runs (bench/_levers_serve.py serves with some levers undone), with ``env``.
     """
     from offsetstore.client import OffsetStoreClient
     from offsetstore.storage import migrate
@@ -59,7 +62,7 @@ def served(
         listen = f"127.0.0.1:{free_port()}"
         log = workdir / "serve.log"
         command = [
-            sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", url, "--listen", listen,
+            sys.executable, *program, "serve", "--database-url", url, "--listen", listen,
             "--metrics-listen", "", "--no-migrate", "--log-level", "WARNING", *extra_args,
         ]  # fmt: skip
         if max_workers is not None:
@@ -67,7 +70,7 @@ def served(
         if pool_size is not None:
             command += ["--pool-size", str(pool_size)]
         with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             with OffsetStoreClient(listen, timeout=2) as client:
                 for _ in range(300):

@@ -322,11 +322,21 @@ def group_status_from_proto(value: int) -> GroupStatus:
 
 
 def fetch_result_to_proto(value: FetchResult) -> pb.FetchOffsetsResponse:
-    return pb.FetchOffsetsResponse(
-        offsets=[committed_offset_to_proto(o) for o in value.offsets.values()],
-        generation=value.generation,
-        next_page_token=value.next_page_token,
-    )
+    response = pb.FetchOffsetsResponse(generation=value.generation, next_page_token=value.next_page_token)
+    # Built in place; the partitions of one commit share its time, so each distinct time is
+    # converted once (most of a fetch's conversion cost was the per-partition timestamp).
+    times: dict[datetime, tuple[int, int]] = {}
+    add = response.offsets.add
+    for o in value.offsets.values():
+        entry = add(topic=o.topic, partition=o.partition, offset=o.offset, metadata=o.metadata)
+        if (at := o.commit_time) is not None:
+            parts = times.get(at)
+            if parts is None:
+                parts = times[at] = _epoch_parts(at)
+            ts = entry.commit_time
+            ts.SetInParent()  # present even at the epoch itself, whose fields are all zero
+            ts.seconds, ts.nanos = parts
+    return response
 
 
 def fetch_result_from_proto(message: pb.FetchOffsetsResponse) -> FetchResult:

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from offsetstore.server.gate import current_request
+from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.storage.async_store import Carry
 
@@ -184,6 +184,12 @@ class CallTracer(HandlerInterceptor):
             attributes={**attributes, "rpc.system": "grpc"},
         )
 
+    def call_ended(self, outcome: CallOutcome) -> None:
+        """The gate's observer hook, inside the call's span: the group the call was for."""
+        group = getattr(outcome.request, "group_id", None) if outcome.request is not None else None
+        if group:
+            trace.get_current_span().set_attribute(GROUP, group)
+
     def _unary(
         self, name: str, attributes: dict[str, str], behaviour: Callable[..., Awaitable[Any]]
     ) -> Callable[..., Awaitable[Any]]:
@@ -222,10 +228,6 @@ def _finish(span: trace.Span, context: Any, ended: grpc.StatusCode | None = None
     code = code or grpc.StatusCode.OK
     span.set_attribute("rpc.grpc.status_code", code.value[0])
     span.set_attribute(OUTCOME, code.name)
-    request = current_request.get()
-    group = getattr(request, "group_id", None) if request is not None else None
-    if group:
-        span.set_attribute(GROUP, group)
     if code is grpc.StatusCode.OK:
         return
     reason = _reason(context.trailing_metadata() or ())

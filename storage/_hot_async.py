@@ -20,7 +20,7 @@ from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.steps import is_wide
 
-__all__ = ["FETCH_SLICE", "on_primary", "run_hot"]
+__all__ = ["FETCH_SLICE", "bounded_read", "on_primary", "run_hot"]
 
 R = TypeVar("R")
 
@@ -60,7 +60,7 @@ async def run_hot(
             sql, params = statement
             wide = is_wide(params)
             if read_only and not wide:
-                rows = await _bounded(conn, sql, params, settings, timeout_ms)
+                rows = await bounded_read(conn, sql, params, settings, timeout_ms)
             else:
                 # Prepared: the settings' few fixed texts, not one per deadline or lock bound.
                 fixed = settings.prepare and timeout_ms is None and lock_timeout_ms is None and not wide
@@ -76,7 +76,7 @@ async def run_hot(
         return result
 
 
-async def _bounded(
+async def bounded_read(
     conn: psycopg.AsyncConnection, sql: str, params: Mapping[str, object], settings: SessionSettings, ms: int | None
 ) -> list[tuple[Any, ...]]:
     """One read, cancelled in the server (psycopg does, on cancellation) when its time is up."""

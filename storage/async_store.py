@@ -21,7 +21,7 @@ import contextlib
 import contextvars
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,7 +50,9 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import _group_commit as gc
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
-from offsetstore.storage._hot_async import on_primary, run_hot
+from offsetstore.storage._hot_async import bounded_read, on_primary, run_hot
+from offsetstore.storage._pool_check import connection_lost
+from offsetstore.storage._read_batch import ReadBatcher, coalescable, resumed
 from offsetstore.storage.engine import (
     NotThePrimary,
     admit_async,
@@ -92,7 +94,8 @@ class AsyncStore:
     :meth:`open`\ ed in: ``hot_pool_size`` (default: the engine's pool size) for the batches
     and fetches (psycopg's pool), ``pool_size`` for everything else (SQLAlchemy's asyncio
     engine), and one for the health probe. ``write_flushers`` tasks write the batches of
-    commits and joins (:class:`AsyncWriteBatcher`), each holding one hot connection while it writes.
+    commits and joins (:class:`AsyncWriteBatcher`), each holding one hot connection while it writes;
+    ``read_flushers`` tasks coalesce concurrent fetches (:mod:`._read_batch`).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class AsyncStore:
         pool_size: int | None = None,
         status_rules: StatusRules = DEFAULT_RULES,
         carry: Carry | None = None,
+        read_flushers: int = 2,
     ) -> None:
         size = getattr(engine.pool, "size", None)
         #: Connections the hot pool holds at most.
@@ -129,6 +133,9 @@ class AsyncStore:
         self.status_rules = status_rules
         self.write_flushers = write_flushers
         self.writes = AsyncWriteBatcher(self, flushers=write_flushers, carry=carry)
+        self.reads = ReadBatcher(
+            self._read_rows, self.timeout_ms, self.settings.statement_timeout_ms, flushers=read_flushers
+        )
 
     def observe_with(
         self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
@@ -154,6 +161,7 @@ class AsyncStore:
     async def close(self) -> None:
         """Writes what is queued, then closes every connection."""
         await self.writes.stop()
+        await self.reads.stop()
         if self._health is not None:
             await self._health.close()
             self._health = None
@@ -171,8 +179,16 @@ class AsyncStore:
             if observe is not None:
                 observe(name, time.perf_counter() - started)
 
-    async def attempts(self, name: str, body: Callable[[], Awaitable[R]]) -> R:
-        """``body()``, again where PostgreSQL aborted it for a conflict; database faults made typed."""
+    async def attempts(
+        self, name: str, body: Callable[[], Awaitable[R]], *, unapplied: Callable[[], bool] | None = None
+    ) -> R:
+        """``body()``, again where PostgreSQL aborted it for a conflict; database faults made typed.
+
+        Where ``unapplied()`` says a failed ``body()`` cannot have changed anything (a read,
+        a write that never sent COMMIT), a connection that died under it (killed while idle
+        in the pool, after its check) earns one more attempt, on a fresh connection.
+        """
+        lost_once = False
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 return await body()
@@ -180,6 +196,9 @@ class AsyncStore:
                 raise
             except Exception as error:
                 if attempt < ATTEMPTS and retryable(error):
+                    continue
+                if not lost_once and unapplied is not None and unapplied() and connection_lost(error):
+                    lost_once = True
                     continue
                 typed = classify(name, error)
                 if typed is None:
@@ -209,13 +228,24 @@ class AsyncStore:
 
     async def run_hot(self, name: str, steps: Callable[[], storage.HotSteps[R]], *, read_only: bool = False) -> R:
         """Runs the hot-path ``steps`` on a pooled psycopg connection, its settings in the same round trip."""
+        return await self._timed(name, self._hot(name, steps, read_only=read_only))
 
+    async def _hot(self, name: str, steps: Callable[[], storage.HotSteps[R]], *, read_only: bool = False) -> R:
         async def once() -> R:
             ms = self.timeout_ms(caller_bound())
             async with self.hot_connection(ms) as conn:
                 return await run_hot(conn, steps(), self.settings, ms, read_only=read_only)
 
-        return await self._timed(name, self.attempts(name, once))
+        return await self.attempts(name, once, unapplied=(lambda: True) if read_only else None)
+
+    async def _read_rows(self, sql: str, params: Mapping[str, object], ms: int | None) -> list[tuple[Any, ...]]:
+        """The rows of a coalesced read's statement (:mod:`._read_batch`), bounded by ``ms`` as a read alone is."""
+
+        async def once() -> list[tuple[Any, ...]]:
+            async with self.hot_connection(ms) as conn:
+                return await bounded_read(conn, sql, params, self.settings, ms)
+
+        return await self.attempts("fetch_offsets", once, unapplied=lambda: True)
 
     @contextlib.asynccontextmanager
     async def hot_connection(self, timeout_ms: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -304,13 +334,17 @@ class AsyncStore:
         self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
     ) -> FetchResult:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
-        steps = storage.fetch_offsets_steps(group_id, topics, page)  # bad input raises here, before a connection
-        first = [steps]
+        steps = storage.fetch_offsets_steps(group_id, topics, page)
+        statement = next(steps)  # bad input raises here, before a connection
+        first = [] if coalescable(statement) else [resumed(statement, steps)]
 
         def once() -> storage.HotSteps[FetchResult]:
-            # A retried attempt starts the steps afresh.
+            # A retried attempt (or a coalesced read sent back to run alone) starts the steps afresh.
             return first.pop() if first else storage.fetch_offsets_steps(group_id, topics, page)
 
+        if statement is not None and not first:  # its statement rides a batch with other groups' (:mod:`._read_batch`)
+            alone = lambda: self._hot("fetch_offsets", once, read_only=True)  # noqa: E731
+            return await self._timed("fetch_offsets", self.reads.fetch(steps, statement, alone))
         return await self.run_hot("fetch_offsets", once, read_only=True)
 
     async def describe_group(
@@ -483,8 +517,11 @@ class AsyncWriteBatcher:
         """Writes ``flush``'s requests in one transaction (retried on conflicts); a caller gone rolls it back."""
         ms = flush.timeout_ms()
         requests = flush.requests()
+        committing = False
 
         async def transaction() -> list[storage.WriteOutcome]:
+            nonlocal committing
+            committing = False
             # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
             # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
             async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
@@ -499,6 +536,7 @@ class AsyncWriteBatcher:
                     lock_timeout_ms=flush.lock_timeout_ms,
                 )
                 flush.check_callers()  # raises: rolled back
+                committing = True  # from here a lost connection leaves the outcome unknown
                 return outcomes
 
-        return await self.store.attempts("write_batch", transaction)
+        return await self.store.attempts("write_batch", transaction, unapplied=lambda: not committing)

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engi
 from sqlalchemy.pool import NullPool
 
 from offsetstore.storage import database_url
+from offsetstore.storage._pool_check import QuietCheck
 from offsetstore.storage.replication import (
     Replication,
     ReplicationRefused,
@@ -243,8 +244,9 @@ def create_async_pool(url: str, settings: SessionSettings, *, size: int = 8) -> 
         database_url.conninfo(url, connect_timeout=kwargs.pop("connect_timeout")),
         kwargs={"autocommit": True, **kwargs},
         # A connection that died while idle in the pool (killed, a restart) is replaced when
-        # taken, for the price of an empty query, instead of failing the call it was given to.
-        check=AsyncConnectionPool.check_connection,
+        # taken instead of failing the call it was given to; the round trip that tells is paid
+        # only where the socket or a long idle time says it may be dead (:mod:`._pool_check`).
+        check=QuietCheck(),
         configure=lambda conn: admit_async(conn, settings),
         min_size=1,
         max_size=size,

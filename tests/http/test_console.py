@@ -30,9 +30,11 @@ def seeded(http_server: HttpServer) -> str:
     """A prefix with two groups (watermarks reported), and the group named like a script."""
     prefix = f"console-{uuid.uuid4().hex[:6]}-"
     for name, partitions in ((prefix + "orders", 3), (prefix + "billing", 1), (HOSTILE, 1)):
-        offsets = [{"topic": "orders", "partition": p, "offset": str(10 * (p + 1))} for p in range(partitions)]
+        offsets = [{"topic": "console-orders", "partition": p, "offset": str(10 * (p + 1))} for p in range(partitions)]
         assert http_server.curl("CommitOffsets", {"groupId": name, "offsets": offsets})[0] == 200
-    watermarks = [{"topic": "orders", "partition": p, "logStartOffset": "0", "logEndOffset": "100"} for p in range(3)]
+    watermarks = [
+        {"topic": "console-orders", "partition": p, "logStartOffset": "0", "logEndOffset": "100"} for p in range(3)
+    ]
     assert http_server.curl("ReportWatermarks", {"watermarks": watermarks})[0] == 200
     return prefix
 
@@ -79,7 +81,11 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
         [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
         for tr in browser.find_elements(By.CSS_SELECTOR, "#preview-table tbody tr")
     ]
-    assert rows == [["orders", "0", "10", "5"], ["orders", "1", "20", "5"], ["orders", "2", "30", "5"]]
+    assert rows == [
+        ["console-orders", "0", "10", "5"],
+        ["console-orders", "1", "20", "5"],
+        ["console-orders", "2", "30", "5"],
+    ]
     assert shown_offsets(browser) == ["10", "20", "30"]  # a preview changes nothing
     browser.save_screenshot(str(SCREENSHOTS / "console-reset-preview.png"))
 
@@ -171,13 +177,13 @@ def test_history_shows_no_previous_offset_of_a_first_commit_as_the_cli_does(
 
     group = seeded + "history"
     for offset in (100, 200):
-        offsets = [{"topic": "orders", "partition": 0, "offset": str(offset)}]
+        offsets = [{"topic": "console-orders", "partition": 0, "offset": str(offset)}]
         assert http_server.curl("CommitOffsets", {"groupId": group, "offsets": offsets})[0] == 200
     sign_in(browser, http_server, "admin")
     browser.get(f"{http_server.url}/#/?prefix={group}")
     open_group(browser, group, admin="yes")
     items = wait(browser, lambda d: [li.text for li in d.find_elements(By.CSS_SELECTOR, "#timeline li")])
-    assert [item.split("orders [0]: ")[1].split(" generation")[0] for item in items] == ["100 → 200", "- → 100"]
+    assert [item.split("console-orders [0]: ")[1].split(" generation")[0] for item in items] == ["100 → 200", "- → 100"]
 
 
 # Keeps the body of every ResetOffsets the page sends, for a test to read.

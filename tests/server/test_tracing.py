@@ -218,6 +218,7 @@ def test_an_in_process_server_traces_grpc_and_http_calls(
         )
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(request, timeout=20)
+        missing.value.close()  # the error holds the response's connection
         assert missing.value.code == 404
     finally:
         stop.set()

@@ -1,0 +1,48 @@
+"""``offsetstore serve`` with some of issue 33's levers put back as they were, so bench/levers.py can compare.
+
+``OFFSETSTORE_BENCH_BEFORE`` names the levers to undo (comma-separated, see :data:`BEFORE`).
+The patches are made at import, so the spawned serving processes (which import this
+script again as ``__mp_main__``) run the same code as the supervisor. A bench hook, kept
+out of the product: the product has no switch for the old behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import psycopg_pool
+
+from offsetstore.storage import async_store, engine
+
+
+class _CheckEveryCheckout:
+    """psycopg_pool's own check on every checkout: an empty query, one round trip."""
+
+    async def __call__(self, conn: Any) -> None:
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+
+def _never(statement: object) -> bool:
+    return False
+
+
+#: lever name -> how to undo it.
+BEFORE = {
+    "pool-check": lambda: setattr(engine, "QuietCheck", _CheckEveryCheckout),
+    "read-coalescing": lambda: setattr(async_store, "coalescable", _never),
+}
+
+for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(",")):
+    BEFORE[_lever]()
+
+if _flushers := os.environ.get("OFFSETSTORE_BENCH_READ_FLUSHERS"):  # to weigh the read batcher's tasks
+    defaults = async_store.AsyncStore.__init__.__kwdefaults__
+    assert defaults is not None
+    defaults["read_flushers"] = int(_flushers)
+
+if __name__ == "__main__":
+    from offsetstore.cli.main import main
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,161 @@
+"""The gate's shape against the cheapest grpc.aio shape that still decides from metadata first (issue 33, item 3).
+
+The gate (server/gate.py) serves every method as a client-streaming handler of raw bytes,
+so that it authenticates and admits from the metadata before it reads the request. The
+alternative: an interceptor that decides from the metadata, then a unary handler of raw
+bytes. Both are served here without a database (a canned FetchOffsets response, the request
+decoded), each by its own grpc.aio server process, and driven alternately by the same
+grpc.aio clients; the lines give each shape's rate and server CPU per call, and their
+ratio. Timings are printed, never asserted.
+
+Usage: ``python bench/gate_shape.py [--seconds 5] [--rounds 3] [--concurrency 64]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import time
+from typing import Any
+
+import psutil
+
+SHAPES = ("stream", "interceptor+unary")
+TOKEN = ("authorization", "Bearer bench")
+
+
+def _server(shape: str, port: Any, ready: Any) -> None:
+    import grpc
+
+    from offsetstore.v1 import offset_store_pb2 as pb
+
+    response = pb.FetchOffsetsResponse(
+        offsets=[pb.CommittedOffset(topic="bench", partition=p, offset=1) for p in range(16)], generation=1
+    ).SerializeToString()
+    counts: dict[str, int] = {}
+
+    def decide(metadata: Any) -> bool:
+        # What the gate decides from metadata: who calls (a token), and one more call of theirs.
+        for key, value in metadata or ():
+            if key == TOKEN[0] and value == TOKEN[1]:
+                counts[value] = counts.get(value, 0) + 1
+                return True
+        return False
+
+    async def stream(requests: Any, context: Any) -> bytes:
+        if not decide(context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")
+        async with asyncio.timeout(30):
+            data = await anext(requests)
+        pb.FetchOffsetsRequest.FromString(data)
+        return response
+
+    async def unary(data: bytes, context: Any) -> bytes:
+        pb.FetchOffsetsRequest.FromString(data)
+        return response
+
+    class Decide(grpc.aio.ServerInterceptor):
+        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+            if not decide(details.invocation_metadata):
+                return None  # unimplemented: the cheapest refusal
+            return await continuation(details)
+
+    async def main() -> None:
+        if shape == "stream":
+            server = grpc.aio.server()
+            handler = grpc.stream_unary_rpc_method_handler(stream)
+        else:
+            server = grpc.aio.server(interceptors=[Decide()])
+            handler = grpc.unary_unary_rpc_method_handler(unary)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Shape", {"Fetch": handler})])
+        port.value = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def _clients(target: str, clients: int, seconds: float, out: Any) -> None:
+    import grpc
+
+    from offsetstore.v1 import offset_store_pb2 as pb
+
+    async def run() -> int:
+        request = pb.FetchOffsetsRequest(group_id="bench-group").SerializeToString()
+        done = 0
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.unary_unary("/bench.Shape/Fetch")
+            stop_at = time.perf_counter() + seconds
+
+            async def loop() -> None:
+                nonlocal done
+                while time.perf_counter() < stop_at:
+                    await call(request, metadata=(TOKEN,), timeout=30)
+                    done += 1
+
+            await asyncio.gather(*(loop() for _ in range(clients)))
+        return done
+
+    out.put(asyncio.run(run()))
+
+
+def measure(target: str, pid: int, clients: int, seconds: float, processes: int) -> tuple[float, float]:
+    """(calls per second, server CPU µs per call)."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    workers = [ctx.Process(target=_clients, args=(target, n, seconds, out)) for n in per if n]
+    server = psutil.Process(pid)
+    before = sum(server.cpu_times()[:2])
+    for w in workers:
+        w.start()
+    calls = sum(out.get() for _ in workers)
+    cpu = sum(server.cpu_times()[:2]) - before
+    for w in workers:
+        w.join()
+    return calls / seconds, cpu / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--client-processes", type=int, default=2)
+    args = parser.parse_args()
+
+    ctx = multiprocessing.get_context("spawn")
+    servers = {}
+    for shape in SHAPES:
+        port, ready = ctx.Value("i", 0), ctx.Event()
+        process = ctx.Process(target=_server, args=(shape, port, ready), daemon=True)
+        process.start()
+        ready.wait(30)
+        servers[shape] = (f"127.0.0.1:{port.value}", process)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
+    totals = {shape: [0.0, 0.0] for shape in SHAPES}  # calls, CPU µs
+    try:
+        for _ in range(args.rounds):
+            for shape in SHAPES:
+                target, process = servers[shape]
+                rate, us = measure(target, process.pid, args.concurrency, args.seconds, args.client_processes)
+                totals[shape][0] += rate * args.seconds
+                totals[shape][1] += us * rate * args.seconds
+                print(f"  {shape}: {rate:,.0f}/s, {us:,.0f} µs server CPU per call", flush=True)
+    finally:
+        for _, process in servers.values():
+            process.kill()
+    seconds = args.rounds * args.seconds
+    (s_calls, s_cpu), (u_calls, u_cpu) = totals["stream"], totals["interceptor+unary"]
+    print(
+        f"gate shape, {args.concurrency} clients, {args.rounds} alternating rounds: stream {s_calls / seconds:,.0f}/s "
+        f"{s_cpu / s_calls:,.0f} µs; interceptor+unary {u_calls / seconds:,.0f}/s {u_cpu / u_calls:,.0f} µs; "
+        f"rate ×{(u_calls / s_calls):.2f}, CPU per call ×{(u_cpu / u_calls) / (s_cpu / s_calls):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
