@@ -19,8 +19,7 @@ from sqlalchemy import Engine
 
 from offsetstore.storage._calls import deadline
 from offsetstore.storage.async_store import AsyncStore, AsyncWriteBatcher, StoreObserver
-from offsetstore.storage.status import DEFAULT_RULES, StatusRules
-from offsetstore.storage.validate import MAX_RESPONSE_BYTES
+from offsetstore.storage.status import StatusRules
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.
 __all__ = ["Store", "StoreObserver", "deadline"]
@@ -47,27 +46,11 @@ class Store:
     bug (it would wait for itself): it raises ``RuntimeError``; code on the loop awaits :attr:`aio`.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        statement_timeout_ms: int = 5000,
-        observer: StoreObserver = StoreObserver(),
-        write_flushers: int = 2,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        status_rules: StatusRules = DEFAULT_RULES,
-    ) -> None:
+    def __init__(self, engine: Engine, **options: Any) -> None:
         #: The engine the store was made from: its URL and settings; the maintenance's own sessions.
         self.engine = engine
-        #: The runtime store; await it on :attr:`loop`.
-        self.aio = AsyncStore(
-            engine,
-            statement_timeout_ms=statement_timeout_ms,
-            observer=observer,
-            write_flushers=write_flushers,
-            max_response_bytes=max_response_bytes,
-            status_rules=status_rules,
-        )
+        #: The runtime store (``options`` are its own); await it on :attr:`loop`.
+        self.aio = AsyncStore(engine, **options)
         #: The event loop the store runs on; the server serves on it too.
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="offsetstore-db", daemon=True)
