@@ -22,10 +22,10 @@ def offsets_of(client: OffsetStoreClient, group_id: str) -> dict[tuple[str, int]
 
 
 def with_placeholders(client: OffsetStoreClient, group_id: str) -> None:
-    """orders:0 at 5, orders:1 the earliest and orders:2 the latest placeholder (no watermark known)."""
-    client.commit_offsets(group_id, {("orders", 0): 5})
-    client.reset_offsets(group_id, topics={"orders": [1]}, to_boundary=Boundary.EARLIEST)
-    client.reset_offsets(group_id, topics={"orders": [2]}, to_boundary=Boundary.LATEST)
+    """cli-orders:0 at 5, cli-orders:1 the earliest and cli-orders:2 the latest placeholder (no watermark known)."""
+    client.commit_offsets(group_id, {("cli-orders", 0): 5})
+    client.reset_offsets(group_id, topics={"cli-orders": [1]}, to_boundary=Boundary.EARLIEST)
+    client.reset_offsets(group_id, topics={"cli-orders": [2]}, to_boundary=Boundary.LATEST)
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -43,7 +43,7 @@ def test_describe_names_placeholders_in_the_table_and_keeps_numbers_in_json(clie
     table = groups("describe", group_id)
     assert table.code == 0, table.err
     current = {(row[1], row[2]): row[3] for row in table_rows(table.out)}
-    assert current == {("orders", "0"): "5", ("orders", "1"): "earliest", ("orders", "2"): "latest"}
+    assert current == {("cli-orders", "0"): "5", ("cli-orders", "1"): "earliest", ("cli-orders", "2"): "latest"}
 
     document = groups("describe", group_id, "--output", "json").json()
     assert [(p["offset"], p["offset_placeholder"]) for p in document["partitions"]] == [
@@ -69,14 +69,14 @@ def test_reset_and_history_name_placeholders_in_every_column(client, groups, gro
 
     # A commit over the latest placeholder: its PREVIOUS is "latest", while the first
     # change of a partition has no previous offset at all (-).
-    client.commit_offsets(group_id, {("orders", 2): 9})
-    history = groups("history", group_id, "--topic", "orders:2")
+    client.commit_offsets(group_id, {("cli-orders", 2): 9})
+    history = groups("history", group_id, "--topic", "cli-orders:2")
     assert history.code == 0, history.err
     assert [(row[1], row[4], row[5]) for row in table_rows(history.out)] == [
         ("COMMIT", "latest", "9"),
         ("RESET", "-", "latest"),
     ]
-    document = groups("history", group_id, "--topic", "orders:2", "--output", "json").json()
+    document = groups("history", group_id, "--topic", "cli-orders:2", "--output", "json").json()
     assert [(c["previous_offset_placeholder"], c["new_offset_placeholder"]) for c in document["changes"]] == [
         ("latest", None),
         (None, "latest"),
@@ -88,10 +88,10 @@ def test_shift_of_a_placeholder_says_there_is_nothing_to_shift_from(client, grou
 
     shifted = groups("reset", group_id, "--all-topics", "--shift-by", "-2", "--execute")
     assert shifted.code == 0, shifted.err
-    assert "orders:1 holds the earliest placeholder and no log start is known" in shifted.out
-    assert "orders:2 holds the latest placeholder and no log end is known" in shifted.out
+    assert "cli-orders:1 holds the earliest placeholder and no log start is known" in shifted.out
+    assert "cli-orders:2 holds the latest placeholder and no log end is known" in shifted.out
     assert "has no offsets" not in shifted.out
-    assert offsets_of(client, group_id) == {("orders", 0): 3, ("orders", 1): -2, ("orders", 2): -1}
+    assert offsets_of(client, group_id) == {("cli-orders", 0): 3, ("cli-orders", 1): -2, ("cli-orders", 2): -1}
 
     document = groups("reset", group_id, "--all-topics", "--shift-by", "1", "--output", "json").json()
     assert [(k["partition"], k["offset_placeholder"]) for k in document["kept_placeholders"]] == [
@@ -105,20 +105,20 @@ def test_shift_of_a_placeholder_says_there_is_nothing_to_shift_from(client, grou
 
 def test_reset_to_current_keeps_the_offsets_and_fences_live_writers(client, groups, group_id) -> None:
     writer = client.join_group(group_id, "writer")
-    client.commit_offsets(group_id, {("orders", 0): 40, ("orders", 1): 41}, generation=writer)
+    client.commit_offsets(group_id, {("cli-orders", 0): 40, ("cli-orders", 1): 41}, generation=writer)
 
     dry = groups("reset", group_id, "--all-topics", "--to-current")
     assert dry.code == 0, dry.err
     assert [(row[3], row[4]) for row in table_rows(dry.out)] == [("40", "40"), ("41", "41")]
     assert client.fetch_offsets(group_id).generation == writer
 
-    applied = groups("reset", group_id, "--topic", "orders", "--to-current", "--execute")
+    applied = groups("reset", group_id, "--topic", "cli-orders", "--to-current", "--execute")
     assert applied.code == 0, applied.err
     after = client.fetch_offsets(group_id)
-    assert {tp: o.offset for tp, o in after.offsets.items()} == {("orders", 0): 40, ("orders", 1): 41}
+    assert {tp: o.offset for tp, o in after.offsets.items()} == {("cli-orders", 0): 40, ("cli-orders", 1): 41}
     assert after.generation == writer + 1
     with pytest.raises(StaleGenerationError):
-        client.commit_offsets(group_id, {("orders", 0): 99}, generation=writer)
+        client.commit_offsets(group_id, {("cli-orders", 0): 99}, generation=writer)
 
 
 # --- delete ---
@@ -127,21 +127,21 @@ def test_reset_to_current_keeps_the_offsets_and_fences_live_writers(client, grou
 def test_delete_is_a_dry_run_unless_execute(client, groups, group_id) -> None:
     with_placeholders(client, group_id)
 
-    dry = groups("delete", group_id, "--topic", "orders:0,1")
+    dry = groups("delete", group_id, "--topic", "cli-orders:0,1")
     assert dry.code == 0, dry.err
     assert [row[2:] for row in table_rows(dry.out)] == [["0", "5"], ["1", "earliest"]]
     assert "Dry run: nothing changed" in dry.out
-    assert offsets_of(client, group_id) == {("orders", 0): 5, ("orders", 1): -2, ("orders", 2): -1}
+    assert offsets_of(client, group_id) == {("cli-orders", 0): 5, ("cli-orders", 1): -2, ("cli-orders", 2): -1}
 
     document = groups("delete", group_id, "--all-topics", "--output", "json").json()
     assert document["dry_run"] is True
     assert [(d["partition"], d["offset"]) for d in document["deleted"]] == [(0, 5), (1, -2), (2, -1)]
     assert len(offsets_of(client, group_id)) == 3
 
-    applied = groups("delete", group_id, "--topic", "orders:0,1", "--execute")
+    applied = groups("delete", group_id, "--topic", "cli-orders:0,1", "--execute")
     assert applied.code == 0, applied.err
     assert "Deleted 2 offset(s)" in applied.out
-    assert offsets_of(client, group_id) == {("orders", 2): -1}
+    assert offsets_of(client, group_id) == {("cli-orders", 2): -1}
 
 
 # --- export and import ---
@@ -153,12 +153,12 @@ def test_export_then_import_round_trips_a_group_with_placeholders(client, groups
     exported = tmp_path / "offsets.csv"
 
     assert groups("export", group_id, "--file", str(exported)).code == 0
-    assert "orders,1,-2\n" in exported.read_text() and "orders,2,-1\n" in exported.read_text()
+    assert "cli-orders,1,-2\n" in exported.read_text() and "cli-orders,2,-1\n" in exported.read_text()
 
     copy = f"{group_id}-copy"
     dry = groups("import", str(exported), "--group", copy)
     assert dry.code == 0, dry.err
-    assert {row[2]: row[4] for row in table_rows(dry.out) if row[1] == "orders"} == {
+    assert {row[2]: row[4] for row in table_rows(dry.out) if row[1] == "cli-orders"} == {
         "0": "5",
         "1": "earliest",
         "2": "latest",
@@ -177,21 +177,21 @@ def test_export_then_import_round_trips_a_group_with_placeholders(client, groups
 
 def test_import_fences_writers_of_the_group(client, groups, group_id, tmp_path: Path) -> None:
     writer = client.join_group(group_id, "writer")
-    client.commit_offsets(group_id, {("orders", 0): 1}, generation=writer)
+    client.commit_offsets(group_id, {("cli-orders", 0): 1}, generation=writer)
     plan = tmp_path / "plan.csv"
-    plan.write_text("orders,0,-2\norders,1,50\n")
+    plan.write_text("cli-orders,0,-2\ncli-orders,1,50\n")
 
     assert groups("import", str(plan), "--group", group_id, "--execute").code == 0
-    assert offsets_of(client, group_id) == {("orders", 0): -2, ("orders", 1): 50}
+    assert offsets_of(client, group_id) == {("cli-orders", 0): -2, ("cli-orders", 1): 50}
     with pytest.raises(StaleGenerationError):
-        client.commit_offsets(group_id, {("orders", 0): 2}, generation=writer)
+        client.commit_offsets(group_id, {("cli-orders", 0): 2}, generation=writer)
 
 
 # --- describe: the latest member ---
 
 
 def test_describe_shows_the_latest_joiner_as_consumer_id_and_host(client, groups, group_id) -> None:
-    client.commit_offsets(group_id, {("orders", 0): 3})
+    client.commit_offsets(group_id, {("cli-orders", 0): 3})
     before = groups("describe", group_id)
     assert before.code == 0, before.err
     header = before.out.splitlines()[0].split()
@@ -214,8 +214,8 @@ def test_describe_shows_the_latest_joiner_as_consumer_id_and_host(client, groups
 
 def test_describe_all_groups(client, groups, group_id) -> None:
     other = f"{group_id}-other"
-    client.commit_offsets(group_id, {("orders", 0): 1})
-    client.commit_offsets(other, {("orders", 0): 2, ("orders", 1): 3})
+    client.commit_offsets(group_id, {("cli-orders", 0): 1})
+    client.commit_offsets(other, {("cli-orders", 0): 2, ("cli-orders", 1): 3})
     empty = f"{group_id}-empty"
     client.join_group(empty)
 
@@ -252,9 +252,9 @@ def test_a_call_past_its_deadline_points_to_timeout(
     # row lock held by another session, so the CLI's call queues behind it until its deadline.
     store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=60_000), statement_timeout_ms=60_000)
     conninfo = sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    wide = {("orders", p): 2 for p in range(10_000)}
+    wide = {("cli-orders", p): 2 for p in range(10_000)}
     with OffsetStoreServer(store, max_workers=1) as busy, OffsetStoreClient(busy.address, timeout=30) as client:
-        client.commit_offsets(group_id, {("orders", 0): 1})
+        client.commit_offsets(group_id, {("cli-orders", 0): 1})
         with psycopg.connect(conninfo) as locker:
             locker.execute("SELECT 1 FROM offsetstore.groups WHERE group_id = %s FOR UPDATE", (group_id,))
             with ThreadPoolExecutor(1) as pool:
