@@ -40,7 +40,7 @@ from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.storage.async_store import Carry
 
-__all__ = ["CallTracer", "install", "note_principal"]
+__all__ = ["CallTracer", "install"]
 
 #: The span of a group commit's transaction (one for the callers whose requests it writes).
 WRITE_BATCH = "offsetstore write batch"
@@ -153,10 +153,6 @@ def _trace_ids_in_log_records() -> None:
     logging.setLogRecordFactory(record)
 
 
-def note_principal(name: str) -> None:
-    trace.get_current_span().set_attribute(PRINCIPAL, name)
-
-
 class CallTracer(HandlerInterceptor):
     """A span around every call this server serves, gRPC or HTTP (see the module docstring)."""
 
@@ -185,10 +181,13 @@ class CallTracer(HandlerInterceptor):
         )
 
     def call_ended(self, outcome: CallOutcome) -> None:
-        """The gate's observer hook, inside the call's span: the group the call was for."""
+        """The gate's observer hook, inside the call's span: who made the call and for which group."""
+        span = trace.get_current_span()
+        if outcome.principal is not None:
+            span.set_attribute(PRINCIPAL, outcome.principal)
         group = getattr(outcome.request, "group_id", None) if outcome.request is not None else None
         if group:
-            trace.get_current_span().set_attribute(GROUP, group)
+            span.set_attribute(GROUP, group)
 
     def _unary(
         self, name: str, attributes: dict[str, str], behaviour: Callable[..., Awaitable[Any]]

@@ -44,7 +44,6 @@ from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import fail
-from offsetstore.server.tracing import note_principal  # otel hook (server/tracing.py)
 from offsetstore.server.wire import check_entries
 from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -68,6 +67,8 @@ class CallOutcome:
     code: grpc.StatusCode
     #: The typed error the call ended with; None for a success, a crash (INTERNAL) or a cancel.
     error: OffsetStoreError | None = None
+    #: Who made the call: the authenticated principal, or the peer's address without authentication.
+    principal: str | None = None
 
     @property
     def reason(self) -> str:
@@ -147,7 +148,6 @@ class Gate:
             try:
                 principal = self.auth.authenticate(context) if self.auth is not None else None
                 name = principal.name if principal is not None else peer_address(context.peer())
-                note_principal(name)  # otel hook: the call's span names its principal (server/tracing.py)
                 try:
                     self.admission.enter(name, limited=principal is not None)
                 except OffsetStoreError:
@@ -181,22 +181,22 @@ class Gate:
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))
-                outcome = CallOutcome(method, request, grpc.StatusCode.OK)
+                outcome = CallOutcome(method, request, grpc.StatusCode.OK, principal=name)
                 return response
             except OffsetStoreError as error:
                 log.info(
                     "rpc refused" if request is None else "rpc failed",
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
-                outcome = CallOutcome(method, request, error.code, error)
+                outcome = CallOutcome(method, request, error.code, error, name)
                 return fail(context, error)
             except asyncio.CancelledError:
-                outcome = CallOutcome(method, request, grpc.StatusCode.CANCELLED)
+                outcome = CallOutcome(method, request, grpc.StatusCode.CANCELLED, principal=name)
                 raise
             except Exception as error:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
-                outcome = CallOutcome(method, request, grpc.StatusCode.INTERNAL)
+                outcome = CallOutcome(method, request, grpc.StatusCode.INTERNAL, principal=name)
                 return fail(context, error)
             finally:
                 if name is not None:

@@ -27,19 +27,18 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, func, select
 
 from offsetstore.core.types import TopicPartition, Watermark
 from offsetstore.storage import report_watermarks
 from offsetstore.storage.store import Store
 from offsetstore.storage.watched import watched_partitions
+from offsetstore.storage.watermarks import database_time
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -72,10 +71,6 @@ def read_client_config(path: Path | None) -> dict[str, str]:
             raise ValueError(f"{path}:{number}: expected key=value")
         config[key.strip()] = value.strip()
     return config
-
-
-def _database_time(conn: Connection) -> datetime:
-    return conn.execute(select(func.statement_timestamp())).scalar_one()
 
 
 class KafkaWatermarks:
@@ -173,7 +168,7 @@ class KafkaWatermarks:
         self._after = partitions[-1] if len(partitions) == self.max_partitions else None
         if not partitions:
             return 0
-        at = self.store.run(_database_time)
+        at = self.store.run(database_time)
         found = self._ask(partitions)
         if found:
             self.store.run(report_watermarks, found, at=at)

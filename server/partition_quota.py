@@ -29,88 +29,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Text, and_, bindparam, case, false, func, literal_column, or_, select
-from sqlalchemy.dialects.postgresql import ARRAY
-
 from offsetstore.core.calls import FACTS, Cost, Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.quotas import count_partitions, count_watermarks
 
-__all__ = ["PartitionQuota", "count_partitions", "count_watermarks"]
+__all__ = ["PartitionQuota"]
 
 #: The history budget's bursts: this many seconds of its rate.
 HISTORY_BURST_SECONDS = 10.0
-
-
-def count_partitions(
-    conn: Connection, group_id: str, pairs: Sequence[tuple[str, int]], prefixes: Sequence[str]
-) -> tuple[int, int]:
-    """(how many of ``pairs`` ``group_id`` has no offset for, how many partitions the ``prefixes``' live groups store).
-
-    ONE statement; the second count runs only when the first is above 0.
-    """
-    asked = select(
-        func.unnest(bindparam("topics", type_=ARRAY(Text))).label("topic"),
-        func.unnest(bindparam("partitions", type_=ARRAY(Integer))).label("partition"),
-    ).subquery("asked")
-    new = (
-        select(func.count())
-        .select_from(
-            asked.outerjoin(
-                offsets,
-                and_(
-                    offsets.c.group_id == bindparam("group_id"),
-                    offsets.c.topic == asked.c.topic,
-                    offsets.c.partition == asked.c.partition,
-                ),
-            )
-        )
-        .where(offsets.c.group_id.is_(None))
-        .scalar_subquery()
-    )
-    owned = or_(false(), *(func.starts_with(groups.c.group_id, p) for p in prefixes))
-    live = select(groups.c.group_id).where(groups.c.deleted_at.is_(None), owned).subquery("live")
-    stored = (
-        select(func.count()).select_from(live.join(offsets, offsets.c.group_id == live.c.group_id)).scalar_subquery()
-    )
-    row = conn.execute(
-        select(new.label("new"), case((new > 0, stored), else_=literal_column("0")).label("stored")),
-        {"group_id": group_id, "topics": [t for t, _ in pairs], "partitions": [p for _, p in pairs]},
-    ).one()
-    return int(row.new), int(row.stored)
-
-
-def count_watermarks(conn: Connection, pairs: Sequence[tuple[str, int]], prefixes: Sequence[str]) -> tuple[int, int]:
-    """(how many of ``pairs`` have no watermark yet, how many watermarks the topics under ``prefixes`` have).
-
-    ONE statement; the second count (a scan of the watermarks, which this quota bounds) runs
-    only when the first is above 0.
-    """
-    asked = select(
-        func.unnest(bindparam("topics", type_=ARRAY(Text))).label("topic"),
-        func.unnest(bindparam("partitions", type_=ARRAY(Integer))).label("partition"),
-    ).subquery("asked")
-    new = (
-        select(func.count())
-        .select_from(
-            asked.outerjoin(
-                watermarks, and_(watermarks.c.topic == asked.c.topic, watermarks.c.partition == asked.c.partition)
-            )
-        )
-        .where(watermarks.c.topic.is_(None))
-        .scalar_subquery()
-    )
-    owned = or_(false(), *(func.starts_with(watermarks.c.topic, p) for p in prefixes))
-    stored = select(func.count()).select_from(watermarks).where(owned).scalar_subquery()
-    row = conn.execute(
-        select(new.label("new"), case((new > 0, stored), else_=literal_column("0")).label("stored")),
-        {"topics": [t for t, _ in pairs], "partitions": [p for _, p in pairs]},
-    ).one()
-    return int(row.new), int(row.stored)
 
 
 def topic_prefixes(principal: Principal) -> tuple[str, ...]:

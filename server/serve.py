@@ -115,7 +115,7 @@ def _supervise(
     embedded: Any,
 ) -> int:
     from offsetstore.server import metrics
-    from offsetstore.storage.retention import Maintenance
+    from offsetstore.storage.maintenance import Maintenance
 
     metrics.use_multiprocess(directory)
     host, port = reservation.getsockname()[:2]

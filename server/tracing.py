@@ -7,7 +7,7 @@ else (service name, resource attributes, sampler, propagators, batching, the exp
 endpoint, headers, TLS, timeout) is the SDK's own handling of its variables.
 
 Off, nothing of OpenTelemetry is imported and no call pays for it: :func:`server_interceptors`
-is empty and :func:`note_principal` returns at once. On (the ``otel`` extra installed),
+is empty and :func:`write_carry` None. On (the ``otel`` extra installed),
 :mod:`offsetstore.server._otel` makes a span of every gRPC and HTTP call, every database
 statement and puts the trace id in the log lines.
 """
@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from offsetstore.storage.async_store import Carry
 
-__all__ = ["configured", "note_principal", "server_interceptors", "setup", "write_carry"]
+__all__ = ["configured", "server_interceptors", "setup", "write_carry"]
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,6 @@ _lock = threading.Lock()
 _done = False
 _interceptors: tuple[Any, ...] = ()
 _carry: Carry | None = None
-#: Set while tracing is on: records the call's principal on its span.
-_note: Callable[[str], None] | None = None
 
 
 def configured(environ: Mapping[str, str] = os.environ) -> bool:
@@ -50,7 +48,7 @@ def setup() -> bool:
     Each serving process of ``serve --processes N`` sets up its own exporter (a tracer
     provider does not survive a spawn), so every process exports its spans itself.
     """
-    global _done, _interceptors, _note, _carry
+    global _done, _interceptors, _carry
     with _lock:
         if _done:
             return bool(_interceptors)
@@ -71,7 +69,6 @@ def setup() -> bool:
             log.error("traces are off: %s", error)
             return False
         _interceptors = (interceptor,)
-        _note = _otel.note_principal
         return True
 
 
@@ -85,9 +82,3 @@ def write_carry() -> Carry | None:
     """What a group commit carries of its callers' traces (sets tracing up first); None when tracing is off."""
     setup()
     return _carry
-
-
-def note_principal(name: str | None) -> None:
-    """The gate's hook: the authenticated principal (or peer) of the call being served, on its span."""
-    if _note is not None and name is not None:
-        _note(name)

@@ -10,6 +10,7 @@ import sqlalchemy.exc
 from sqlalchemy import (
     Connection,
 )
+from sqlalchemy.util import await_only
 
 R = TypeVar("R")
 
@@ -66,7 +67,11 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
     fails as every other statement does: with SQLAlchemy's ``DBAPIError`` around
     psycopg's error, the connection invalidated where it broke.
     """
-    raw = cast("psycopg.Connection[tuple[Any, ...]]", conn.connection.driver_connection)
+    raw = conn.connection.driver_connection
+    if isinstance(raw, psycopg.AsyncConnection):
+        # Under the async store's ``run_sync`` (a greenlet): the same statements, awaited through it.
+        raw = _AwaitedConnection(raw)
+    raw = cast("psycopg.Connection[tuple[Any, ...]]", raw)
     try:
         statement = next(steps)
         while True:
@@ -87,3 +92,27 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
     except StopIteration as done:
         result: R = done.value
         return result
+
+
+class _AwaitedConnection:
+    """The part of a sync psycopg connection :func:`run_hot` uses, over an async one, inside SQLAlchemy's greenlet."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._conn = conn
+
+    @property
+    def broken(self) -> bool:
+        return self._conn.broken
+
+    def execute(self, sql: str, params: Mapping[str, object], *, prepare: bool) -> _AwaitedCursor:
+        return _AwaitedCursor(await_only(self._conn.execute(sql, params, prepare=prepare)))
+
+
+class _AwaitedCursor:
+    def __init__(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        self._cursor = cursor
+        self.description = cursor.description
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = await_only(self._cursor.fetchall())
+        return rows

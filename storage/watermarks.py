@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     Connection,
+    func,
     select,
 )
 
@@ -84,3 +85,9 @@ def read_watermarks(conn: Connection, keys: Iterable[TopicPartition]) -> dict[To
         ).where(among(watermarks, keys))
     )
     return {TopicPartition(r.topic, r.partition): (r.log_start_offset, r.log_end_offset) for r in rows}
+
+
+def database_time(conn: Connection) -> datetime:
+    """The database's clock (the statement's time): what a watermark read from elsewhere is stamped with."""
+    at: datetime = conn.execute(select(func.statement_timestamp())).scalar_one()
+    return at

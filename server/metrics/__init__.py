@@ -9,14 +9,13 @@ Three sources feed one :class:`~prometheus_client.CollectorRegistry`:
 - a collector reads the database at scrape time, in two bounded statements, for the
   per-group series, the group count and ``offsetstore_database_up``; so offsets that the
   Spark sink commits straight into PostgreSQL show up as well (:mod:`.groups`,
-  :mod:`.group_query`).
+  :mod:`offsetstore.storage.group_metrics`).
 
 :mod:`.registry` assembles them (also across serving processes, prometheus-client's
 multiprocess mode) and :mod:`.http_server` serves ``/metrics``. The names below are the
 package's public surface.
 """
 
-from offsetstore.server.metrics.group_query import GroupScrape, group_metrics, group_sums, share_series
 from offsetstore.server.metrics.groups import SERIES_LIMIT, GroupCollector
 from offsetstore.server.metrics.http_server import (
     HTTP_CONNECTION_SECONDS,
@@ -47,6 +46,7 @@ from offsetstore.server.metrics.rpc import (
     MetricsInterceptor,
     ServerMetrics,
 )
+from offsetstore.storage.group_metrics import GroupScrape, group_metrics, group_sums, share_series
 
 __all__ = [
     "GRPC_CODES",

@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from offsetstore import storage
-from offsetstore.server.metrics.group_query import GroupScrape, group_metrics, group_sums
+from offsetstore.storage.group_metrics import GroupScrape, group_metrics, group_sums
 from offsetstore.storage.status import Verdict, judge
 from offsetstore.storage.store import Store
 

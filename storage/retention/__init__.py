@@ -13,24 +13,17 @@ row lock, re-checked there, so a commit racing with it is either seen (and the g
 kept) or runs after it and brings the group back with its offsets. An expired group keeps
 its row as a tombstone with its generation, as a deleted one does.
 
-:class:`Maintenance` runs the rounds in a thread of the server; with several servers on
-one database an advisory lock lets one round run at a time. Every DDL statement waits
-at most :data:`LOCK_TIMEOUT_MS` for its lock, so a round never stalls commits longer.
+:class:`~offsetstore.storage.maintenance.Maintenance` (the runtime, beside the store it
+runs through) runs the rounds in a thread of the server; with several servers on one
+database an advisory lock lets one round run at a time.
 
 One module a job: :mod:`.partitions` (the history's partitions, stale watermarks),
-:mod:`.expiry` (idle groups), :mod:`.maintenance` (the rounds).
+:mod:`.expiry` (idle groups).
 """
 
 from __future__ import annotations
 
 from offsetstore.storage.retention.expiry import ACTOR, EXPIRE_LIMIT, MAX_IDLE_FOR, expire_group, idle_groups
-from offsetstore.storage.retention.maintenance import (
-    EXPIRE_PER_ROUND,
-    LOCK_TIMEOUT_MS,
-    MAINTENANCE_LOCK_ID,
-    Maintenance,
-    RoundResult,
-)
 from offsetstore.storage.retention.partitions import (
     DAYS_AHEAD,
     HistoryPartition,
@@ -46,13 +39,8 @@ __all__ = [
     "ACTOR",
     "DAYS_AHEAD",
     "EXPIRE_LIMIT",
-    "EXPIRE_PER_ROUND",
-    "LOCK_TIMEOUT_MS",
-    "MAINTENANCE_LOCK_ID",
     "MAX_IDLE_FOR",
     "HistoryPartition",
-    "Maintenance",
-    "RoundResult",
     "drop_history_before",
     "drop_stale_watermarks",
     "expire_group",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures.fix_console import open_group, shown_offsets, sign_in, wait
+from tests.fixtures.fix_console import click, open_group, shown_offsets, sign_in, wait
 
 if TYPE_CHECKING:
     from tests.fixtures.fix_http import HttpServer
@@ -49,16 +49,16 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
     box = wait(browser, lambda d: d.find_element(By.ID, "prefix"))
     box.clear()
     box.send_keys(seeded)
-    browser.find_element(By.ID, "filter").click()
+    click(browser, "#filter")
     wait(browser, lambda d: d.find_element(By.ID, "count").text.startswith("2 group"))
-    names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.group-link")]
+    names = wait(browser, lambda d: [a.text for a in d.find_elements(By.CSS_SELECTOR, "a.group-link")])
     assert names == [seeded + "billing", seeded + "orders"]
-    browser.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").click()  # sortable: lag ascending, then descending
+    click(browser, "th[data-key=totalLag]")  # sortable: lag ascending, then descending
     wait(
         browser,
         lambda d: "sorted-asc" in d.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").get_attribute("class"),
     )
-    browser.find_element(By.CSS_SELECTOR, "th[data-key=totalLag]").click()
+    click(browser, "th[data-key=totalLag]")
     wait(browser, lambda d: [a.text for a in d.find_elements(By.CSS_SELECTOR, "a.group-link")][0] == seeded + "orders")
     browser.save_screenshot(str(SCREENSHOTS / "console-groups.png"))
 
@@ -74,7 +74,7 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline li"))
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
     browser.find_element(By.ID, "reset-value").send_keys("5")
-    browser.find_element(By.ID, "reset-preview").click()
+    click(browser, "#reset-preview")
     fence = wait(browser, lambda d: d.find_element(By.ID, "fence"))
     assert fence.text.startswith(f"Generation {generation} → {generation + 1}:")
     rows = [
@@ -89,7 +89,7 @@ def test_an_admin_filters_opens_a_group_previews_and_confirms_a_reset(
     assert shown_offsets(browser) == ["10", "20", "30"]  # a preview changes nothing
     browser.save_screenshot(str(SCREENSHOTS / "console-reset-preview.png"))
 
-    browser.find_element(By.ID, "reset-confirm").click()
+    click(browser, "#reset-confirm")
     wait(browser, lambda d: d.find_element(By.ID, "generation").text == str(generation + 1))
     wait(browser, lambda d: shown_offsets(d) == ["5", "5", "5"])
     assert "generation is now" in browser.find_element(By.ID, "message").text
@@ -156,10 +156,10 @@ def test_a_slow_answer_for_an_older_view_does_not_overwrite_the_newer_one(
     browser.execute_script("sessionStorage.clear()")
     browser.execute_script(_HOLD_BACK_THE_FIRST_LIST_OF_ALL)
     browser.find_element(By.ID, "token").send_keys(http_server.tokens["admin"])
-    browser.find_element(By.ID, "use-token").click()  # lists all groups: that answer is held back
+    click(browser, "#use-token")  # lists all groups: that answer is held back
     box = wait(browser, lambda d: d.find_element(By.ID, "prefix"))
     box.send_keys(seeded)
-    browser.find_element(By.ID, "filter").click()
+    click(browser, "#filter")
     wait(browser, lambda d: d.find_element(By.ID, "count").text == "2 group(s)")
     wait(browser, lambda d: d.execute_script("return window.heldBack") == 1)
     with pytest.raises(TimeoutException):  # the list of all groups, come in late, is dropped
@@ -218,7 +218,7 @@ def test_a_reset_to_a_time_without_a_zone_reads_it_as_utc(browser: Any, http_ser
             value = browser.find_element(By.ID, "reset-value")
             value.clear()
             value.send_keys(typed)
-            browser.find_element(By.ID, "reset-preview").click()
+            click(browser, "#reset-preview")
             wait(browser, lambda d: d.find_elements(By.ID, "fence"))
             sent = browser.execute_script("return window.resets.pop()")
             assert (sent["toCommitTime"], sent["dryRun"]) == (asked, True), typed

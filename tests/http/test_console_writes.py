@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures.fix_console import open_group, shown_offsets, sign_in, wait
+from tests.fixtures.fix_console import click, open_group, shown_offsets, sign_in, wait
 
 if TYPE_CHECKING:
     from tests.fixtures.fix_http import HttpServer
@@ -62,7 +62,7 @@ def test_a_confirm_after_another_writer_moved_the_group_is_refused_and_shows_a_f
     _open(browser, http_server, group)
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
     browser.find_element(By.ID, "reset-value").send_keys("5")
-    browser.find_element(By.ID, "reset-preview").click()
+    click(browser, "#reset-preview")
     wait(browser, lambda d: d.find_element(By.ID, "fence").text.startswith("Generation 0 → 1:"))
 
     # Another writer joins and commits after the preview: the group is at generation 1.
@@ -71,7 +71,7 @@ def test_a_confirm_after_another_writer_moved_the_group_is_refused_and_shows_a_f
     assert http_server.curl("CommitOffsets", {"groupId": group, "generation": joined, "offsets": moved})[0] == 200
     history_before = http_server.curl("ListOffsetHistory", {"groupId": group})[1]
 
-    browser.find_element(By.ID, "reset-confirm").click()
+    click(browser, "#reset-confirm")
     stale = wait(browser, lambda d: d.find_element(By.ID, "reset-stale"))
     assert "moved from generation 0 to 1" in stale.text and "nothing changed" in stale.text
     # Nothing was reset: the other writer's offset and generation stand, the history is as it was.
@@ -82,7 +82,7 @@ def test_a_confirm_after_another_writer_moved_the_group_is_refused_and_shows_a_f
     wait(browser, lambda d: d.find_element(By.ID, "fence").text.startswith("Generation 1 → 2:"))
     assert _preview_rows(browser)[0] == ["orders", "0", "70", "5"]
     assert browser.find_element(By.ID, "generation").text == "1"
-    browser.find_element(By.ID, "reset-confirm").click()
+    click(browser, "#reset-confirm")
     wait(browser, lambda d: d.find_element(By.ID, "generation").text == "2")
     assert _stored(http_server, group) == {0: "5", 1: "5", 2: "5"}
 
@@ -97,10 +97,10 @@ def test_a_reset_of_chosen_partitions_changes_only_those(browser: Any, http_serv
     _tick_only(browser, "reset-partitions", {1})
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
     browser.find_element(By.ID, "reset-value").send_keys("3")
-    browser.find_element(By.ID, "reset-preview").click()
+    click(browser, "#reset-preview")
     wait(browser, lambda d: d.find_elements(By.ID, "fence"))
     assert _preview_rows(browser) == [["orders", "1", "20", "3"]]
-    browser.find_element(By.ID, "reset-confirm").click()
+    click(browser, "#reset-confirm")
     wait(browser, lambda d: d.find_element(By.ID, "generation").text == "1")
     wait(browser, lambda d: shown_offsets(d) == ["10", "3", "30"])
     assert _stored(http_server, group) == {0: "10", 1: "3", 2: "30"}
@@ -112,12 +112,12 @@ def test_delete_removes_exactly_the_chosen_partition_after_a_confirm(browser: An
     group = _group(http_server)
     _open(browser, http_server, group)
     _tick_only(browser, "delete-partitions", {2})
-    browser.find_element(By.ID, "delete-review").click()
+    click(browser, "#delete-review")
     question = wait(browser, lambda d: d.find_element(By.ID, "delete-question"))
     assert "partition(s) 2 of orders" in question.text
     assert _stored(http_server, group) == {0: "10", 1: "20", 2: "30"}  # nothing before the confirm
 
-    browser.find_element(By.ID, "delete-confirm").click()
+    click(browser, "#delete-confirm")
     wait(browser, lambda d: shown_offsets(d) == ["10", "20"])
     assert "Deleted 1 offset(s)" in browser.find_element(By.ID, "message").text
     assert _stored(http_server, group) == {0: "10", 1: "20"}
@@ -130,9 +130,9 @@ def test_delete_of_a_whole_topic(browser: Any, http_server: HttpServer) -> None:
     group = _group(http_server, partitions=2)
     _open(browser, http_server, group)
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#delete-partitions input"))
-    browser.find_element(By.ID, "delete-review").click()
+    click(browser, "#delete-review")
     assert "every partition of orders" in wait(browser, lambda d: d.find_element(By.ID, "delete-question")).text
-    browser.find_element(By.ID, "delete-confirm").click()
+    click(browser, "#delete-confirm")
     wait(browser, lambda d: "Deleted 2 offset(s)" in d.find_element(By.ID, "message").text)
     assert _stored(http_server, group) == {}
 
@@ -155,15 +155,15 @@ def test_a_preview_says_which_offsets_lie_outside_the_log_and_clamp_sets_the_bou
     _open(browser, http_server, group)
     Select(browser.find_element(By.ID, "reset-target")).select_by_value("toOffset")
     browser.find_element(By.ID, "reset-value").send_keys("250")
-    browser.find_element(By.ID, "reset-preview").click()
+    click(browser, "#reset-preview")
     said = wait(browser, lambda d: d.find_element(By.ID, "out-of-range")).text
     assert f"{topic} [0]: offset 250 is past the log end 200: set as asked" in said
     assert _preview_rows(browser) == [[topic, "0", "150", "250"]]
 
-    browser.find_element(By.ID, "reset-clamp").click()
-    browser.find_element(By.ID, "reset-preview").click()
+    click(browser, "#reset-clamp")
+    click(browser, "#reset-preview")
     wait(browser, lambda d: "set to 200 (clamp)" in d.find_element(By.ID, "out-of-range").text)
     assert _preview_rows(browser) == [[topic, "0", "150", "200"]]
-    browser.find_element(By.ID, "reset-confirm").click()
+    click(browser, "#reset-confirm")
     wait(browser, lambda d: d.find_element(By.ID, "generation").text == "1")
     assert _stored(http_server, group) == {0: "200"}

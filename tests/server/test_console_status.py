@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from offsetstore import storage
 from offsetstore.core.types import Watermark
-from tests.fixtures.fix_console import sign_in, wait
+from tests.fixtures.fix_console import click, sign_in, wait
 
 if TYPE_CHECKING:
     from tests.fixtures.fix_http import HttpServer
@@ -102,7 +102,7 @@ def test_the_console_shows_each_groups_status_and_its_lag_trend(
         }
 
     wait(browser, lambda d: badges(d) == expected)
-    browser.find_element(By.CSS_SELECTOR, "th[data-key=status]").click()  # worst first
+    click(browser, "th[data-key=status]")  # worst first
     wait(browser, lambda d: list(badges(d)) == ["lost", "stopped", "slow", "keeping-up"])
     browser.save_screenshot(str(SCREENSHOTS / "console-status.png"))
 

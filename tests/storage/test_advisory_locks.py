@@ -14,8 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from offsetstore.migrations import MIGRATION_LOCK_ID
 from offsetstore.server import metrics
-from offsetstore.storage.retention import Maintenance
-from offsetstore.storage.retention.maintenance import MAINTENANCE_LOCK_ID, SKIPPED_ROUNDS_WARNING
+from offsetstore.storage.maintenance import MAINTENANCE_LOCK_ID, SKIPPED_ROUNDS_WARNING, Maintenance
 from offsetstore.storage.store import Store
 from tests.fixtures.fix_db import conninfo
 from tests.fixtures.fix_locks import spawn_serve, squatting

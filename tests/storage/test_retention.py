@@ -28,7 +28,7 @@ from offsetstore.core.durations import format_duration, parse_duration
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
-from offsetstore.storage import retention
+from offsetstore.storage import maintenance, retention
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from tests.fixtures.retention import fresh, insert_history, midnight, partition_of, partitions
@@ -124,7 +124,7 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     later = now + timedelta(days=12)
     cutoff = later - timedelta(days=5)
     existing = partitions(rstore)
-    worker = retention.Maintenance(
+    worker = maintenance.Maintenance(
         rstore,
         history_retention=5 * 86400,
         offsets_retention=0,
@@ -192,7 +192,7 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
         writer.start()
         holding.wait(10)
         try:
-            blocked = retention.Maintenance(
+            blocked = maintenance.Maintenance(
                 rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda: start + timedelta(days=19)
             ).run_once()
         finally:
@@ -204,7 +204,7 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
             when = start + timedelta(days=day)
             with rstore.engine.begin() as conn:
                 insert_history(conn, fresh("late-"), [when + timedelta(days=5)])  # into DEFAULT
-            worker = retention.Maintenance(
+            worker = maintenance.Maintenance(
                 rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda w=when: w
             )
             assert worker.run_once() is not None
@@ -223,13 +223,13 @@ def test_only_one_of_two_servers_runs_a_round_at_a_time(rstore: Store, module_da
     running = [0, 0]
     skipped = threading.Event()
 
-    class Slow(retention.Maintenance):
-        def _round(self) -> retention.RoundResult:
+    class Slow(maintenance.Maintenance):
+        def _round(self) -> maintenance.RoundResult:
             running[0] += 1
             running[1] = max(running[1], running[0])
             skipped.wait(10)  # a round that lasts until the other server has tried its own
             running[0] -= 1
-            return retention.RoundResult()
+            return maintenance.RoundResult()
 
     workers = [Slow(s, history_retention=0, offsets_retention=0) for s in (rstore, other)]
     results: list[object] = [None, None]
@@ -262,7 +262,7 @@ def test_stale_watermarks_of_topics_nobody_reads_are_dropped(rstore: Store) -> N
     rstore.commit_offsets(fresh(), [OffsetCommit(read, 0, 5)])
     with rstore.engine.begin() as conn:
         conn.execute(sa.text("UPDATE offsetstore.watermarks SET updated_at = now() - interval '3 days'"))
-    worker = retention.Maintenance(rstore, history_retention=2 * 86400, offsets_retention=0)
+    worker = maintenance.Maintenance(rstore, history_retention=2 * 86400, offsets_retention=0)
     assert worker.run_once() is not None
     with rstore.engine.connect() as conn:
         topics = set(conn.execute(sa.text("SELECT topic FROM offsetstore.watermarks")).scalars())
@@ -299,7 +299,7 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
     caplog.set_level("INFO", logger="offsetstore.storage.retention")
     committer = threading.Thread(target=keep_busy)
     committer.start()
-    worker = retention.Maintenance(
+    worker = maintenance.Maintenance(
         rstore, history_retention=0, offsets_retention=2, interval=1, metrics=metrics.retention_metrics(registry)
     ).start()
     try:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    CompoundSelect,
     Connection,
     Float,
+    Select,
     Text,
     and_,
     any_,
@@ -35,7 +37,7 @@ from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
 
 
-def _build_group_query():
+def _build_group_query() -> Select[Any]:
     # The first of a scrape's two statements: which groups, how big each is, and the number
     # of all groups, left-joined so that it comes back even when the page is empty. Its cost
     # grows with the shown groups' partitions (a count and a max over each group's rows), never
@@ -98,7 +100,7 @@ def _build_group_query():
     )
 
 
-def _build_partition_query():
+def _build_partition_query() -> CompoundSelect[Any]:
     # The second statement: the partitions of the groups that fit their share (at most the
     # series budget's rows), and one row of sums for each group that does not.
     _, lag = storage.lag_columns()
@@ -237,9 +239,11 @@ def group_metrics(
     partitions: list[Any] = []
     if shown:
         summarized = summarized if sums else []
-        partitions = conn.execute(
-            _PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized, "window": rules.window}
-        ).all()
+        partitions = list(
+            conn.execute(
+                _PARTITION_QUERY, {"detailed": sorted(detailed), "summarized": summarized, "window": rules.window}
+            ).all()
+        )
     return GroupScrape(
         groups=head.groups if head else 0,
         with_offsets=head.with_offsets if head else 0,
@@ -251,4 +255,4 @@ def group_metrics(
 
 def group_sums(conn: Connection, group_ids: Sequence[str]) -> list[Any]:
     """One row of sums (lag sum, max lag, partitions past the log end) for each of ``group_ids``."""
-    return conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids), "window": 0.0}).all()
+    return list(conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids), "window": 0.0}).all())
