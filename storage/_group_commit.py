@@ -12,7 +12,7 @@ sent only after COMMIT returned. A flusher's batch waits for a group's lock
 long for a lock or failed in a statement runs each request alone, by its own caller, so one
 locked group cannot fail the others, nor stall them by holding the flushers.
 
-The driver does only the I/O: :class:`~offsetstore.storage.async_store.AsyncWriteBatcher`
+The driver does only the I/O: :class:`~offsetstore.storage._write_batch.AsyncWriteBatcher`
 (asyncio tasks and an event; callers in threads reach it through the sync
 :class:`~offsetstore.storage.store.Store`). It runs, per batch::
 

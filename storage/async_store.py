@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -48,11 +45,11 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
-from offsetstore.storage import _group_commit as gc
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
 from offsetstore.storage._hot_async import bounded_read, on_primary, run_hot
 from offsetstore.storage._pool_check import connection_lost
 from offsetstore.storage._read_batch import ReadBatcher, coalescable, resumed
+from offsetstore.storage._write_batch import AsyncWriteBatcher, Carry
 from offsetstore.storage.engine import (
     NotThePrimary,
     admit_async,
@@ -406,137 +403,3 @@ class AsyncStore:
         if expired and hook is not None:
             hook(len(expired))
         return expired
-
-
-class Carry(NamedTuple):
-    """What a batch carries of its callers' context (the server's tracing sets it: server/tracing.py).
-
-    ``capture`` runs in each caller's task when it queues its request; ``enter`` gets what was
-    captured of the batch's callers and is entered around the batch's transaction.
-    """
-
-    capture: Callable[[], object]
-    enter: Callable[[list[object]], AbstractContextManager[object]]
-
-
-class _Write(gc.Waiting):
-    """A caller's request waiting for its batch; the caller awaits ``future``."""
-
-    __slots__ = ("carried", "future")
-
-    def __init__(self, request: storage.WriteRequest, bound: Bound | None, carried: object = None) -> None:
-        super().__init__(request, bound)
-        self.future: asyncio.Future[gc.Handed] = asyncio.get_running_loop().create_future()
-        self.carried = carried
-
-    def gone(self) -> bool:
-        """The caller left: its call was cancelled, or its context says it is no longer active."""
-        return self.future.cancelled() or super().gone()
-
-    def finish(self, outcome: gc.Handed) -> None:
-        if not self.future.done():
-            self.future.set_result(outcome)
-
-
-class AsyncWriteBatcher:
-    """Group commit on asyncio: ``flushers`` tasks take batches off one queue (rules: :mod:`._group_commit`).
-
-    A caller whose call is cancelled counts as gone, as one whose deadline passed.
-    """
-
-    def __init__(self, store: AsyncStore, *, flushers: int = 2, carry: Carry | None = None) -> None:
-        if flushers < 1:
-            raise ValueError("write_flushers must be >= 1")
-        self.store = store
-        self.flushers = flushers
-        self.carry = carry
-        self._queue: deque[_Write] = deque()
-        self._wake: asyncio.Event | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = False
-
-    async def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
-        """Waits for ``request``'s batch; returns its outcome or raises its error."""
-        bound = caller_bound()
-        self.store.timeout_ms(bound)  # a deadline already past never reaches the database
-        if self._stopped:
-            raise StoreUnavailableError("the offset store is shutting down")
-        if self._wake is None:
-            self._wake = asyncio.Event()
-            # A context of their own: not the first caller's (its deadline, its trace), for good.
-            self._tasks = [
-                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}", context=contextvars.Context())
-                for n in range(self.flushers)
-            ]
-        write = _Write(request, bound, None if self.carry is None else self.carry.capture())
-        self._queue.append(write)
-        self._wake.set()
-        outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
-        if outcome is gc.ALONE:
-            alone = gc.Flush([write], self.store.timeout_ms)
-            return gc.outcome((await self._transaction(alone))[0])
-        return gc.outcome(outcome)
-
-    async def stop(self) -> None:
-        """Writes what is queued, then ends the flushers."""
-        self._stopped = True
-        if self._wake is not None:
-            self._wake.set()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            while not self._queue:
-                if self._stopped:
-                    self._wake.set()  # the other flushers end too
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            batch = gc.take_batch(self._queue)
-            if self._queue:
-                self._wake.set()  # more than one batch's worth: another flusher may take it
-            try:
-                flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
-                while flush.live:
-                    try:
-                        if self.carry is None:
-                            outcomes = await self._transaction(flush)
-                        else:
-                            with self.carry.enter([w.carried for w in flush.live]):
-                                outcomes = await self._transaction(flush)
-                    except Exception as error:
-                        flush.failed(error)
-                    else:
-                        flush.succeeded(outcomes)
-            except Exception as error:  # no caller may wait forever
-                gc.crashed(batch, error)
-
-    async def _transaction(self, flush: gc.Flush[_Write]) -> list[storage.WriteOutcome]:
-        """Writes ``flush``'s requests in one transaction (retried on conflicts); a caller gone rolls it back."""
-        ms = flush.timeout_ms()
-        requests = flush.requests()
-        committing = False
-
-        async def transaction() -> list[storage.WriteOutcome]:
-            nonlocal committing
-            committing = False
-            # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
-            # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
-            async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
-                outcomes = await run_hot(
-                    conn,
-                    storage.write_batch_steps(requests),
-                    self.store.settings,
-                    ms,
-                    # A flusher never waits long on one group's lock: a group held in a long
-                    # transaction (a Spark sink's, a SQL API caller's) fails the batch at once,
-                    # and each request runs alone in its caller's task, with the whole lock timeout.
-                    lock_timeout_ms=flush.lock_timeout_ms,
-                )
-                flush.check_callers()  # raises: rolled back
-                committing = True  # from here a lost connection leaves the outcome unknown
-                return outcomes
-
-        return await self.store.attempts("write_batch", transaction, unapplied=lambda: not committing)
