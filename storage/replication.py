@@ -71,10 +71,8 @@ class ReplicationRefused(Exception):
 
 def replication_of(conn: Connection) -> Replication:
     """:func:`read_replication` in the caller's transaction (SQLAlchemy ``Connection``), e.g. through ``Store.run``."""
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        return read_replication(cursor)
+    in_recovery, names, standbys = conn.exec_driver_sql(_SQL).one()
+    return Replication(bool(in_recovery), str(names or ""), int(standbys))
 
 
 def read_replication(cursor: Any) -> Replication:

@@ -25,6 +25,7 @@ RPCS = {
     "ListOffsetHistory",
     "ReportWatermarks",
     "ExpireGroups",
+    "ListTopics",
 }
 SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)
