@@ -7,7 +7,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -34,7 +34,6 @@ from offsetstore.v1 import offset_store_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 _HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
@@ -225,7 +224,7 @@ class OffsetStoreServer:
         principal_history_rows_per_second /= processes
         self._options = dict(
             auth=auth,
-            # OTEL_*: a span of every call (server/tracing.py), inside the metrics: it reads the request they reset.
+            # OTEL_*: a span of every call (server/tracing.py), innermost, and a gate observer naming its principal and group.
             interceptors=(*interceptors, *tracing_interceptors()),
             streams=StreamGuard(
                 max_streams, stream_seconds, auth.authenticate if reflection_mode == "authenticated" else None
