@@ -29,6 +29,10 @@ class Served:
         labels = {"grpc_method": method, "reason": reason, "limit": limit}
         return self.registry.get_sample_value("offsetstore_rpc_errors_total", labels) or 0.0
 
+    def started(self, method: str) -> float:
+        labels = {"grpc_service": SERVICE.full_name, "grpc_method": method, "grpc_type": "unary"}
+        return self.registry.get_sample_value("grpc_server_started_total", labels) or 0.0
+
     def rejections(self, reason: str) -> float:
         return self.registry.get_sample_value("offsetstore_commit_rejections_total", {"reason": reason}) or 0.0
 
@@ -89,10 +93,14 @@ def test_a_call_limit_refusal_names_its_limit(served: Served) -> None:
         release.wait(WAIT_SECONDS)  # the call is in (counted) and sends its request only when released
         yield pb.FetchOffsetsRequest(group_id=fresh()).SerializeToString()
 
+    before = served.started("FetchOffsets")
     future = held.future(body(), metadata=bearer("reader"), timeout=WAIT_SECONDS)
     try:
-        # Wait on the condition: the held call counted in, so the reader's next call is refused.
+        # Wait on the condition: the held call is in (counted before it reads its request), so the
+        # reader's next call is refused. Probing earlier could take the one slot and refuse the held call.
         deadline = time.monotonic() + WAIT_SECONDS
+        while served.started("FetchOffsets") == before and time.monotonic() < deadline:
+            time.sleep(0.01)
         while True:
             code, reason, _ = call(address, "FetchOffsets", pb.FetchOffsetsRequest(group_id=fresh()), bearer("reader"))
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
