@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,9 +16,9 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection
 from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
-from offsetstore.server.config import MAX_MESSAGE_BYTES
+from offsetstore.server.config import Limits
 from offsetstore.server.gate import CallObserver, Gate
-from offsetstore.server.http import ConnectionLimits, HttpListener
+from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.server.partition_quota import PartitionQuota
@@ -42,15 +41,8 @@ _HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Calls open at once, waiting ones included; each costs a coroutine and its buffers.
 MAX_CONCURRENT_CALLS = 10_000
-
-#: ``--reflection``: served to everyone, not served, or served to authenticated callers only.
-REFLECTION_MODES = ("on", "off", "authenticated")
-#: Reflection streams open at once.
-MAX_STREAMS = 4
-#: Response bytes one principal may read per second on average (bursts of 4 s of it).
-PRINCIPAL_BYTES_PER_SECOND = 4 * 2**20
-#: A stream is cancelled after this long: grpcurl's and buf's take milliseconds.
-STREAM_SECONDS = 60.0
+#: A server made without limits of its own: the defaults (32 workers' worth).
+DEFAULT_LIMITS = Limits()
 
 # Connections, whoever holds them, do not live forever: an idle one is closed after 5
 # minutes, every one after 30 (with 30 s for its calls to finish; clients reconnect by
@@ -164,14 +156,16 @@ class OffsetStoreServer:
     ``listen`` may use port 0 (see ``port``); the port is bound when it is made, calls are
     served from :meth:`start`. Calls await ``store``'s runtime store (:attr:`Store.aio`: its
     pools, group commit, timeouts and metric hooks) on the loop it runs on; stopping the
-    server leaves the store open (its owner disposes of it). ``interceptors`` (metrics, say;
-    ``grpc.aio`` interceptors) see every call, also those refused; ``auth``, an
-    :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises them;
-    ``credentials`` serve TLS. ``max_workers`` no longer counts threads: it sets the default
-    stream and per-principal call limits, as it did. ``reuse_port`` lets several processes
-    listen on one port (``serve --processes``); ``processes`` divides the per-principal limits
-    among them. ``kafka_mirror`` (started and stopped by its
-    owner) is offered every commit once it is in the store.
+    server leaves the store open (its owner disposes of it).
+
+    Its parts are composed from what it is given: ``limits`` make the gate's admission, the
+    quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
+    given, an HTTP listener beside gRPC on the same gate; ``kafka_mirror`` (started and stopped by
+    its owner) is offered every commit once it is in the store; ``auth``, an
+    :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises every call;
+    ``credentials`` serve TLS; ``interceptors`` (metrics, say; ``grpc.aio`` interceptors) see
+    every call, also those refused. ``reuse_port`` lets several processes listen on one port
+    (``serve --processes``).
     """
 
     def __init__(
@@ -179,76 +173,28 @@ class OffsetStoreServer:
         store: Store,
         listen: str = "127.0.0.1:0",
         *,
-        max_workers: int = 32,
+        limits: Limits = DEFAULT_LIMITS,
+        http: HttpConfig | None = None,
         interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
         auth: AuthInterceptor | None = None,
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
-        max_message_bytes: int = MAX_MESSAGE_BYTES,
-        reflection_mode: str = "on",
-        max_streams: int | None = None,
-        stream_seconds: float = STREAM_SECONDS,
-        max_calls_per_principal: int | None = None,
-        principal_bytes_per_second: float = PRINCIPAL_BYTES_PER_SECOND,
-        max_groups_per_principal: int = 0,
-        max_partitions_per_principal: int = 0,
-        principal_history_rows_per_second: float = 0,  # under a partition quota; 0: no budget
         reuse_port: bool = False,
-        processes: int = 1,  # serving processes on the port (serve --processes): this one admits its share
-        http_listen: str | None = None,  # HTTP/JSON and the console (server/http/)
-        http_ssl_context: ssl.SSLContext | None = None,
-        http_limits: ConnectionLimits | None = None,
-        http_allowed_hosts: tuple[str, ...] = (),  # names the HTTP listener answers beside addresses and localhost
         kafka_mirror: KafkaMirror | None = None,
     ) -> None:
-        self.store = store
-        self.http: HttpListener | None = None
-        self.kafka_mirror = kafka_mirror
-        if reflection_mode not in REFLECTION_MODES:
-            raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {reflection_mode!r}")
-        if reflection_mode == "authenticated" and auth is None:
+        if limits.reflection == "authenticated" and auth is None:
             raise ValueError("reflection 'authenticated' needs authentication: a tokens file or client certificates")
-        if max_streams is None:  # as many as half the limit of calls, as when they held threads
-            max_streams = min(MAX_STREAMS, max_workers // 2)
-        if not 0 <= max_streams < max_workers:
-            raise ValueError("max_streams must be >= 0 and below max_workers")
-        if max_calls_per_principal is None:  # a quarter of the workers: four tenants cannot fill them
-            max_calls_per_principal = max(1, max_workers // 4)
-        if processes < 1:
-            raise ValueError("processes must be >= 1")
-        # The kernel spreads a principal's connections over the serving processes, each counting
-        # on its own: each admits 1/N of the per-principal limits, so that together they admit
-        # what one process would (issue 34 finding 9; a limit below N becomes N, one call each).
-        max_calls_per_principal = max(1, max_calls_per_principal // processes)
-        principal_bytes_per_second /= processes
-        principal_history_rows_per_second /= processes
-        self._options = dict(
-            auth=auth,
-            # OTEL_*: a span of every call (server/tracing.py), innermost, and a gate observer naming its principal and group.
-            interceptors=(*interceptors, *tracing_interceptors()),
-            streams=StreamGuard(
-                max_streams, stream_seconds, auth.authenticate if reflection_mode == "authenticated" else None
-            ),
-            admission=Admission(
-                max_calls=max_calls_per_principal,
-                # What the sync server queued at most, server-wide; now per anonymous peer.
-                max_anonymous_calls=max_workers * 8,
-                bytes_per_second=principal_bytes_per_second,
-            ),
-            max_groups=max_groups_per_principal,
-            max_partitions=max_partitions_per_principal,
-            history_rows=principal_history_rows_per_second,
-            reflection_mode=reflection_mode,
-            health_interval=health_interval,
-            http=(http_listen, http_ssl_context, reuse_port, max_message_bytes, http_limits, http_allowed_hosts),
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 1 if reuse_port else 0),
-                *CONNECTION_OPTIONS,
-            ],
-        )
+        self.store = store
         self.async_store = store.aio
+        self.limits = limits.share()
+        self.auth = auth
+        self.kafka_mirror = kafka_mirror
+        self.health_interval = health_interval
+        self.http_config = http
+        self.http: HttpListener | None = None
+        self.reuse_port = reuse_port
+        # OTEL_*: a span of every call (server/tracing.py), innermost, and a gate observer naming its principal and group.
+        self.interceptors = (*interceptors, *tracing_interceptors())
         carry = write_carry()
         if carry is not None and store.aio.writes.carry is None:
             # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py); the
@@ -266,51 +212,67 @@ class OffsetStoreServer:
         self._started = self._stopped = False
         self.host = listen.rpartition(":")[0].strip("[]")
 
-    async def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
-        o = self._options
-        auth = o["auth"]
+    def _gate(self) -> Gate:
+        limits, auth = self.limits, self.auth
         quota = partition_quota = None
-        if isinstance(auth, AuthInterceptor) and auth.config is not None:
-            quota = GroupQuota(self.async_store, auth, o["max_groups"])
+        if auth is not None and auth.config is not None:
+            quota = GroupQuota(self.async_store, auth, limits.max_groups_per_principal)
             partition_quota = PartitionQuota(
-                self.async_store, auth, o["max_partitions"], history_rows_per_second=o["history_rows"]
+                self.async_store,
+                auth,
+                limits.max_partitions_per_principal,
+                history_rows_per_second=limits.principal_history_rows_per_second,
             )
-        gate = Gate(
+        return Gate(
             OffsetStoreServicer(self.async_store, self.kafka_mirror.offer if self.kafka_mirror else None),
-            admission=o["admission"],
+            admission=Admission(
+                max_calls=limits.calls_per_principal,
+                # What the sync server queued at most, server-wide; now per anonymous peer.
+                max_anonymous_calls=limits.max_workers * 8,
+                bytes_per_second=limits.principal_bytes_per_second,
+            ),
             auth=auth,
             quota=quota,
             partition_quota=partition_quota,
             # The interceptors that want each call's outcome from the gate (the metrics).
-            observers=tuple(i for i in o["interceptors"] if isinstance(i, CallObserver)),
+            observers=tuple(i for i in self.interceptors if isinstance(i, CallObserver)),
+        )
+
+    async def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+        limits = self.limits
+        gate = self._gate()
+        streams = StreamGuard(
+            limits.streams,
+            limits.stream_seconds,
+            self.auth.authenticate if self.auth is not None and limits.reflection == "authenticated" else None,
         )
         self.server = grpc.aio.server(
-            interceptors=(*o["interceptors"], o["streams"]),
-            options=o["options"],
+            interceptors=(*self.interceptors, streams),
+            options=[
+                ("grpc.max_receive_message_length", limits.max_message_bytes),
+                ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
+                *CONNECTION_OPTIONS,
+            ],
             # A waiting call is a coroutine: no bound of threads; this one only bounds memory.
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
-        # The HTTP listener calls the same gate, through the same interceptors.
-        http_listen, http_ssl, http_reuse_port, max_message_bytes, http_limits, http_hosts = o["http"]
-        if http_listen:
+        if self.http_config is not None:  # the HTTP listener calls the same gate, through the same interceptors
             self.http = HttpListener(
                 gate.handler(),
-                http_listen,
-                interceptors=o["interceptors"],
-                ssl_context=http_ssl,
-                max_message_bytes=max_message_bytes,
-                reuse_port=http_reuse_port,
-                limits=http_limits,
-                allowed_hosts=http_hosts,
+                self.http_config,
+                interceptors=self.interceptors,
+                max_message_bytes=limits.max_message_bytes,
+                reuse_port=self.reuse_port,
             )
         self.health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, self.server)
-        if o["reflection_mode"] != "off":
+        if limits.reflection != "off":
             grpc_reflection.enable_server_reflection(
                 (SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), self.server
             )
-        self.health = HealthWatcher(self.async_store, self.health_servicer, o["health_interval"])
+        self.health = HealthWatcher(self.async_store, self.health_servicer, self.health_interval)
         if credentials is None:
             return self.server.add_insecure_port(listen)
         return self.server.add_secure_port(listen, credentials)

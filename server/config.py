@@ -20,6 +20,84 @@ from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 # bounds the memory one caller's requests take.
 MAX_MESSAGE_BYTES = 48 * 1024 * 1024
 
+#: ``--reflection``: served to everyone, not served, or served to authenticated callers only.
+REFLECTION_MODES = ("on", "off", "authenticated")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server admits: its callers' limits and quotas, its streams, its largest request.
+
+    The gate, the reflection guard and the quotas are made from it (server/app.py); ``serve``
+    takes it from :meth:`Settings.limits`, a test names only the limits it is about.
+    """
+
+    max_workers: int = 32
+    """Scale of the per-caller limits: streams (half, at most 4), calls per principal (a quarter), per anonymous peer (8x)."""
+
+    max_streams: int | None = None
+    """Reflection streams open at once; unset: half of ``max_workers``, at most 4."""
+
+    stream_seconds: float = 60.0
+    """A reflection stream is ended after this long (grpcurl's and buf's take milliseconds)."""
+
+    max_calls_per_principal: int | None = None
+    """Calls one authenticated principal may have running at once (all processes together); unset: a quarter of ``max_workers``."""
+
+    principal_bytes_per_second: float = 4 * 2**20
+    """Response bytes one principal may read per second on average (bursts of 4 s); 0: no limit."""
+
+    max_groups_per_principal: int = 0
+    """Live groups one authenticated principal may create; 0: no quota."""
+
+    max_partitions_per_principal: int = 0
+    """Partitions one authenticated principal may store; 0: no quota."""
+
+    principal_history_rows_per_second: float = 0.0
+    """History rows a principal under a partition quota may append per second on average; 0: no budget."""
+
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """Largest request taken (gRPC and HTTP)."""
+
+    reflection: str = "on"
+    """Server reflection: ``on``, ``off`` or ``authenticated``."""
+
+    processes: int = 1
+    """Serving processes sharing the port: each admits its share of the per-principal limits (:meth:`share`)."""
+
+    def __post_init__(self) -> None:
+        if self.reflection not in REFLECTION_MODES:
+            raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {self.reflection!r}")
+        if not 0 <= self.streams < self.max_workers:
+            raise ValueError("max_streams must be >= 0 and below max_workers")
+        if self.processes < 1:
+            raise ValueError("processes must be >= 1")
+
+    @property
+    def streams(self) -> int:
+        """Reflection streams open at once, as many as half the calls when they held threads."""
+        return min(4, self.max_workers // 2) if self.max_streams is None else self.max_streams
+
+    @property
+    def calls_per_principal(self) -> int:
+        """Calls one principal may have running at once: a quarter of the workers unless set (four tenants cannot fill them)."""
+        return max(1, self.max_workers // 4) if self.max_calls_per_principal is None else self.max_calls_per_principal
+
+    def share(self) -> Limits:
+        """What one of ``processes`` serving processes admits.
+
+        The kernel spreads a principal's connections over the processes, each counting on its
+        own: each admits 1/N of the per-principal limits, so that together they admit what one
+        process would (a call limit below N becomes N, one call each).
+        """
+        return dataclasses.replace(
+            self,
+            max_calls_per_principal=max(1, self.calls_per_principal // self.processes),
+            principal_bytes_per_second=self.principal_bytes_per_second / self.processes,
+            principal_history_rows_per_second=self.principal_history_rows_per_second / self.processes,
+            processes=1,
+        )
+
 
 def _default_data_dir() -> Path:
     from offsetstore.storage.embedded import default_data_dir
@@ -200,7 +278,7 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:
             raise ValueError("retention durations must be 0 (keep everything) or above")
-        if self.reflection not in ("on", "off", "authenticated"):
+        if self.reflection not in REFLECTION_MODES:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
@@ -236,6 +314,21 @@ class Settings:
             raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
+
+    def limits(self) -> Limits:
+        """The limits every serving process is made with (each admits its share)."""
+        return Limits(
+            max_workers=self.max_workers,
+            max_streams=self.max_streams,
+            max_calls_per_principal=self.max_calls_per_principal,
+            principal_bytes_per_second=self.principal_bytes_per_second,
+            max_groups_per_principal=self.max_groups_per_principal,
+            max_partitions_per_principal=self.max_partitions_per_principal,
+            principal_history_rows_per_second=self.principal_history_rows_per_second,
+            max_message_bytes=self.max_message_bytes,
+            reflection=self.reflection,
+            processes=self.processes,
+        )
 
     @property
     def tls(self) -> bool:

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
@@ -19,6 +19,9 @@ from offsetstore.server.security import reloader, security
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.status import StatusRules
 from offsetstore.storage.store import Store
+
+if TYPE_CHECKING:  # aiohttp and the listener load in a serving process only
+    from offsetstore.server.http import HttpConfig
 
 __all__ = ["RESTART_PAUSE_SECONDS", "START_SECONDS", "StartError", "Workers", "open_store", "serving_process"]
 
@@ -138,7 +141,6 @@ def serving_process(
     configure_logging(settings.log_level, settings.log_format)
     from offsetstore.server import metrics
     from offsetstore.server.app import OffsetStoreServer
-    from offsetstore.server.http import http_ssl_context
 
     metrics.use_multiprocess(directory)
     stopping = threading.Event()
@@ -154,29 +156,13 @@ def serving_process(
         server = OffsetStoreServer(
             store,
             listen,
-            max_workers=settings.max_workers,
+            limits=settings.limits(),
+            http=http_config(settings),
             interceptors=metrics.interceptors(registry),
             auth=auth,
             credentials=credentials,
-            max_message_bytes=settings.max_message_bytes,
-            reflection_mode=settings.reflection,
-            max_streams=settings.max_streams,
-            max_calls_per_principal=settings.max_calls_per_principal,
-            principal_bytes_per_second=settings.principal_bytes_per_second,
-            max_groups_per_principal=settings.max_groups_per_principal,
-            max_partitions_per_principal=settings.max_partitions_per_principal,
-            principal_history_rows_per_second=settings.principal_history_rows_per_second,
             reuse_port=True,
-            processes=settings.processes,
             kafka_mirror=mirror,
-            # The HTTP listener, on the gRPC server's certificate and client CA.
-            http_listen=settings.http_listen or None,
-            http_allowed_hosts=tuple(settings.http_allowed_hosts.split(",")),
-            http_ssl_context=(
-                http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
-                if settings.tls_cert_file is not None and settings.tls_key_file is not None
-                else None
-            ),
         ).start()
     except (RuntimeError, OSError) as error:
         log.error("serving process cannot listen on %s: %s", listen, error)
@@ -193,6 +179,19 @@ def serving_process(
     if mirror is not None:
         mirror.stop()
     store.dispose()
+
+
+def http_config(settings: Settings) -> HttpConfig | None:
+    """The serving process's HTTP listener, on the gRPC server's certificate and client CA; None unless ``--http-listen``."""
+    if not settings.http_listen:
+        return None
+    from offsetstore.server.http import HttpConfig, http_ssl_context
+
+    tls = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        tls = http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+    hosts = tuple(name for name in settings.http_allowed_hosts.split(",") if name.strip())
+    return HttpConfig(settings.http_listen, ssl_context=tls, allowed_hosts=hosts)
 
 
 def _kafka_mirror(settings: Settings, registry: Any) -> Any:

@@ -8,6 +8,14 @@ docs/http.md.
 from offsetstore.server.http.connect import CONNECT_CODES, ConnectTransport
 from offsetstore.server.http.connections import ConnectionLimits
 from offsetstore.server.http.describe import openapi
-from offsetstore.server.http.listener import HttpListener, http_ssl_context
+from offsetstore.server.http.listener import HttpConfig, HttpListener, http_ssl_context
 
-__all__ = ["CONNECT_CODES", "ConnectionLimits", "ConnectTransport", "HttpListener", "http_ssl_context", "openapi"]
+__all__ = [
+    "CONNECT_CODES",
+    "ConnectionLimits",
+    "ConnectTransport",
+    "HttpConfig",
+    "HttpListener",
+    "http_ssl_context",
+    "openapi",
+]

@@ -13,6 +13,7 @@ import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,25 @@ def http_ssl_context(cert_file: Path, key_file: Path, client_ca_file: Path | Non
     return context
 
 
+@dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP listener of a server: made only when one is configured (``--http-listen``)."""
+
+    listen: str
+    """HOST:PORT; port 0 picks one (:attr:`HttpListener.port`)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    """TLS, on the gRPC server's certificate (:func:`http_ssl_context`); None: plain HTTP."""
+
+    limits: ConnectionLimits = ConnectionLimits()
+    """What its connections are allowed."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names answered besides IP addresses and localhost (``.example.com``: every name under it)."""
+
+
 class HttpListener:
-    """Serves the gate's ``handler`` over HTTP on ``listen`` (HOST:PORT; port 0 picks one, see :attr:`port`).
+    """Serves the gate's ``handler`` over HTTP as ``config`` says.
 
     Made on the gRPC server's loop, started and stopped there with it.
     """
@@ -64,23 +82,20 @@ class HttpListener:
     def __init__(
         self,
         handler: grpc.GenericRpcHandler,
-        listen: str,
+        config: HttpConfig,
         *,
         interceptors: Iterable[Any] = (),
-        ssl_context: ssl.SSLContext | None = None,
         max_message_bytes: int,
         reuse_port: bool = False,
-        limits: ConnectionLimits | None = None,
-        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
-        self.limits = limits or ConnectionLimits()
+        self.limits = config.limits
         self.tally = Tally(self.limits)
-        host, _, port = listen.rpartition(":")
+        host, _, port = config.listen.rpartition(":")
         self.host = host.strip("[]") or "0.0.0.0"
-        self.guard = HostGuard(self.host, allowed_hosts)
+        self.guard = HostGuard(self.host, config.allowed_hosts)
         self.port = int(port)
-        self.ssl_context = ssl_context
+        self.ssl_context = config.ssl_context
         self.reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
 

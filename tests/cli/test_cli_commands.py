@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from offsetstore.cli import groups as cli
 from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 
@@ -253,7 +254,10 @@ def test_a_call_past_its_deadline_points_to_timeout(
     store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=60_000), statement_timeout_ms=60_000)
     conninfo = sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
     wide = {("cli-orders", p): 2 for p in range(10_000)}
-    with OffsetStoreServer(store, max_workers=1) as busy, OffsetStoreClient(busy.address, timeout=30) as client:
+    with (
+        OffsetStoreServer(store, limits=Limits(max_workers=1)) as busy,
+        OffsetStoreClient(busy.address, timeout=30) as client,
+    ):
         client.commit_offsets(group_id, {("cli-orders", 0): 1})
         with psycopg.connect(conninfo) as locker:
             locker.execute("SELECT 1 FROM offsetstore.groups WHERE group_id = %s FOR UPDATE", (group_id,))

@@ -27,6 +27,7 @@ import pytest
 from offsetstore.cli import groups as cli
 from offsetstore.connect_integration import change_table_sql
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from tests.fixtures.fix_pg_cluster import PgNode
@@ -69,7 +70,7 @@ class Process:
 @pytest.fixture
 def cdc_server(cdc_node: PgNode) -> Iterator[str]:
     store = Store(create_engine(cdc_node.url(), pool_size=4))
-    server = OffsetStoreServer(store, f"127.0.0.1:{free_port()}", max_workers=4).start()
+    server = OffsetStoreServer(store, f"127.0.0.1:{free_port()}", limits=Limits(max_workers=4)).start()
     try:
         yield server.address
     finally:

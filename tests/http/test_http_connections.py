@@ -24,7 +24,7 @@ import pytest
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthInterceptor, server_credentials
-from offsetstore.server.http import ConnectionLimits, http_ssl_context
+from offsetstore.server.http import ConnectionLimits, HttpConfig, http_ssl_context
 from offsetstore.storage.store import Store
 from tests.fixtures.fix_auth import PKI
 
@@ -39,9 +39,11 @@ def serve(store: Store, limits: ConnectionLimits, pki: PKI | None = None) -> Off
     return OffsetStoreServer(
         store,
         credentials=server_credentials(pki.server.cert, pki.server.key) if pki else None,
-        http_listen="127.0.0.1:0",
-        http_ssl_context=http_ssl_context(pki.server.cert, pki.server.key) if tls and pki else None,
-        http_limits=limits,
+        http=HttpConfig(
+            "127.0.0.1:0",
+            ssl_context=http_ssl_context(pki.server.cert, pki.server.key) if tls and pki else None,
+            limits=limits,
+        ),
     ).start()
 
 
@@ -192,8 +194,7 @@ def test_a_client_certificate_names_the_caller_through_the_listeners_own_handsha
         store,
         auth=AuthInterceptor(None, mtls=True),
         credentials=server_credentials(pki.server.cert, pki.server.key, pki.ca.cert),
-        http_listen="127.0.0.1:0",
-        http_ssl_context=http_ssl_context(pki.server.cert, pki.server.key, pki.ca.cert),
+        http=HttpConfig("127.0.0.1:0", ssl_context=http_ssl_context(pki.server.cert, pki.server.key, pki.ca.cert)),
     ).start()
     group = f"t-mtls-{uuid.uuid4().hex[:8]}"
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.http import HttpConfig
 from offsetstore.storage.store import Store
 
 SERVICE_PATH = "/offsetstore.v1.OffsetStoreService"
@@ -25,7 +26,7 @@ SERVICE_PATH = "/offsetstore.v1.OffsetStoreService"
 def open_server(store: Store) -> Iterator[OffsetStoreServer]:
     """No tokens, HTTP on loopback, one extra name allowed (as OFFSETSTORE_HTTP_ALLOWED_HOSTS would)."""
     server = OffsetStoreServer(
-        store, http_listen="127.0.0.1:0", http_allowed_hosts=("offsets.internal", ".corp.example")
+        store, http=HttpConfig("127.0.0.1:0", allowed_hosts=("offsets.internal", ".corp.example"))
     ).start()
     try:
         yield server

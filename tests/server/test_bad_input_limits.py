@@ -12,6 +12,7 @@ from offsetstore.client import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.server.config import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.bad_input import (
@@ -141,7 +142,7 @@ def test_errors_from_database_failures_carry_no_database_text(database_url, engi
         statement_timeout_ms=300,
     )
     failures = []
-    with OffsetStoreServer(store, "127.0.0.1:0", max_workers=4) as server:
+    with OffsetStoreServer(store, "127.0.0.1:0", limits=Limits(max_workers=4)) as server:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.OffsetStoreServiceStub(channel)
             stub.CommitOffsets(commit(group_id, oc(topic)), timeout=10)

@@ -33,6 +33,7 @@ from offsetstore.client import (
     StoreUnavailableError,
 )
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import Limits
 from offsetstore.storage import migrate
 from offsetstore.storage.embedded import EmbeddedPostgres
 from offsetstore.storage.engine import create_engine
@@ -123,7 +124,7 @@ def private_pg() -> Iterator[PrivatePostgres]:
 @pytest.fixture
 def faulty_server(private_pg: PrivatePostgres) -> Iterator[OffsetStoreServer]:
     store = Store(create_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000)
-    server = OffsetStoreServer(store, max_workers=16, health_interval=0.2).start()
+    server = OffsetStoreServer(store, health_interval=0.2, limits=Limits(max_workers=16)).start()
     try:
         yield server
     finally:

@@ -21,7 +21,7 @@ from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
-from offsetstore.server.config import Settings
+from offsetstore.server.config import Limits, Settings
 from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store, StoreObserver
@@ -74,7 +74,7 @@ def serve(store: Store) -> Iterator[Serve]:
 
         def start(tenants: Tenants, max_groups: int = FLAG, on: Store = store) -> OffsetStoreServer:
             auth = AuthInterceptor(AuthConfig.load(tenants.file))
-            server = OffsetStoreServer(on, max_workers=8, auth=auth, max_groups_per_principal=max_groups)
+            server = OffsetStoreServer(on, auth=auth, limits=Limits(max_workers=8, max_groups_per_principal=max_groups))
             return stack.enter_context(server)
 
         yield start
@@ -248,7 +248,7 @@ def test_the_tokens_files_max_groups_wins_over_the_flag(serve: Serve, tmp_path: 
 
 def test_without_authentication_there_is_no_quota(store: Store, engine: sa.Engine) -> None:
     prefix = f"q{uuid.uuid4().hex[:10]}-"
-    with OffsetStoreServer(store, max_workers=8, max_groups_per_principal=1) as server:
+    with OffsetStoreServer(store, limits=Limits(max_workers=8, max_groups_per_principal=1)) as server:
         with OffsetStoreClient(server.address, timeout=20) as client:
             for i in range(3):
                 client.commit_offsets(f"{prefix}{i}", {("orders", 0): 1})

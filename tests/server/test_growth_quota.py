@@ -14,6 +14,7 @@ from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.core.types import Watermark
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
+from offsetstore.server.config import Limits
 from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
 from offsetstore.storage.store import Store
 
@@ -47,7 +48,7 @@ def test_watermarks_of_new_partitions_count_under_the_partition_quota(
     token = _tokens(tmp_path, run)
     auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
     with (
-        OffsetStoreServer(store, max_workers=8, auth=auth) as server,
+        OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=8)) as server,
         OffsetStoreClient(server.address, token=token, timeout=20) as client,
     ):
         # A flood of new partitions, 1,000 a call, as a hostile reporter would send.
@@ -89,7 +90,9 @@ def test_history_appended_under_a_partition_quota_keeps_to_the_principals_budget
     auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
     rate = 100.0
     with (
-        OffsetStoreServer(store, max_workers=8, auth=auth, principal_history_rows_per_second=rate) as server,
+        OffsetStoreServer(
+            store, auth=auth, limits=Limits(max_workers=8, principal_history_rows_per_second=rate)
+        ) as server,
         OffsetStoreClient(server.address, token=token, timeout=20) as client,
     ):
         # The quota's 50 partitions, committed in a loop: every commit appends 50 history rows.

@@ -40,7 +40,7 @@ from offsetstore.core.types import Watermark
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
-from offsetstore.server.config import Settings
+from offsetstore.server.config import Limits, Settings
 from offsetstore.server.security import security as _security
 from offsetstore.server.security import tenant_prefixes as _tenant_prefixes
 from offsetstore.storage import migrate
@@ -176,7 +176,7 @@ def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFacto
     )
     auth = AuthInterceptor(AuthConfig.load(tokens), mtls=True)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
-    with OffsetStoreServer(store, max_workers=8, auth=auth, credentials=credentials) as server:
+    with OffsetStoreServer(store, auth=auth, credentials=credentials, limits=Limits(max_workers=8)) as server:
         yield server
 
 
@@ -255,7 +255,7 @@ def list_services(target: str, metadata: tuple[tuple[str, str], ...] = ()) -> li
 
 def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: PKI) -> None:
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, max_workers=8, auth=auth) as server:
+    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=8)) as server:
         channels, calls, hang = open_reflection_streams(server.address, 20)
         try:
             deadline = time.monotonic() + 10
@@ -277,7 +277,7 @@ def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: 
 
 
 def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
-    with OffsetStoreServer(store, max_workers=4, stream_seconds=0.5) as server:
+    with OffsetStoreServer(store, limits=Limits(max_workers=4, stream_seconds=0.5)) as server:
         channels, calls, hang = open_reflection_streams(server.address, 1)
         try:
             started = time.monotonic()
@@ -291,11 +291,11 @@ def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
 
 def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pki: PKI) -> None:
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, max_workers=4, auth=auth, reflection_mode="off") as server:
+    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=4, reflection="off")) as server:
         with pytest.raises(grpc.RpcError) as error:
             list_services(server.address, bearer("root"))
         assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    with OffsetStoreServer(store, max_workers=4, auth=auth, reflection_mode="authenticated") as server:
+    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=4, reflection="authenticated")) as server:
         with pytest.raises(grpc.RpcError) as error:
             list_services(server.address)
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -304,7 +304,7 @@ def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pk
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert SERVICE_NAME in list_services(server.address, bearer("reader"))  # any principal
     with pytest.raises(ValueError, match="needs authentication"):
-        OffsetStoreServer(store, reflection_mode="authenticated")
+        OffsetStoreServer(store, limits=Limits(reflection="authenticated"))
     with pytest.raises(ValueError, match="needs a tokens file"):
         Settings(reflection="authenticated")
 
@@ -318,7 +318,9 @@ def test_a_tenant_flooding_groups_pushes_out_only_its_own(scratch_database_url: 
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
     registry = metrics.build_registry(store, group_limit=50, tenant_prefixes=_tenant_prefixes(auth))
     try:
-        with OffsetStoreServer(store, max_workers=8, auth=auth, interceptors=metrics.interceptors(registry)) as server:
+        with OffsetStoreServer(
+            store, auth=auth, interceptors=metrics.interceptors(registry), limits=Limits(max_workers=8)
+        ) as server:
             victims = [f"v-orders-{i}" for i in range(3)]  # sorted after the attacker's ids
             with OffsetStoreClient(server.address, token=TOKENS["root"], timeout=20) as root:
                 for group in victims:
@@ -355,7 +357,7 @@ def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_pat
     command = healthcheck_command(final)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert if mutual else None)
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=mutual)
-    with OffsetStoreServer(store, max_workers=4, auth=auth, credentials=credentials) as server:
+    with OffsetStoreServer(store, auth=auth, credentials=credentials, limits=Limits(max_workers=4)) as server:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
             "OFFSETSTORE_LISTEN": f"0.0.0.0:{server.port}",

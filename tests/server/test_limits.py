@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server.app import MAX_MESSAGE_BYTES, OffsetStoreServer
+from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import MAX_MESSAGE_BYTES, Limits
 from offsetstore.storage.store import Store
 from offsetstore.storage.validate import MAX_METADATA_BYTES, MAX_PAGE_SIZE, MAX_PARTITIONS, MAX_TOPIC_CHARS
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -77,7 +78,7 @@ def test_an_oversize_request_is_resource_exhausted_and_the_server_serves_on(
 
 def test_a_smaller_configured_limit_refuses_before_anything_is_written(store: Store) -> None:
     group = f"limit-{uuid.uuid4().hex[:8]}"
-    with OffsetStoreServer(store, max_workers=2, max_message_bytes=64 * 1024) as small:
+    with OffsetStoreServer(store, limits=Limits(max_workers=2, max_message_bytes=64 * 1024)) as small:
         with OffsetStoreClient(small.address) as client:
             with pytest.raises(Exception) as refused:
                 client.commit_offsets(group, {("orders", p): 1 for p in range(5000)})
@@ -126,7 +127,7 @@ def test_page_sizes_are_capped(client: OffsetStoreClient, group_id: str) -> None
 
 @pytest.fixture
 def one_worker_server(store: Store) -> Iterator[OffsetStoreServer]:
-    with OffsetStoreServer(store, max_workers=1) as server:
+    with OffsetStoreServer(store, limits=Limits(max_workers=1)) as server:
         yield server
 
 

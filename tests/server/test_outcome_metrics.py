@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor
+from offsetstore.server.config import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -46,9 +47,7 @@ def served(database_url: str, pki: PKI) -> Iterator[Served]:
         store,
         interceptors=metrics.interceptors(registry),
         auth=AuthInterceptor(AuthConfig.load(pki.tokens_file)),
-        max_groups_per_principal=1,
-        max_partitions_per_principal=1,
-        max_calls_per_principal=1,
+        limits=Limits(max_groups_per_principal=1, max_partitions_per_principal=1, max_calls_per_principal=1),
     ).start()
     try:
         yield Served(server, registry)

@@ -29,7 +29,7 @@ from offsetstore.client import (
 )
 from offsetstore.core.errors import from_rpc_error
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Settings
+from offsetstore.server.config import Limits, Settings
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -45,7 +45,7 @@ PARTITIONS = 60  # ~260 KB of offsets: five pages of 64 KiB
 @pytest.fixture(scope="module")
 def small(database_url: str) -> Iterator[OffsetStoreServer]:
     store = Store(create_engine(database_url, pool_size=4), max_response_bytes=LIMIT)
-    server = OffsetStoreServer(store, max_workers=8).start()
+    server = OffsetStoreServer(store, limits=Limits(max_workers=8)).start()
     yield server
     server.stop()
     store.dispose()

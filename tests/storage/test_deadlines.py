@@ -28,6 +28,7 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.server.app import OffsetStoreServer
+from offsetstore.server.config import Limits
 from offsetstore.storage._group_commit import BATCH_LOCK_TIMEOUT_MS
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store, deadline
@@ -167,7 +168,7 @@ class CallEnded(grpc.aio.ServerInterceptor):
 @pytest.fixture
 def slow_server(slow_store: Store) -> Iterator[tuple[OffsetStoreServer, CallEnded]]:
     ended = CallEnded()
-    with OffsetStoreServer(slow_store, max_workers=4, interceptors=(ended,)) as server:
+    with OffsetStoreServer(slow_store, interceptors=(ended,), limits=Limits(max_workers=4)) as server:
         yield server, ended
 
 

@@ -27,7 +27,7 @@ from offsetstore.client import (
 from offsetstore.core.durations import format_duration, parse_duration
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Settings
+from offsetstore.server.config import Limits, Settings
 from offsetstore.storage import maintenance, retention
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.store import Store
@@ -49,7 +49,9 @@ def registry(rstore: Store) -> CollectorRegistry:
 
 @pytest.fixture(scope="module")
 def rclient(rstore: Store, registry: CollectorRegistry) -> Iterator[OffsetStoreClient]:
-    server = OffsetStoreServer(rstore, "127.0.0.1:0", max_workers=8, interceptors=metrics.interceptors(registry))
+    server = OffsetStoreServer(
+        rstore, "127.0.0.1:0", interceptors=metrics.interceptors(registry), limits=Limits(max_workers=8)
+    )
     with server, OffsetStoreClient(server.address, timeout=20) as client:
         yield client
 
@@ -453,7 +455,7 @@ def test_the_asyncio_client_expires_too(rstore: Store) -> None:
     prefix = fresh("async-")
     rstore.commit_offsets(prefix + "-a", [OffsetCommit("t", 0, 1)])
     wait_for(lambda: rstore.expire_groups(timedelta(seconds=1), prefix=prefix) != [], "the group idle 1 s", 10)
-    server = OffsetStoreServer(rstore, "127.0.0.1:0", max_workers=4)
+    server = OffsetStoreServer(rstore, "127.0.0.1:0", limits=Limits(max_workers=4))
 
     async def run() -> tuple[list[str], list[str]]:
         async with AsyncOffsetStoreClient(server.address, timeout=20) as client:
