@@ -24,6 +24,7 @@ COPY server/ server/
 COPY client/ client/
 COPY core/ core/
 COPY storage/ storage/
+COPY runtime/ runtime/
 COPY sink/ sink/
 COPY cli/ cli/
 COPY spark_integration/ spark_integration/

@@ -14,7 +14,8 @@ from typing import Any
 
 import psycopg_pool
 
-from offsetstore.storage import async_store, engine
+from offsetstore.runtime import async_store
+from offsetstore.storage import engine
 
 
 class _CheckEveryCheckout:

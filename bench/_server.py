@@ -46,14 +46,14 @@ def served(
     the interpreter runs (bench/_levers_serve.py serves with some levers undone), with ``env``.
     """
     from offsetstore.client import OffsetStoreClient
-    from offsetstore.storage import migrate
+    from offsetstore.runtime import migrate
 
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
     embedded = None
     try:
         url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
         if not url:
-            from offsetstore.storage.embedded import EmbeddedPostgres
+            from offsetstore.runtime.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(workdir / "pgdata")
             url = embedded.start()

@@ -191,7 +191,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="offsetstore-levers-"))
     try:
         if not os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL"):
-            from offsetstore.storage.embedded import EmbeddedPostgres
+            from offsetstore.runtime.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(workdir / "pgdata")
             os.environ["OFFSETSTORE_BENCH_DATABASE_URL"] = embedded.start()

@@ -18,10 +18,10 @@ import time
 import psycopg
 from prometheus_client import generate_latest
 
+from offsetstore.runtime import migrate
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage import migrate
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 
 def fill(url: str, partitions: int) -> None:

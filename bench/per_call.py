@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from offsetstore import storage  # noqa: E402
 from offsetstore.core import convert  # noqa: E402
+from offsetstore.runtime.store import deadline  # noqa: E402
 from offsetstore.server.admission import Admission  # noqa: E402
 from offsetstore.server.metrics.rpc import ServerMetrics  # noqa: E402
-from offsetstore.storage.store import deadline  # noqa: E402
 from offsetstore.v1 import offset_store_pb2 as pb  # noqa: E402
 
 NOW = datetime.now(UTC)

@@ -98,7 +98,7 @@ def main() -> None:
         child(args)
         return
 
-    from offsetstore.storage import migrate
+    from offsetstore.runtime import migrate
 
     spark_work = Path(pyspark.__file__).parent / "work"
     before = set(spark_work.iterdir()) if spark_work.exists() else set()
@@ -107,7 +107,7 @@ def main() -> None:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         url = args.database_url
         if not url:
-            from offsetstore.storage.embedded import EmbeddedPostgres
+            from offsetstore.runtime.embedded import EmbeddedPostgres
 
             url = stack.enter_context(EmbeddedPostgres(work / "pgdata")).url
         url = migrate.normalize_url(url)

@@ -43,11 +43,11 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
+from offsetstore.runtime import migrate
 from offsetstore.sink import arrow_copy
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.sql import TableName
 from offsetstore.spark_integration import ExactlyOnceSink  # noqa: E402
-from offsetstore.storage import migrate
 from offsetstore.storage.engine import libpq_conninfo
 
 PARTITIONS = 4
@@ -164,7 +164,7 @@ def main() -> None:
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         url = args.database_url
         if not url:
-            from offsetstore.storage.embedded import EmbeddedPostgres
+            from offsetstore.runtime.embedded import EmbeddedPostgres
 
             url = stack.enter_context(EmbeddedPostgres(work / "pgdata")).url
         url = migrate.normalize_url(url)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 
-from offsetstore.storage import migrate
+from offsetstore.runtime import migrate
 from offsetstore.storage.engine import libpq_conninfo
 
 PARTITIONS = 4
@@ -43,7 +43,7 @@ def database() -> Iterator[str]:
         migrate.upgrade(url)
         yield url
         return
-    from offsetstore.storage.embedded import EmbeddedPostgres
+    from offsetstore.runtime.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory(prefix="offsetstore-bench-sql-") as tmp, EmbeddedPostgres(f"{tmp}/pg") as pg:
         migrate.upgrade(pg.url)

@@ -113,7 +113,7 @@ def main() -> None:
         "--baseline", default=None, help="the commit measured as 'before' (default: merge base with main)"
     )
     args = parser.parse_args()
-    from offsetstore.storage import migrate
+    from offsetstore.runtime import migrate
 
     url = migrate.normalize_url(os.environ["OFFSETSTORE_BENCH_DATABASE_URL"])
     migrate.upgrade(url)

@@ -241,8 +241,8 @@ def _parser() -> argparse.ArgumentParser:
 def _missing_server_module() -> str | None:
     """The module of the server extra this install lacks (a client-only ``pip install offsetstore``), or None."""
     try:
+        import offsetstore.runtime.migrate  # noqa: F401
         import offsetstore.server.serve  # noqa: F401
-        import offsetstore.storage.migrate  # noqa: F401
     except ModuleNotFoundError as error:
         if error.name is None or error.name.partition(".")[0] == "offsetstore":
             raise  # our own code is missing: a broken install, not a missing extra
@@ -253,8 +253,9 @@ def _missing_server_module() -> str | None:
 def _migrate(args: argparse.Namespace) -> int:
     import sqlalchemy.exc
 
+    from offsetstore.runtime import migrate
     from offsetstore.server.config import Settings
-    from offsetstore.storage import database_url, migrate
+    from offsetstore.storage import database_url
 
     try:
         settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
@@ -276,7 +277,7 @@ def _migrate(args: argparse.Namespace) -> int:
             )
             return 1
         return 0
-    from offsetstore.storage.embedded import EmbeddedPostgres
+    from offsetstore.runtime.embedded import EmbeddedPostgres
 
     with EmbeddedPostgres(settings.data_dir) as pg:
         migrate.upgrade(pg.url, args.revision)

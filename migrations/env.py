@@ -19,7 +19,7 @@ from offsetstore.storage.schema import SCHEMA, metadata
 config = context.config
 
 # Only the alembic command line has an ini file; a program calling
-# offsetstore.storage.migrate keeps its own logging setup.
+# offsetstore.runtime.migrate keeps its own logging setup.
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 

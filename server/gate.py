@@ -38,6 +38,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from offsetstore.core.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
+from offsetstore.runtime.store import deadline
 from offsetstore.server.admission import Admission, cost_of
 from offsetstore.server.auth import AuthInterceptor, Principal, current_principal
 from offsetstore.server.partition_quota import PartitionQuota
@@ -45,7 +46,6 @@ from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import fail
 from offsetstore.server.wire import check_entries
-from offsetstore.storage.store import deadline
 from offsetstore.v1 import offset_store_pb2 as pb
 
 __all__ = ["READ_SECONDS", "CallObserver", "CallOutcome", "Gate", "peer_address"]

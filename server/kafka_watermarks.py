@@ -35,8 +35,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from offsetstore.core.types import TopicPartition, Watermark
+from offsetstore.runtime.store import Store
 from offsetstore.storage import report_watermarks
-from offsetstore.storage.store import Store
 from offsetstore.storage.watched import watched_partitions
 from offsetstore.storage.watermarks import database_time
 

@@ -31,10 +31,10 @@ from typing import Any
 
 from offsetstore.core.calls import FACTS, Cost, Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
+from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
-from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.quotas import count_partitions, count_watermarks
 
 __all__ = ["PartitionQuota"]

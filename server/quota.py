@@ -29,9 +29,9 @@ from typing import Any
 
 from offsetstore.core.calls import FACTS, Cost, Scope
 from offsetstore.core.errors import GroupQuotaError
+from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
-from offsetstore.storage.async_store import AsyncStore
 from offsetstore.storage.quotas import count_groups
 
 __all__ = ["GroupQuota", "creation_prefixes"]

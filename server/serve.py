@@ -31,12 +31,12 @@ import sqlalchemy.exc
 import sqlalchemy.pool
 
 from offsetstore.core.durations import format_duration
+from offsetstore.runtime import migrate
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor
 from offsetstore.server.config import Settings, split_host_port
 from offsetstore.server.security import security, tenant_prefixes
 from offsetstore.server.workers import StartError, Workers, open_store
-from offsetstore.storage import migrate
 from offsetstore.storage.database_url import display
 from offsetstore.storage.engine import plain_engine, shares_sessions
 from offsetstore.storage.replication import Replication, ReplicationRefused, check, replication_of
@@ -82,7 +82,7 @@ def serve(settings: Settings) -> int:
     try:
         database_url = settings.database_url
         if database_url is None:
-            from offsetstore.storage.embedded import EmbeddedPostgres
+            from offsetstore.runtime.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(settings.data_dir)
             database_url = embedded.start()
@@ -114,8 +114,8 @@ def _supervise(
     reload: threading.Event,
     embedded: Any,
 ) -> int:
+    from offsetstore.runtime.maintenance import Maintenance
     from offsetstore.server import metrics
-    from offsetstore.storage.maintenance import Maintenance
 
     metrics.use_multiprocess(directory)
     host, port = reservation.getsockname()[:2]

@@ -18,8 +18,8 @@ from offsetstore import storage
 from offsetstore.core import convert
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import CommittedOffset
+from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import current_principal
-from offsetstore.storage.async_store import AsyncStore
 from offsetstore.v1 import offset_store_pb2 as pb
 
 log = logging.getLogger(__name__)

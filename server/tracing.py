@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from offsetstore.storage.async_store import Carry
+from offsetstore.runtime.async_store import Carry
 
 __all__ = ["configured", "server_interceptors", "setup", "write_carry"]
 

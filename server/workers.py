@@ -13,12 +13,12 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
+from offsetstore.runtime.store import Store
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
 from offsetstore.server.security import reloader, security
 from offsetstore.storage.engine import create_engine
 from offsetstore.storage.status import StatusRules
-from offsetstore.storage.store import Store
 
 if TYPE_CHECKING:  # aiohttp and the listener load in a serving process only
     from offsetstore.server.http import HttpConfig

@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engi
 from sqlalchemy.pool import NullPool
 
 from offsetstore.storage import database_url
-from offsetstore.storage._pool_check import QuietCheck
 from offsetstore.storage.replication import (
     Replication,
     ReplicationRefused,
@@ -45,7 +44,6 @@ __all__ = [
     "admit",
     "admit_async",
     "create_async_engine",
-    "create_async_pool",
     "create_engine",
     "libpq_conninfo",
     "plain_engine",
@@ -224,39 +222,6 @@ def create_async_engine(url: str, settings: SessionSettings, *, pool_size: int =
     _apply_per_transaction(engine.sync_engine, settings.sql())
     _drop_read_only_connections(engine.sync_engine)
     return engine
-
-
-def create_async_pool(url: str, settings: SessionSettings, *, size: int = 8) -> Any:
-    """A psycopg ``AsyncConnectionPool`` (not yet open) of autocommit connections to ``url``.
-
-    The server's hot statements (the group commit's batch, the fetch) run on it without
-    SQLAlchemy's layers, each after :meth:`SessionSettings.sql` in the same round trip
-    (``storage.async_store``). Waiting longer than the connect timeout for a connection
-    raises ``PoolTimeout``.
-    """
-    from psycopg_pool import AsyncConnectionPool
-
-    kwargs = settings.connect_kwargs()
-    if settings.prepare:
-        # Every hot statement says whether to prepare it (psycopg: None would forbid it even then).
-        del kwargs["prepare_threshold"]
-    return AsyncConnectionPool(
-        database_url.conninfo(url, connect_timeout=kwargs.pop("connect_timeout")),
-        kwargs={"autocommit": True, **kwargs},
-        # A connection that died while idle in the pool (killed, a restart) is replaced when
-        # taken instead of failing the call it was given to; the round trip that tells is paid
-        # only where the socket or a long idle time says it may be dead (:mod:`._pool_check`).
-        check=QuietCheck(),
-        configure=lambda conn: admit_async(conn, settings),
-        min_size=1,
-        max_size=size,
-        # psycopg_pool retries a failed connect with a doubling delay (1, 2, 4 ... s): after a
-        # 30 s outage the pool found the restarted database 30 s late. Giving up after a
-        # second instead lets the next call's wait start a fresh attempt at once.
-        reconnect_timeout=1.0,
-        timeout=settings.connect_timeout_s,
-        open=False,
-    )
 
 
 def _checked_connector(url: str, settings: SessionSettings) -> Any:

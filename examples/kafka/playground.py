@@ -37,7 +37,7 @@ from offsetstore import storage
 from offsetstore.cli.groups import main as groups_cli
 from offsetstore.client import GroupNotFoundError, OffsetStoreClient, StoreUnavailableError
 from offsetstore.kafka_integration import testing
-from offsetstore.storage.embedded import default_data_dir, running_url
+from offsetstore.runtime.embedded import default_data_dir, running_url
 from offsetstore.storage.engine import create_engine
 
 EXAMPLE = Path(__file__).with_name("orders_consumer.py")

@@ -13,9 +13,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from offsetstore import storage
+from offsetstore.runtime.store import Store
 from offsetstore.storage.group_metrics import GroupScrape, group_metrics, group_sums
 from offsetstore.storage.status import Verdict, judge
-from offsetstore.storage.store import Store
 
 __all__ = ["SERIES_LIMIT", "GroupCollector"]
 

@@ -17,10 +17,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from offsetstore.runtime.store import Store
 from offsetstore.server.metrics.groups import SERIES_LIMIT, GroupCollector
 from offsetstore.server.metrics.replication import ReplicationCollector
 from offsetstore.server.metrics.rpc import LATENCY_BUCKETS, MetricsInterceptor, ServerMetrics
-from offsetstore.storage.store import Store
 
 __all__ = [
     "OPERATIONS",

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from offsetstore.runtime.store import Store
 from offsetstore.storage.replication import Replication, replication_of
-from offsetstore.storage.store import Store
 
 
 class ReplicationCollector(Collector):

@@ -13,7 +13,7 @@ row lock, re-checked there, so a commit racing with it is either seen (and the g
 kept) or runs after it and brings the group back with its offsets. An expired group keeps
 its row as a tombstone with its generation, as a deleted one does.
 
-:class:`~offsetstore.storage.maintenance.Maintenance` (the runtime, beside the store it
+:class:`~offsetstore.runtime.maintenance.Maintenance` (the runtime, beside the store it
 runs through) runs the rounds in a thread of the server; with several servers on one
 database an advisory lock lets one round run at a time.
 

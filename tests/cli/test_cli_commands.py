@@ -12,10 +12,10 @@ import sqlalchemy as sa
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Limits
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 
 def offsets_of(client: OffsetStoreClient, group_id: str) -> dict[tuple[str, int], int]:

@@ -75,7 +75,7 @@ def test_a_reset_to_a_time_before_the_kept_history_names_the_oldest_restorable_i
     scratch_database_url: str,
 ) -> None:
     from offsetstore import storage
-    from offsetstore.storage import migrate
+    from offsetstore.runtime import migrate
 
     migrate.upgrade(scratch_database_url)
     engine = create_engine(scratch_database_url, pool_size=1)

@@ -37,7 +37,7 @@ def cdc_node() -> Iterator[PgNode]:
     """A started PostgreSQL 15 with logical decoding and the store's schema in its database."""
     require_postgres_binaries()
     require_debezium()
-    from offsetstore.storage import migrate
+    from offsetstore.runtime import migrate
 
     root = owned_temp_dir("offsetstore-cdc-")
     node = PgNode("cdc", root, free_port())

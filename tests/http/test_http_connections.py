@@ -22,10 +22,10 @@ from collections.abc import Iterator
 import pytest
 
 from offsetstore.client import OffsetStoreClient
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthInterceptor, server_credentials
 from offsetstore.server.http import ConnectionLimits, HttpConfig, http_ssl_context
-from offsetstore.storage.store import Store
 from tests.fixtures.fix_auth import PKI
 
 QUICK = ConnectionLimits(request_seconds=1, connection_seconds=60)

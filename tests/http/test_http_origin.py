@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from offsetstore.client import OffsetStoreClient
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.http import HttpConfig
-from offsetstore.storage.store import Store
 
 SERVICE_PATH = "/offsetstore.v1.OffsetStoreService"
 

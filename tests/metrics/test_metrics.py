@@ -17,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from offsetstore import storage
 from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, OffsetMismatchError, StaleGenerationError
 from offsetstore.core.types import Boundary, OffsetCommit, Watermark
+from offsetstore.runtime import migrate
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage import migrate, schema
+from offsetstore.storage import schema
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 from tests.fixtures.fix_metrics import (
     METHODS,
     SERVICE,

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.pool import NullPool
 
 from offsetstore.core.types import Watermark
+from offsetstore.runtime import migrate
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage import migrate
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 from tests.fixtures.fix_metrics import (
     ROOT,
     SERVICE,

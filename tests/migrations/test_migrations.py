@@ -13,7 +13,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.pool import NullPool
 
 from offsetstore.migrations import HISTORY_PARTITION_PREFIX, context_options
-from offsetstore.storage import migrate, schema
+from offsetstore.runtime import migrate
+from offsetstore.storage import schema
 
 
 def head_revision() -> str:
@@ -136,7 +137,7 @@ def test_concurrent_upgrades_from_processes(scratch_database_url: str) -> None:
     # migrate at the same moment.
     code = (
         "import sys\n"
-        "from offsetstore.storage.migrate import upgrade\n"
+        "from offsetstore.runtime.migrate import upgrade\n"
         "print('ready', flush=True)\n"
         "sys.stdin.readline()\n"
         "upgrade(sys.argv[1])\n"

@@ -13,7 +13,7 @@ import sqlalchemy
 import sqlalchemy.pool
 
 from offsetstore.client import OffsetStoreClient, StaleGenerationError
-from offsetstore.storage import migrate
+from offsetstore.runtime import migrate
 from tests.fixtures import old_release
 from tests.fixtures.fix_server import Served, free_port, start_serve
 

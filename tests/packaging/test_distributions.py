@@ -30,7 +30,7 @@ ARROW_MODULES = ("pyarrow", "numpy")
 CLIENT_MODULES = ("offsetstore.client", "offsetstore.core", "offsetstore.v1", "offsetstore.cli.main")
 # What a Spark executor's Python worker imports (spark_integration/workers.py checks this very module).
 EXECUTOR_MODULES = ("offsetstore.spark_integration._staging", "offsetstore.sink.arrow_copy")
-SERVER_ENTRY_MODULES = ("offsetstore.server.serve", "offsetstore.storage.migrate")
+SERVER_ENTRY_MODULES = ("offsetstore.server.serve", "offsetstore.runtime.migrate")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ PACKAGE_ROOTS = (
     "client",
     "core",
     "storage",
+    "runtime",
     "sink",
     "cli",
     "spark_integration",

@@ -132,9 +132,9 @@ def test_shifts_beyond_int64_saturate(client, group_id, topic):
 
 def test_errors_from_database_failures_carry_no_database_text(database_url, engine, group_id, topic):
     # Real database failures, each answered STORE_UNAVAILABLE without what the database said.
+    from offsetstore.runtime.store import Store
     from offsetstore.server.app import OffsetStoreServer
     from offsetstore.storage.engine import create_engine
-    from offsetstore.storage.store import Store
 
     name = f"offsetstore-failing-{group_id}"
     store = Store(

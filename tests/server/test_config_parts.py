@@ -7,10 +7,10 @@ import ssl
 
 import pytest
 
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Limits, Settings
 from offsetstore.server.workers import http_config
-from offsetstore.storage.store import Store
 from tests.fixtures.fix_auth import PKI
 
 

@@ -32,12 +32,12 @@ from offsetstore.client import (
     OffsetStoreError,
     StoreUnavailableError,
 )
+from offsetstore.runtime import migrate
+from offsetstore.runtime.embedded import EmbeddedPostgres
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Limits
-from offsetstore.storage import migrate
-from offsetstore.storage.embedded import EmbeddedPostgres
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offsetstore.client import OffsetCommit, OffsetStoreClient, Watermark
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]

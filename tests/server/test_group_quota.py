@@ -19,12 +19,12 @@ import sqlalchemy as sa
 from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
 from offsetstore.core.errors import GroupQuotaError
+from offsetstore.runtime.store import Store, StoreObserver
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Limits, Settings
 from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store, StoreObserver
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import call
 from tests.fixtures.fix_db import nothing_written

@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.core.types import Watermark
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
 from offsetstore.server.config import Limits
 from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
-from offsetstore.storage.store import Store
 
 QUOTA = 50
 

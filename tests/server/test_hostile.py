@@ -37,15 +37,15 @@ from offsetstore.client import (
     UnauthenticatedError,
 )
 from offsetstore.core.types import Watermark
+from offsetstore.runtime import migrate
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Limits, Settings
 from offsetstore.server.security import security as _security
 from offsetstore.server.security import tenant_prefixes as _tenant_prefixes
-from offsetstore.storage import migrate
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.dockerfile import healthcheck_command, read_dockerfile
 from tests.fixtures.fix_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, reason_of

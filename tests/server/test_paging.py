@@ -28,10 +28,10 @@ from offsetstore.client import (
     ResourceExhaustedError,
 )
 from offsetstore.core.errors import from_rpc_error
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Limits, Settings
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 

@@ -12,11 +12,11 @@ from offsetstore.cli import groups as cli
 from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import PartitionQuotaError
+from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Limits, Settings
 from offsetstore.server.security import security as _security
-from offsetstore.storage.store import Store
 
 
 def tokens_file(directory: Path, prefix: str, **quotas: int | None) -> dict[str, str]:

@@ -11,9 +11,9 @@ from sqlalchemy.pool import NullPool
 
 from offsetstore import storage
 from offsetstore.client import EARLIEST, Boundary, OffsetCommit
+from offsetstore.runtime import migrate
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
 from offsetstore.spark_integration.testing import write_log_end
-from offsetstore.storage import migrate
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_spark import KAFKA_TABLE, at_end, kafka_stream, records, run_available_now, wait_for
 

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from offsetstore.migrations import MIGRATION_LOCK_ID
+from offsetstore.runtime.maintenance import MAINTENANCE_LOCK_ID, SKIPPED_ROUNDS_WARNING, Maintenance
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage.maintenance import MAINTENANCE_LOCK_ID, SKIPPED_ROUNDS_WARNING, Maintenance
-from offsetstore.storage.store import Store
 from tests.fixtures.fix_db import conninfo
 from tests.fixtures.fix_locks import spawn_serve, squatting
 from tests.fixtures.fix_tenants import wait_until

@@ -206,8 +206,8 @@ def test_history_times_are_taken_at_the_writing_statement_not_the_transaction_st
 
 
 def test_health_does_not_wait_for_the_request_pool(database_url):
+    from offsetstore.runtime.store import Store
     from offsetstore.storage.engine import create_engine
-    from offsetstore.storage.store import Store
 
     store = Store(create_engine(database_url, pool_size=1, connect_timeout_s=1))
     try:

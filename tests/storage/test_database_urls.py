@@ -9,10 +9,11 @@ from urllib.parse import quote
 import pytest
 
 from offsetstore.core.types import OffsetCommit, TopicPartition
-from offsetstore.storage import database_url, migrate
+from offsetstore.runtime import migrate
+from offsetstore.runtime.store import Store
+from offsetstore.storage import database_url
 from offsetstore.storage.database_url import InvalidDatabaseUrl
 from offsetstore.storage.engine import create_engine, shares_sessions
-from offsetstore.storage.store import Store
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 from offsetstore import storage
 from offsetstore.core.types import Boundary, GroupStatus, LagSecondsStatus, OffsetCommit, PartitionStatus, Watermark
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.storage import lag
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 # The test's clock and the database's are the same machine's; the statement runs a little after `now`.
 SLACK = 3.0

@@ -25,12 +25,13 @@ from offsetstore.client import (
     Watermark,
 )
 from offsetstore.core.durations import format_duration, parse_duration
+from offsetstore.runtime import maintenance
+from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Limits, Settings
-from offsetstore.storage import maintenance, retention
+from offsetstore.storage import retention
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 from tests.fixtures.retention import fresh, insert_history, midnight, partition_of, partitions
 from tests.fixtures.waits import wait_for
 

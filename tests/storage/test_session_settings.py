@@ -20,12 +20,12 @@ from sqlalchemy.pool import NullPool
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit, ResetRequest
-from offsetstore.storage import migrate
-from offsetstore.storage._group_commit import BATCH_LOCK_TIMEOUT_MS
-from offsetstore.storage.async_store import AsyncStore
+from offsetstore.runtime import migrate
+from offsetstore.runtime._group_commit import BATCH_LOCK_TIMEOUT_MS
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store
 from offsetstore.storage.database_url import conninfo, parse
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store
 
 # Each statement that writes offsets notes the settings it ran under.
 PROBE = """

@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from psycopg import errors
 from sqlalchemy.pool import NullPool
 
-from offsetstore.storage import migrate, validate
+from offsetstore.runtime import migrate
+from offsetstore.storage import validate
 from tests.fixtures.fix_db import conninfo, nothing_written
 from tests.fixtures.fix_sql_roles import MakeRole
 

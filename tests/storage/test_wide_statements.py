@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 
 from offsetstore.core.types import OffsetCommit
-from offsetstore.storage.async_store import AsyncStore
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store
 from offsetstore.storage.steps import WIDE
-from offsetstore.storage.store import Store
 
 
 def test_the_hot_pool_runs_a_wide_fetch_unprepared_and_a_narrow_one_prepared(store: Store, group_id: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from offsetstore.storage.embedded import EmbeddedPostgres, default_data_dir
+from offsetstore.runtime.embedded import EmbeddedPostgres, default_data_dir
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_no_postgres_program_is_forked_from_this_process(data_dir: Path, monkeyp
     assert execute(url, "SELECT 1") == [(1,)]
     pg.stop()
     assert not (data_dir / "postmaster.pid").exists()
-    assert spawned == [[sys.executable, "-m", "offsetstore.storage.embedded", str(data_dir.resolve())]]
+    assert spawned == [[sys.executable, "-m", "offsetstore.runtime.embedded", str(data_dir.resolve())]]
 
 
 def test_the_server_stops_when_its_owner_is_killed(data_dir: Path) -> None:
@@ -146,7 +146,7 @@ def test_the_server_stops_when_its_owner_is_killed(data_dir: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from offsetstore.storage.embedded import EmbeddedPostgres; "
+            "import sys; from offsetstore.runtime.embedded import EmbeddedPostgres; "
             "print(EmbeddedPostgres(sys.argv[1]).start(), flush=True); sys.stdin.read()",
             str(data_dir),
         ],
@@ -170,7 +170,7 @@ def test_the_server_stops_when_its_owner_is_killed(data_dir: Path) -> None:
 
 def _helper_of(process: psutil.Process, data_dir: Path) -> bool:
     with contextlib.suppress(psutil.Error):
-        return process.cmdline()[-3:] == ["-m", "offsetstore.storage.embedded", str(data_dir.resolve())]
+        return process.cmdline()[-3:] == ["-m", "offsetstore.runtime.embedded", str(data_dir.resolve())]
     return False
 
 
@@ -276,7 +276,7 @@ def test_a_symlink_planted_where_pgserver_puts_a_long_paths_socket_changes_nothi
 @pytest.mark.parametrize("planted", ["symlink", "directory"])
 def test_a_runtime_directory_planted_by_another_user_is_refused(planted: str) -> None:
     # Users without $XDG_RUNTIME_DIR get /tmp/offsetstore-<uid>, a name others can take first.
-    from offsetstore.storage.embedded import claim_private_dir
+    from offsetstore.runtime.embedded import claim_private_dir
 
     name = Path(tempfile.gettempdir()) / f"offsetstore-test-{os.urandom(4).hex()}"
     target = Path(tempfile.mkdtemp(prefix="offsetstore-test-target-"))

@@ -2,7 +2,7 @@
 
 :class:`AsyncStore` is the one runtime store. The server awaits it; callers in threads (the
 maintenance, the metrics' scrapes, tests, tools) reach it through its sync face,
-:class:`~offsetstore.storage.store.Store`, which runs these very coroutines on the store's
+:class:`~offsetstore.runtime.store.Store`, which runs these very coroutines on the store's
 event loop. It runs the storage core (functions taking a SQLAlchemy ``Connection``) on
 SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
 commit's batch and the fetch) are the storage core's steps (:func:`storage.write_batch_steps`,
@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg_pool
@@ -45,16 +45,15 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.runtime._hot_async import bounded_read, on_primary, run_hot
+from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
+from offsetstore.runtime._read_batch import ReadBatcher, coalescable, resumed
+from offsetstore.runtime._write_batch import AsyncWriteBatcher, Carry
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
-from offsetstore.storage._hot_async import bounded_read, on_primary, run_hot
-from offsetstore.storage._pool_check import connection_lost
-from offsetstore.storage._read_batch import ReadBatcher, coalescable, resumed
-from offsetstore.storage._write_batch import AsyncWriteBatcher, Carry
 from offsetstore.storage.engine import (
     NotThePrimary,
     admit_async,
     create_async_engine,
-    create_async_pool,
     session_settings,
 )
 from offsetstore.storage.retention import expiry
@@ -121,7 +120,7 @@ class AsyncStore:
             url, self.settings, pool_size=pool_size or max(2, self.pool_size // 4)
         )
         self.hot = create_async_pool(url, self.settings, size=self.pool_size)
-        self._conninfo = self.hot.conninfo
+        self._conninfo = cast(str, self.hot.conninfo)  # the pool was made with a string (create_async_pool)
         self._connect_timeout = self.settings.connect_timeout_s
         self._health: psycopg.AsyncConnection | None = None
         self._down = False  # the latest health probe found no database to serve from

@@ -12,9 +12,9 @@ sent only after COMMIT returned. A flusher's batch waits for a group's lock
 long for a lock or failed in a statement runs each request alone, by its own caller, so one
 locked group cannot fail the others, nor stall them by holding the flushers.
 
-The driver does only the I/O: :class:`~offsetstore.storage._write_batch.AsyncWriteBatcher`
+The driver does only the I/O: :class:`~offsetstore.runtime._write_batch.AsyncWriteBatcher`
 (asyncio tasks and an event; callers in threads reach it through the sync
-:class:`~offsetstore.storage.store.Store`). It runs, per batch::
+:class:`~offsetstore.runtime.store.Store`). It runs, per batch::
 
     flush = Flush(waiting(take_batch(queue)), timeout_ms)
     while flush.live:

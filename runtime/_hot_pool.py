@@ -1,4 +1,4 @@
-"""The hot pool's connection check: free on the hot path, a round trip only for a connection that may be dead.
+"""The hot pool (:func:`create_async_pool`) and its connection check: free on the hot path, a round trip only for a connection that may be dead.
 
 psycopg_pool's :meth:`~psycopg_pool.AsyncConnectionPool.check_connection` sends an empty
 query on every checkout: a whole round trip before every statement (14% of the serving
@@ -23,7 +23,10 @@ import psycopg
 import psycopg_pool
 import sqlalchemy.exc
 
-__all__ = ["IDLE_CHECK_SECONDS", "QuietCheck", "connection_lost"]
+from offsetstore.storage import database_url
+from offsetstore.storage.engine import SessionSettings, admit_async
+
+__all__ = ["IDLE_CHECK_SECONDS", "QuietCheck", "connection_lost", "create_async_pool"]
 
 #: A connection not handed out for this long is checked with a round trip when next taken.
 IDLE_CHECK_SECONDS = 5.0
@@ -78,3 +81,34 @@ def connection_lost(error: BaseException) -> bool:
         pgconn = error.pgconn
         return pgconn is not None and pgconn.status == psycopg.pq.ConnStatus.BAD
     return False
+
+
+def create_async_pool(url: str, settings: SessionSettings, *, size: int = 8) -> psycopg_pool.AsyncConnectionPool[Any]:
+    """A psycopg ``AsyncConnectionPool`` (not yet open) of autocommit connections to ``url``.
+
+    The server's hot statements (the group commit's batch, the fetch) run on it without
+    SQLAlchemy's layers, each after :meth:`SessionSettings.sql` in the same round trip
+    (:mod:`.async_store`). Waiting longer than the connect timeout for a connection
+    raises ``PoolTimeout``.
+    """
+    kwargs = settings.connect_kwargs()
+    if settings.prepare:
+        # Every hot statement says whether to prepare it (psycopg: None would forbid it even then).
+        del kwargs["prepare_threshold"]
+    return psycopg_pool.AsyncConnectionPool(
+        database_url.conninfo(url, connect_timeout=kwargs.pop("connect_timeout")),
+        kwargs={"autocommit": True, **kwargs},
+        # A connection that died while idle in the pool (killed, a restart) is replaced when
+        # taken instead of failing the call it was given to; the round trip that tells is paid
+        # only where the socket or a long idle time says it may be dead (:class:`QuietCheck`).
+        check=QuietCheck(),
+        configure=lambda conn: admit_async(conn, settings),
+        min_size=1,
+        max_size=size,
+        # psycopg_pool retries a failed connect with a doubling delay (1, 2, 4 ... s): after a
+        # 30 s outage the pool found the restarted database 30 s late. Giving up after a
+        # second instead lets the next call's wait start a fresh attempt at once.
+        reconnect_timeout=1.0,
+        timeout=settings.connect_timeout_s,
+        open=False,
+    )

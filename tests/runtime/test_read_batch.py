@@ -1,6 +1,6 @@
 """Coalesced reads answer exactly what each read alone answers, and one caller's trouble stays its own.
 
-Concurrent FetchOffsets of different groups ride one statement (storage/_read_batch.py).
+Concurrent FetchOffsets of different groups ride one statement (runtime/_read_batch.py).
 The reference is the storage core's read run alone on a connection of its own.
 """
 
@@ -17,9 +17,9 @@ import pytest
 from offsetstore import storage
 from offsetstore.core.errors import GroupChangedError, InvalidArgumentError, StoreUnavailableError
 from offsetstore.core.types import FetchResult, OffsetCommit
-from offsetstore.storage._read_batch import BATCHED_FETCH
-from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.store import Store, deadline
+from offsetstore.runtime._read_batch import BATCHED_FETCH
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store, deadline
 
 R = TypeVar("R")
 

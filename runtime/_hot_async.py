@@ -1,6 +1,6 @@
 """The hot path's statements on psycopg's asyncio connection: settings with each write, reads bounded by cancellation.
 
-:class:`~offsetstore.storage.async_store.AsyncStore` drives the storage core's steps
+:class:`~offsetstore.runtime.async_store.AsyncStore` drives the storage core's steps
 (:func:`storage.write_batch_steps`, :func:`storage.fetch_offsets_steps`) here, without
 SQLAlchemy's layers; what each statement carries and why is :func:`run_hot`'s docstring.
 """

@@ -7,7 +7,7 @@ import pytest
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit, TopicPartition, Watermark
-from offsetstore.storage.store import Store, deadline
+from offsetstore.runtime.store import Store, deadline
 
 
 def test_operations_that_drive_steps_run_on_the_async_store_too(store: Store, group_id: str, topic: str) -> None:

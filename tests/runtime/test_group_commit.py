@@ -28,8 +28,8 @@ from offsetstore.client import (
     StoreUnavailableError,
     TopicPartition,
 )
+from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.engine import create_engine
-from offsetstore.storage.store import Store, deadline
 from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
 

@@ -25,7 +25,7 @@ from offsetstore.storage.retention.partitions import (
 )
 
 if TYPE_CHECKING:
-    from offsetstore.storage.store import Store
+    from offsetstore.runtime.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class MaintenanceMetrics(Protocol):
 class Maintenance:
     """Runs maintenance rounds every ``interval`` seconds in a thread; :meth:`run_once` runs one now.
 
-    ``store`` is the server's :class:`~offsetstore.storage.store.Store`: expiry goes through
+    ``store`` is the server's :class:`~offsetstore.runtime.store.Store`: expiry goes through
     it (one transaction per group, counted by its hook), DDL through its engine.
     """
 

@@ -1,7 +1,7 @@
 """A connection killed while idle costs no call, and the hot path pays no round trip to find out.
 
 The hot pool checks a connection with a round trip only where its socket says the server
-ended it (or it sat idle long): storage/_pool_check.py. One killed between the check and its
+ended it (or it sat idle long): runtime/_hot_pool.py. One killed between the check and its
 statement gets one more attempt on a fresh connection, for a read or a write that never
 sent COMMIT, and none otherwise.
 """
@@ -17,8 +17,8 @@ import pytest
 
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit
-from offsetstore.storage.async_store import AsyncStore
-from offsetstore.storage.store import Store
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store
 
 R = TypeVar("R")
 

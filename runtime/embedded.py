@@ -12,7 +12,7 @@ pgserver runs ``initdb`` and ``pg_ctl`` with ``subprocess``; as root it passes `
 which makes Python ``fork()`` (not ``vfork``), and a fork runs gRPC's fork handlers: in a
 process whose gRPC threads are busy, the child dies with SIGSEGV or SIGABRT before it can
 exec. So this process never calls pgserver itself. It starts a small helper process
-(``python -m offsetstore.storage.embedded``, spawned without ``user=``, so without running
+(``python -m offsetstore.runtime.embedded``, spawned without ``user=``, so without running
 any fork handler) that holds the pgserver handle, starts PostgreSQL, prints its URL and
 stops it when its standard input closes: when `stop()` is called, or when this process
 dies in any way.
@@ -227,13 +227,13 @@ def _end(helper: subprocess.Popen[str]) -> None:
 
 #: Who may connect: the Unix socket only, peer-authenticated, mapped by pg_ident.conf.
 _HBA = """\
-# Written by offsetstore at each start (storage/embedded.py): only the OS user that runs
+# Written by offsetstore at each start (runtime/embedded.py): only the OS user that runs
 # offsetstore connects, as any role, over the Unix socket. No TCP, no other OS user.
 local all all peer map=offsetstore
 """
 _CONF_INCLUDE = "include_if_exists = 'offsetstore.conf'"
 _CONF = """\
-# Written by offsetstore at each start (storage/embedded.py).
+# Written by offsetstore at each start (runtime/embedded.py).
 unix_socket_permissions = 0700
 listen_addresses = ''
 """

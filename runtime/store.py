@@ -1,4 +1,4 @@
-"""The store's sync face: :class:`~offsetstore.storage.async_store.AsyncStore`'s operations, for callers in threads.
+"""The store's sync face: :class:`~offsetstore.runtime.async_store.AsyncStore`'s operations, for callers in threads.
 
 There is one runtime store, the asyncio one. :class:`Store` owns it and the event loop it
 runs on (a thread of its own, ``offsetstore-db``): each method submits the async store's
@@ -17,8 +17,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine
 
+from offsetstore.runtime.async_store import AsyncStore, AsyncWriteBatcher, StoreObserver
 from offsetstore.storage._calls import deadline
-from offsetstore.storage.async_store import AsyncStore, AsyncWriteBatcher, StoreObserver
 from offsetstore.storage.status import StatusRules
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.

@@ -1,6 +1,6 @@
 """Group commit on asyncio: concurrent commits and joins written in one transaction (rules: :mod:`._group_commit`).
 
-:class:`AsyncWriteBatcher` is a few asyncio tasks of the store (:class:`~offsetstore.storage.async_store.AsyncStore`):
+:class:`AsyncWriteBatcher` is a few asyncio tasks of the store (:class:`~offsetstore.runtime.async_store.AsyncStore`):
 each takes whatever is queued when it is free, so the next batch gathers while one is in the
 database (no timer). It needs of the store only what :class:`Runtime` names.
 """
@@ -18,9 +18,9 @@ import psycopg
 
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
-from offsetstore.storage import _group_commit as gc
+from offsetstore.runtime import _group_commit as gc
+from offsetstore.runtime._hot_async import run_hot
 from offsetstore.storage._calls import Bound, caller_bound
-from offsetstore.storage._hot_async import run_hot
 from offsetstore.storage.engine import SessionSettings
 
 __all__ = ["AsyncWriteBatcher", "Carry", "Runtime"]
