@@ -26,7 +26,7 @@ import grpc  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from offsetstore import storage  # noqa: E402
-from offsetstore.core import convert  # noqa: E402
+from offsetstore.core import convert, convert_requests  # noqa: E402
 from offsetstore.runtime.store import deadline  # noqa: E402
 from offsetstore.server.admission import Admission  # noqa: E402
 from offsetstore.server.metrics.rpc import ServerMetrics  # noqa: E402
@@ -52,7 +52,7 @@ REQUEST = pb.FetchOffsetsRequest(group_id="bench-group").SerializeToString()
 
 def fetch_request() -> None:
     request = pb.FetchOffsetsRequest.FromString(REQUEST)
-    convert.selections_from_proto(request.topics)
+    convert_requests.selections_from_proto(request.topics)
 
 
 def _result() -> storage.FetchResult:  # type: ignore[name-defined]

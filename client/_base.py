@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from grpc_health.v1 import health_pb2
 
-from offsetstore.core import convert
+from offsetstore.core import convert, convert_requests
 from offsetstore.core.calls import BY_REQUEST
 from offsetstore.core.errors import GroupChangedError, ResourceExhaustedError
 from offsetstore.core.types import (
@@ -114,7 +114,10 @@ def commit_offsets_result(
 
 def fetch_offsets_request(group_id: str, topics: Topics, page_token: str = "") -> pb.FetchOffsetsRequest:
     return pb.FetchOffsetsRequest(
-        group_id=group_id, topics=convert.selections_to_proto(topics), page_size=PAGE_SIZE, page_token=page_token
+        group_id=group_id,
+        topics=convert_requests.selections_to_proto(topics),
+        page_size=PAGE_SIZE,
+        page_token=page_token,
     )
 
 
@@ -167,14 +170,16 @@ def merge_fetch_pages(pages: list[FetchResult]) -> FetchResult:
 
 def reset_offsets_request(group_id: str, **keywords: Any) -> pb.ResetOffsetsRequest:
     """The request of ``reset_offsets``' keywords: the one place they become a `ResetRequest`."""
-    return convert.reset_request_to_proto(ResetRequest(group_id, **keywords))
+    return convert_requests.reset_request_to_proto(ResetRequest(group_id, **keywords))
 
 
 reset_offsets_result = convert.reset_result_from_proto
 
 
 def delete_offsets_request(group_id: str, *, topics: Topics, all_topics: bool) -> pb.DeleteOffsetsRequest:
-    return pb.DeleteOffsetsRequest(group_id=group_id, topics=convert.selections_to_proto(topics), all_topics=all_topics)
+    return pb.DeleteOffsetsRequest(
+        group_id=group_id, topics=convert_requests.selections_to_proto(topics), all_topics=all_topics
+    )
 
 
 def delete_offsets_result(response: pb.DeleteOffsetsResponse) -> list[TopicPartition]:
@@ -240,7 +245,7 @@ def list_offset_history_request(
 ) -> pb.ListOffsetHistoryRequest:
     request = pb.ListOffsetHistoryRequest(
         group_id=group_id,
-        topics=convert.selections_to_proto(topics),
+        topics=convert_requests.selections_to_proto(topics),
         page_size=page_size,
         page_token=page_token,
     )

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from offsetstore import storage
-from offsetstore.core import convert
+from offsetstore.core import convert, convert_requests
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import CommittedOffset
 from offsetstore.runtime.async_store import AsyncStore
@@ -88,7 +88,7 @@ class OffsetStoreServicer:
     ) -> pb.FetchOffsetsResponse:
         result = await self.store.fetch_offsets(
             request.group_id,
-            convert.selections_from_proto(request.topics),
+            convert_requests.selections_from_proto(request.topics),
             page_size=request.page_size,
             page_token=request.page_token,
         )
@@ -97,7 +97,9 @@ class OffsetStoreServicer:
     async def ResetOffsets(
         self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.ResetOffsetsResponse:
-        result = await self.store.reset_offsets(convert.reset_request_from_proto(request), actor=_actor(context))
+        result = await self.store.reset_offsets(
+            convert_requests.reset_request_from_proto(request), actor=_actor(context)
+        )
         return convert.reset_result_to_proto(result)
 
     async def DeleteOffsets(
@@ -105,7 +107,7 @@ class OffsetStoreServicer:
     ) -> pb.DeleteOffsetsResponse:
         deleted = await self.store.delete_offsets(
             request.group_id,
-            convert.selections_from_proto(request.topics),
+            convert_requests.selections_from_proto(request.topics),
             all_topics=request.all_topics,
             actor=_actor(context),
         )
@@ -145,9 +147,9 @@ class OffsetStoreServicer:
     ) -> pb.ListOffsetHistoryResponse:
         page = await self.store.list_offset_history(
             request.group_id,
-            convert.selections_from_proto(request.topics),
-            since=convert.timestamp_field(request, "since"),
-            until=convert.timestamp_field(request, "until"),
+            convert_requests.selections_from_proto(request.topics),
+            since=convert_requests.timestamp_field(request, "since"),
+            until=convert_requests.timestamp_field(request, "until"),
             page_size=request.page_size,
             page_token=request.page_token,
         )

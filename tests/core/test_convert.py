@@ -11,7 +11,7 @@ import pytest
 from google.protobuf.message import Message
 
 from offsetstore.client import _base
-from offsetstore.core import convert
+from offsetstore.core import convert, convert_requests
 from offsetstore.core.errors import (
     DeadlineExceededError,
     FieldViolation,
@@ -274,29 +274,29 @@ def selections(messages: list[pb.TopicSelection]) -> list[tuple[str, list[int]]]
 
 
 def test_no_topics_selects_everything() -> None:
-    assert convert.selections_to_proto(None) == []
-    assert convert.selections_from_proto([]) == []
+    assert convert_requests.selections_to_proto(None) == []
+    assert convert_requests.selections_from_proto([]) == []
 
 
 def test_mapping_selection() -> None:
-    messages = convert.selections_to_proto({"a": [2, 0], "b": (), "c": range(2)})
+    messages = convert_requests.selections_to_proto({"a": [2, 0], "b": (), "c": range(2)})
     assert selections(messages) == [("a", [2, 0]), ("b", []), ("c", [0, 1])]
-    assert convert.selections_from_proto(messages) == [("a", (2, 0)), ("b", ()), ("c", (0, 1))]
+    assert convert_requests.selections_from_proto(messages) == [("a", (2, 0)), ("b", ()), ("c", (0, 1))]
 
 
 def test_topic_names_select_whole_topics() -> None:
-    assert selections(convert.selections_to_proto(["b", "a"])) == [("b", []), ("a", [])]
-    assert selections(convert.selections_to_proto("orders")) == [("orders", [])]
+    assert selections(convert_requests.selections_to_proto(["b", "a"])) == [("b", []), ("a", [])]
+    assert selections(convert_requests.selections_to_proto("orders")) == [("orders", [])]
 
 
 def test_partition_pairs_gather_by_topic() -> None:
-    messages = convert.selections_to_proto([("a", 1), TopicPartition("b", 0), ("a", 0)])
+    messages = convert_requests.selections_to_proto([("a", 1), TopicPartition("b", 0), ("a", 0)])
     assert selections(messages) == [("a", [1, 0]), ("b", [0])]
 
 
 def test_selection_round_trip_keeps_order() -> None:
     topics = {"z": (3, 1), "a": (), "m": (0,)}
-    back = convert.selections_from_proto(convert.selections_to_proto(topics))
+    back = convert_requests.selections_from_proto(convert_requests.selections_to_proto(topics))
     assert back == list(topics.items())
 
 
@@ -306,7 +306,7 @@ def test_repeated_topic_stays_repeated() -> None:
         pb.TopicSelection(topic="b"),
         pb.TopicSelection(topic="a", partitions=[1, 2]),
     ]
-    assert convert.selections_from_proto(messages) == [("a", (0, 1)), ("b", ()), ("a", (1, 2))]
+    assert convert_requests.selections_from_proto(messages) == [("a", (0, 1)), ("b", ()), ("a", (1, 2))]
 
 
 # Requests built by the clients

@@ -1,0 +1,113 @@
+"""Conversions of the requests whose fields the storage core reads as they are: topic selections and reset targets.
+
+Beside :mod:`offsetstore.core.convert` (the values): a client builds these requests from the
+values of offsetstore.core.types, the server reads them back, checking what only the wire
+can get wrong (a timestamp out of range, an unknown boundary) and naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, cast
+
+from offsetstore.core.convert import (
+    boundary_from_proto,
+    boundary_to_proto,
+    datetime_to_timestamp,
+    timestamp_to_datetime,
+)
+from offsetstore.core.errors import InvalidArgumentError
+from offsetstore.core.types import ResetRequest, Topics
+from offsetstore.v1 import offset_store_pb2 as pb
+
+
+def selections_to_proto(topics: Topics) -> list[pb.TopicSelection]:
+    """The TopicSelection messages of a selection (see `Topics`); None selects everything."""
+    if topics is None:
+        return []
+    if isinstance(topics, Mapping):
+        return [pb.TopicSelection(topic=t, partitions=list(ps)) for t, ps in topics.items()]
+    if isinstance(topics, str):
+        # A bare string is one topic, not an iterable of one-letter topics.
+        return [pb.TopicSelection(topic=topics)]
+    out: list[pb.TopicSelection] = []
+    # Pairs of one topic gather into one selection, at the place of the topic's first pair.
+    by_topic: dict[str, pb.TopicSelection] = {}
+    for item in topics:
+        if isinstance(item, str):
+            out.append(pb.TopicSelection(topic=item))
+            continue
+        topic, partition = item
+        selection = by_topic.get(topic)
+        if selection is None:
+            selection = by_topic[topic] = pb.TopicSelection(topic=topic)
+            out.append(selection)
+        selection.partitions.append(partition)
+    return out
+
+
+def selections_from_proto(messages: Iterable[pb.TopicSelection]) -> list[tuple[str, tuple[int, ...]]]:
+    """(topic, partitions) per message, in request order; no partitions means every partition of the topic.
+
+    A list, not a dict: a topic named twice stays twice, so the storage core can reject
+    it naming ``topics[i]`` exactly.
+    """
+    return [(m.topic, tuple(m.partitions)) for m in messages]
+
+
+def timestamp_field(message: Any, field: str) -> datetime | None:
+    """``message.field`` as a datetime, None when unset; a timestamp out of range names the field."""
+    if not message.HasField(field):
+        return None
+    try:
+        return timestamp_to_datetime(getattr(message, field))
+    except (ValueError, OverflowError, OSError):
+        raise InvalidArgumentError.field(field, "is not a valid timestamp") from None
+
+
+def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
+    """The request a client sends; two targets are refused here, none is left for the server to refuse."""
+    if len(value.targets) > 1:
+        raise InvalidArgumentError.field("target", "give exactly one target")
+    request = pb.ResetOffsetsRequest(
+        group_id=value.group_id,
+        topics=selections_to_proto(cast(Topics, value.topics)),  # a client's request: built from Topics
+        all_topics=value.all_topics,
+        dry_run=value.dry_run,
+        clamp=value.clamp,
+    )
+    if value.expected_generation is not None:
+        request.expected_generation = value.expected_generation
+    if value.to_offset is not None:
+        request.to_offset = value.to_offset
+    elif value.shift_by is not None:
+        request.shift_by = value.shift_by
+    elif value.to_boundary is not None:
+        request.to_boundary = boundary_to_proto(value.to_boundary)
+    elif value.to_commit_time is not None:
+        request.to_commit_time.CopyFrom(datetime_to_timestamp(value.to_commit_time))
+    return request
+
+
+def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
+    """The request the server received, its target checked for what only the wire can get wrong."""
+    target = request.WhichOneof("target")
+    to_boundary = None
+    if target == "to_boundary":
+        try:
+            to_boundary = boundary_from_proto(request.to_boundary)
+        except ValueError:
+            raise InvalidArgumentError.field("to_boundary", "must be BOUNDARY_EARLIEST or BOUNDARY_LATEST") from None
+    return ResetRequest(
+        request.group_id,
+        selections_from_proto(request.topics),
+        all_topics=request.all_topics,
+        to_offset=request.to_offset if target == "to_offset" else None,
+        shift_by=request.shift_by if target == "shift_by" else None,
+        to_boundary=to_boundary,
+        to_commit_time=timestamp_field(request, "to_commit_time") if target == "to_commit_time" else None,
+        dry_run=request.dry_run,
+        expected_generation=request.expected_generation if request.HasField("expected_generation") else None,
+        clamp=request.clamp,
+    )
