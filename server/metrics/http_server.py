@@ -259,6 +259,11 @@ class MetricsHTTPServer:
         self.port: int = self._httpd.server_port
         self.scheme = "https" if certfile is not None else "http"
 
+    def held(self, peer: str | None = None) -> int:
+        """Connections served now, in all or from one ``peer`` address (refused ones are never counted)."""
+        with self._httpd.peers_lock:
+            return sum(self._httpd.peers.values()) if peer is None else self._httpd.peers.get(peer, 0)
+
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host

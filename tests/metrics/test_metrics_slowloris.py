@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from offsetstore.server import metrics
 from tests.fixtures.fix_auth import PKI
+from tests.fixtures.waits import wait_for
 
 ATTACKER = "127.0.0.2"  # Linux routes all of 127/8 to loopback: a second peer address
 
@@ -76,7 +77,10 @@ def test_one_peer_cannot_hold_every_slot(served: metrics.MetricsHTTPServer, pki:
                 sock = connect(served, pki, source=ATTACKER)
                 sock.sendall(b"G")  # one header byte, then nothing
                 held.append(sock)
-        time.sleep(0.2)
+        # Every slot the attacker may hold is held before Prometheus scrapes.
+        wait_for(
+            lambda: served.held(ATTACKER) == metrics.MAX_HTTP_CONNECTIONS_PER_PEER, "the attacker's share held", 10
+        )
         assert "probe_total 1.0" in scrape(served, pki)  # Prometheus, from another address, gets through
     finally:
         for sock in held:

@@ -163,7 +163,7 @@ def test_metrics_connections_are_capped_and_timed_out(pki: PKI) -> None:
     served = metrics.MetricsHTTPServer(registry, "127.0.0.1:0", max_connections=2, timeout=1)
     try:
         idle = [socket.create_connection(("127.0.0.1", served.port), timeout=5) for _ in range(2)]
-        time.sleep(0.2)
+        wait_for(lambda: served.held() == 2, "both idle connections served", 10)
         third = socket.create_connection(("127.0.0.1", served.port), timeout=5)
         assert third.recv(1) == b""  # full: closed at once, no thread for it
         third.close()
