@@ -11,7 +11,7 @@ One module per family of operations:
 
 - :mod:`.writes`: commits and joins (the server-side ``offsetstore.write_batch``);
 - :mod:`.reads`: offsets, descriptions with lag, groups, history; :mod:`.pages` sizes and
-  signs their pages;
+  signs their pages; :mod:`.lag_columns` holds the lag and status columns they select;
 - :mod:`.watermarks`: reported log starts and ends;
 - :mod:`.resets`: an operator's resets and deletes;
 - :mod:`.steps`: the hot statements as generators, driven sync here and async by
@@ -22,20 +22,22 @@ One module per family of operations:
 from __future__ import annotations
 
 from offsetstore.storage._groups import SelectionArg
-from offsetstore.storage.pages import MAX_OFFSETS_PAGE, UNLIMITED, PageRequest, token_key
-from offsetstore.storage.reads import (
-    describe_group,
+from offsetstore.storage.lag_columns import (
     facts_of,
-    fetch_offsets,
-    fetch_offsets_steps,
     group_verdict,
     lag_columns,
     lag_seconds_column,
+    past_log_end_column,
+    status_columns,
+)
+from offsetstore.storage.pages import MAX_OFFSETS_PAGE, UNLIMITED, PageRequest, token_key
+from offsetstore.storage.reads import (
+    describe_group,
+    fetch_offsets,
+    fetch_offsets_steps,
     list_groups,
     list_offset_history,
     list_topics,
-    past_log_end_column,
-    status_columns,
 )
 from offsetstore.storage.resets import delete_offsets, reset_offsets
 from offsetstore.storage.steps import PAUSE, HotSteps, Statement, run_hot

@@ -1,8 +1,10 @@
-"""Reads: a group's offsets, its description with lag, the groups and the offset history, page by page."""
+"""Reads: a group's offsets, its description with lag, the groups and the offset history, page by page.
+
+The lag and status columns these reads select live in :mod:`.lag_columns`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,17 +14,14 @@ from sqlalchemy import (
     CompoundSelect,
     Connection,
     Integer,
-    Join,
     Select,
     Text,
     and_,
     any_,
     bindparam,
     case,
-    false,
     func,
     literal_column,
-    or_,
     select,
     true,
     union_all,
@@ -33,8 +32,6 @@ from offsetstore.core.errors import (
     GroupNotFoundError,
 )
 from offsetstore.core.types import (
-    EARLIEST,
-    LATEST,
     NO_OFFSET,
     ChangeKind,
     CommittedOffset,
@@ -50,7 +47,18 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
-from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status, lag_series
+from offsetstore.storage.lag import lag_seconds_status
+from offsetstore.storage.lag_columns import (
+    facts_of,
+    group_facts,
+    group_verdict,
+    lag_columns,
+    lag_histories,
+    lag_seconds_column,
+    past_log_end_column,
+    status_columns,
+    with_watermarks,
+)
 from offsetstore.storage.pages import (
     DESCRIBE_ENTRY_BYTES,
     FETCH_ENTRY_BYTES,
@@ -64,8 +72,8 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offset_history, offsets, watermark_samples, watermarks
-from offsetstore.storage.status import DEFAULT_RULES, PartitionFacts, StatusRules, Verdict, judge, worst
+from offsetstore.storage.schema import groups, offset_history, offsets, watermarks
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import HotSteps, run_hot
 
 # A page of offsets is one statement of the hot path, driven on psycopg alone with no
@@ -173,194 +181,6 @@ def fetch_offsets_steps(
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
-def _effective_offset() -> ColumnElement[int]:
-    # A sentinel offset resolves to the watermark it stands for.
-    return case(
-        (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
-        (offsets.c.offset == LATEST, watermarks.c.log_end_offset),
-        else_=offsets.c.offset,
-    )
-
-
-def lag_columns() -> tuple[ColumnElement[int], ColumnElement[int]]:
-    """(log_end_offset, lag) expressions over ``offsets`` outer-joined with ``watermarks``.
-
-    -1 where no log end is known, and where the offset is past it: that is an anomaly
-    (see `past_log_end_column`), never lag 0, and a sum over it would mean nothing.
-    """
-    effective = _effective_offset()
-    log_end = func.coalesce(watermarks.c.log_end_offset, NO_OFFSET)
-    lag = case(
-        (or_(watermarks.c.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
-        (effective > watermarks.c.log_end_offset, NO_OFFSET),
-        else_=watermarks.c.log_end_offset - effective,
-    )
-    return log_end, lag
-
-
-def lag_seconds_column() -> ColumnElement[float]:
-    """Lag in seconds over ``offsets`` outer-joined with ``watermarks`` (see :mod:`.lag`)."""
-    return lag_seconds_of(_effective_offset())
-
-
-def past_log_end_column() -> ColumnElement[bool]:
-    """Whether the offset is past a log end observed at or after its commit: a confirmed anomaly.
-
-    False where no log end is known, and where the one known is older than the commit: the
-    log may have grown past the offset since (a consumer commits before it reports), so that
-    is no anomaly until a newer log end says so (storage/status.py calls it UNCONFIRMED).
-    """
-    return func.coalesce(
-        and_(_effective_offset() > watermarks.c.log_end_offset, watermarks.c.updated_at >= offsets.c.commit_time),
-        false(),
-    )
-
-
-#: How far back the history is searched for a partition's latest change (older daily
-#: partitions of the history are pruned): an offset unchanged for longer reads as changed then.
-HISTORY_LOOKBACK_SECONDS = 86400
-
-
-def status_columns(window: float | ColumnElement[Any]) -> tuple[ColumnElement[Any], ...]:
-    """The columns :func:`facts_of` reads, over ``offsets`` outer-joined with ``watermarks``.
-
-    ``window``: the rules' (:attr:`StatusRules.window`), in seconds, or a bound parameter of it.
-
-    The offset's latest change and its value one window ago come from the history (its index
-    on group, topic, partition and id, newest first: each lookup stops at its first row, and
-    the day partitions older than :data:`HISTORY_LOOKBACK_SECONDS` are pruned), the log end a
-    window ago from the sample ring (at most :data:`~.lag.SAMPLES_KEPT` rows a partition).
-    """
-    h = offset_history
-    now = func.statement_timestamp()
-    then = now - func.make_interval(0, 0, 0, 0, 0, 0, window)
-    oldest = now - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
-    mine = and_(
-        h.c.group_id == offsets.c.group_id,
-        h.c.topic == offsets.c.topic,
-        h.c.partition == offsets.c.partition,
-        h.c.change_time >= oldest,
-    )
-    moved = func.coalesce(
-        select(h.c.change_time).where(mine).order_by(h.c.id.desc()).limit(1).scalar_subquery(), oldest
-    )
-    s = watermark_samples
-    return (
-        now.label("now"),
-        _effective_offset().label("effective_offset"),
-        watermarks.c.updated_at.label("watermark_time"),
-        watermarks.c.log_start_offset.label("log_start"),
-        watermarks.c.log_end_offset.label("log_end"),
-        moved.label("moved_time"),
-        # The offset a window ago: the latest change up to then, else (unchanged since) the offset.
-        func.coalesce(
-            select(h.c.new_offset)
-            .where(mine, h.c.change_time <= then)
-            .order_by(h.c.id.desc())
-            .limit(1)
-            .scalar_subquery(),
-            case((moved <= then, offsets.c.offset)),
-        ).label("offset_then"),
-        select(s.c.log_end_offset)
-        .where(s.c.topic == offsets.c.topic, s.c.partition == offsets.c.partition, s.c.sampled_at <= then)
-        .order_by(s.c.sampled_at.desc())
-        .limit(1)
-        .scalar_subquery()
-        .label("log_end_then"),
-    )
-
-
-def facts_of(r: Any, lag_seconds: float) -> PartitionFacts:
-    """The :class:`PartitionFacts` of a row with :func:`status_columns` and ``commit_time``."""
-    return PartitionFacts(
-        offset=r.effective_offset,
-        commit_time=r.commit_time,
-        moved_time=r.moved_time,
-        log_start=r.log_start,
-        log_end=r.log_end,
-        watermark_time=r.watermark_time,
-        lag_seconds=lag_seconds,
-        offset_then=r.offset_then,
-        log_end_then=r.log_end_then,
-        now=r.now,
-    )
-
-
-def group_verdict(named: Sequence[tuple[str, int, Verdict]]) -> Verdict:
-    """The group's verdict: its worst partition's, its reason naming the partition (and how many share it)."""
-    if not named:
-        return worst(())
-    verdict = worst(v for _, _, v in named)
-    topic, partition, _ = next(x for x in named if x[2].status == verdict.status)
-    others = sum(1 for x in named if x[2].status == verdict.status) - 1
-    more = f" (and {others} more partition{'s' if others > 1 else ''})" if others else ""
-    return Verdict(verdict.status, f"{topic}:{partition}: {verdict.reason}{more}")
-
-
-def _group_facts(conn: Connection, group_id: str, rules: StatusRules) -> Verdict:
-    rows = conn.execute(
-        select(
-            offsets.c.topic,
-            offsets.c.partition,
-            offsets.c.commit_time,
-            lag_seconds_column(),
-            *status_columns(rules.window),
-        )
-        .select_from(_with_watermarks())
-        .where(offsets.c.group_id == group_id)
-    ).all()
-    return group_verdict([(r.topic, r.partition, judge(facts_of(r, lag_seconds_status(r[3])[0]), rules)) for r in rows])
-
-
-def _with_watermarks() -> Join:
-    return offsets.outerjoin(
-        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
-    )
-
-
-def lag_histories(
-    conn: Connection, group_id: str, keys: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], list[tuple[datetime, float]]]:
-    """Each partition's lag in seconds at each of its log end samples (:func:`~.lag.lag_series`), oldest first.
-
-    The offset at a sample's time is the history's latest change up to it (within
-    :data:`HISTORY_LOOKBACK_SECONDS`): at most :data:`~.lag.SAMPLES_KEPT` lookups a partition.
-    """
-    if not keys:
-        return {}
-    h, s = offset_history, watermark_samples
-    oldest = func.statement_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
-    then = (
-        select(h.c.new_offset)
-        .where(
-            h.c.group_id == group_id,
-            h.c.topic == s.c.topic,
-            h.c.partition == s.c.partition,
-            h.c.change_time <= s.c.sampled_at,
-            h.c.change_time >= oldest,
-        )
-        .order_by(h.c.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    wanted = (
-        func.unnest(bindparam("topics", type_=ARRAY(Text)), bindparam("partitions", type_=ARRAY(Integer)))
-        .table_valued("topic", "partition")
-        .render_derived(name="k")
-    )
-    rows = conn.execute(
-        select(s.c.topic, s.c.partition, s.c.sampled_at, s.c.log_end_offset, then.label("offset_then"))
-        .join(wanted, and_(wanted.c.topic == s.c.topic, wanted.c.partition == s.c.partition))
-        .order_by(s.c.topic, s.c.partition, s.c.sampled_at),
-        {"topics": [t for t, _ in keys], "partitions": [p for _, p in keys]},
-    ).all()
-    points: dict[tuple[str, int], list[tuple[datetime, int, int | None]]] = {}
-    for r in rows:
-        offset = r.offset_then if r.offset_then is not None and r.offset_then >= 0 else None
-        points.setdefault((r.topic, r.partition), []).append((r.sampled_at, r.log_end_offset, offset))
-    return {key: lag_series(found) for key, found in points.items()}
-
-
 def describe_group(
     conn: Connection,
     group_id: str,
@@ -413,7 +233,7 @@ def describe_group(
                 + (LAG_HISTORY_BYTES if lag_history else 0)
             ).label("size"),
         )
-        .select_from(_with_watermarks())
+        .select_from(with_watermarks())
         .where(offsets.c.group_id == group_id)
         .subquery("unsized")
     )
@@ -460,7 +280,7 @@ def describe_group(
     if not more and not page.page_token:
         verdict = group_verdict([(p.topic, p.partition, Verdict(p.status, p.status_reason)) for p in partitions])
     elif not page.page_token:
-        verdict = _group_facts(conn, group_id, rules)
+        verdict = group_facts(conn, group_id, rules)
     else:
         verdict = Verdict(GroupStatus.UNSPECIFIED, "")  # the first page has it
     return GroupDescription(
@@ -497,7 +317,7 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
                 else_=NO_OFFSET,
             ).label("total_lag"),
         )
-        .select_from(_with_watermarks())
+        .select_from(with_watermarks())
         .where(offsets.c.group_id == groups.c.group_id)
         .lateral("per_group")
     )
@@ -539,7 +359,7 @@ def list_topics(conn: Connection, group_id: str, *, page_size: int = 0, page_tok
                 else_=NO_OFFSET,
             ).label("total_lag"),
         )
-        .select_from(_with_watermarks())
+        .select_from(with_watermarks())
         .where(offsets.c.group_id == group_id)
         .group_by(offsets.c.topic)
     )
