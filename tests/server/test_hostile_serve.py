@@ -349,6 +349,8 @@ try:
                     raise
                 refused += 1
                 time.sleep(refusal.retry_after or 0.25)
+            if pages + refused == 1:
+                print("biting", flush=True)  # its first call answered: the test measures from now
 except KeyboardInterrupt:
     pass
 print(pages, refused)
@@ -385,7 +387,13 @@ class Abuser:
             subprocess.Popen([sys.executable, "-c", ABUSIVE_FETCHER, *args], stdout=subprocess.PIPE, text=True)
             for _ in range(self.fetchers_count)
         ]
-        time.sleep(2)  # let it bite before measuring
+        try:
+            for fetcher in self.fetchers:  # the load bites before measuring: each fetcher's first call answered
+                assert fetcher.stdout is not None
+                assert fetcher.stdout.readline().strip() == "biting", "a fetcher ended before its first call"
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

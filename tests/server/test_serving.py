@@ -78,6 +78,8 @@ with grpc.insecure_channel(address) as channel:
         try:
             send(requests[done % 2], metadata=metadata, timeout=60)
             done += 1
+            if done == 1:
+                print("biting", flush=True)  # the test measures once every attacker's first call is through
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
@@ -225,8 +227,10 @@ def test_one_tenants_widest_commits_and_reports_do_not_stall_another(
                 )
                 for kind in kinds
             ]
-            time.sleep(3)  # let it bite
             try:
+                for process in processes:  # the load bites: each attacker's first wide call is through
+                    assert process.stdout is not None
+                    assert process.stdout.readline().strip() == "biting", "an attacker ended before its first call"
                 yield processes
             finally:
                 for process in processes:
