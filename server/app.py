@@ -18,11 +18,11 @@ from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
-from offsetstore.server.config import Limits
 from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.kafka_mirror import KafkaMirror
+from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.servicer import OffsetStoreServicer

@@ -14,7 +14,7 @@ from offsetstore.cli import groups as cli
 from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 
 

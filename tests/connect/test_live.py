@@ -28,7 +28,7 @@ from offsetstore.cli import groups as cli
 from offsetstore.connect_integration import change_table_sql
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 from tests.fixtures.fix_pg_cluster import PgNode
 from tests.fixtures.processes import free_port, wait_for

@@ -30,7 +30,7 @@ from offsetstore.client import (
 from offsetstore.runtime._group_commit import BATCH_LOCK_TIMEOUT_MS
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc

@@ -12,7 +12,7 @@ from offsetstore.client import (
     TopicPartition,
     Watermark,
 )
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.bad_input import (

@@ -9,7 +9,8 @@ import pytest
 
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.server.workers import http_config
 from tests.fixtures.fix_auth import PKI
 

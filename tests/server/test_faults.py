@@ -36,7 +36,7 @@ from offsetstore.runtime import migrate
 from offsetstore.runtime.embedded import EmbeddedPostgres
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,8 @@ from offsetstore.core.errors import GroupQuotaError
 from offsetstore.runtime.store import Store, StoreObserver
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
 from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb

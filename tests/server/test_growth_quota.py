@@ -15,7 +15,7 @@ from offsetstore.core.types import Watermark
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
 
 QUOTA = 50

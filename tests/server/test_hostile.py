@@ -42,7 +42,8 @@ from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
 from offsetstore.server.security import tenant_prefixes as _tenant_prefixes
 from offsetstore.storage.engine import create_engine

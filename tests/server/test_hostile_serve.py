@@ -33,7 +33,7 @@ from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.fix_auth import PKI, TOKENS, bearer, fresh

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from offsetstore.client import OffsetStoreClient
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import MAX_MESSAGE_BYTES, Limits
+from offsetstore.server.limits import MAX_MESSAGE_BYTES, Limits
 from offsetstore.storage.validate import MAX_METADATA_BYTES, MAX_PAGE_SIZE, MAX_PARTITIONS, MAX_TOPIC_CHARS
 from offsetstore.v1 import offset_store_pb2 as pb
 

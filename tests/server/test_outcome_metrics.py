@@ -14,7 +14,7 @@ from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor
-from offsetstore.server.config import Limits
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import PKI, SERVICE, bearer, call, fresh

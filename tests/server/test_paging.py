@@ -30,7 +30,8 @@ from offsetstore.client import (
 from offsetstore.core.errors import from_rpc_error
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc

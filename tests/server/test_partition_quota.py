@@ -15,7 +15,8 @@ from offsetstore.core.errors import PartitionQuotaError
 from offsetstore.runtime.store import Store
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
 
 

@@ -29,7 +29,8 @@ from offsetstore.runtime import maintenance
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import OffsetStoreServer
-from offsetstore.server.config import Limits, Settings
+from offsetstore.server.config import Settings
+from offsetstore.server.limits import Limits
 from offsetstore.storage import retention
 from offsetstore.storage.engine import create_engine
 from tests.fixtures.retention import fresh, insert_history, midnight, partition_of, partitions
