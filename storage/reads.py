@@ -5,6 +5,7 @@ The lag and status columns these reads select live in :mod:`.lag_columns`.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -181,6 +182,53 @@ def fetch_offsets_steps(
     return FetchResult(offsets=dict(sorted(offsets.items())), generation=generation, next_page_token=token)
 
 
+@functools.lru_cache(maxsize=16)
+def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
+    """DescribeGroup's page query, built once per status window and lag-history flag (building it is most of a call).
+
+    Its parameters: ``group`` and the page's (:func:`~.pages.sized_page_params`).
+    """
+    group = (
+        select(
+            groups.c.generation,
+            groups.c.reset_count,
+            groups.c.deleted_at,
+            groups.c.member_id,
+            groups.c.member_host,
+            groups.c.active_at,
+        )
+        .where(groups.c.group_id == _GROUP)
+        .subquery("g")
+    )
+    log_end, lag = lag_columns()
+    rows = (
+        select(
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            offsets.c.metadata,
+            offsets.c.commit_time,
+            log_end.label("log_end_offset"),
+            lag.label("lag"),
+            past_log_end_column().label("past_log_end"),
+            lag_seconds_column().label("lag_seconds"),
+            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
+            *status_columns(window),
+            (
+                func.octet_length(offsets.c.topic)
+                + func.octet_length(offsets.c.metadata)
+                + DESCRIBE_ENTRY_BYTES
+                + (LAG_HISTORY_BYTES if lag_history else 0)
+            ).label("size"),
+        )
+        .select_from(with_watermarks())
+        .where(offsets.c.group_id == _GROUP)
+        .subquery("unsized")
+    )
+    part = sized_page(rows).lateral("part")
+    return select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
+
+
 def describe_group(
     conn: Connection,
     group_id: str,
@@ -200,47 +248,9 @@ def describe_group(
     v.raise_if_any()
     request = ("describe", group_id)
     seen, after_topic, after_partition = page_start(page, request)
-    group = (
-        select(
-            groups.c.generation,
-            groups.c.reset_count,
-            groups.c.deleted_at,
-            groups.c.member_id,
-            groups.c.member_host,
-            groups.c.active_at,
-        )
-        .where(groups.c.group_id == group_id)
-        .subquery("g")
-    )
-    log_end, lag = lag_columns()
-    rows = (
-        select(
-            offsets.c.topic,
-            offsets.c.partition,
-            offsets.c.offset,
-            offsets.c.metadata,
-            offsets.c.commit_time,
-            log_end.label("log_end_offset"),
-            lag.label("lag"),
-            past_log_end_column().label("past_log_end"),
-            lag_seconds_column().label("lag_seconds"),
-            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
-            *status_columns(rules.window),
-            (
-                func.octet_length(offsets.c.topic)
-                + func.octet_length(offsets.c.metadata)
-                + DESCRIBE_ENTRY_BYTES
-                + (LAG_HISTORY_BYTES if lag_history else 0)
-            ).label("size"),
-        )
-        .select_from(with_watermarks())
-        .where(offsets.c.group_id == group_id)
-        .subquery("unsized")
-    )
-    part = sized_page(rows).lateral("part")
     found = conn.execute(
-        select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition),
-        sized_page_params(page, limit, after_topic, after_partition),
+        _describe_statement(rules.window, lag_history),
+        {"group": group_id, **sized_page_params(page, limit, after_topic, after_partition)},
     ).all()
     if not found or found[0].deleted_at is not None:
         metadata = {"group_id": group_id}
