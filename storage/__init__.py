@@ -23,7 +23,7 @@ One module per family of operations:
 from __future__ import annotations
 
 from offsetstore.storage._groups import SelectionArg
-from offsetstore.storage.describe import describe_group
+from offsetstore.storage.describe import describe_group, describe_group_steps
 from offsetstore.storage.lag_columns import (
     facts_of,
     group_verdict,
@@ -74,6 +74,7 @@ __all__ = [
     "commit_offsets",
     "delete_offsets",
     "describe_group",
+    "describe_group_steps",
     "fetch_offsets",
     "fetch_offsets_steps",
     "group_generation",

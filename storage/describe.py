@@ -7,10 +7,13 @@ lag-history flag: building it is most of a call's cost); its columns are
 
 from __future__ import annotations
 
+import collections
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Select, Text, bindparam, func, select, true
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from offsetstore.core.errors import GroupNotFoundError
 from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
@@ -18,10 +21,12 @@ from offsetstore.storage import validate as check
 from offsetstore.storage.lag import lag_seconds_status
 from offsetstore.storage.lag_columns import (
     facts_of,
-    group_facts,
+    group_facts_query,
+    group_facts_verdict,
     group_verdict,
     lag_columns,
-    lag_histories,
+    lag_histories_of,
+    lag_histories_query,
     lag_seconds_column,
     past_log_end_column,
     status_columns,
@@ -40,8 +45,10 @@ from offsetstore.storage.pages import (
 )
 from offsetstore.storage.schema import groups, offsets, watermarks
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
+from offsetstore.storage.steps import HotSteps, Statement, run_hot
 
 _GROUP = bindparam("group", type_=Text)
+_DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
 
 
 @functools.lru_cache(maxsize=16)
@@ -91,6 +98,39 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
     return select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
 
 
+class _Query(NamedTuple):
+    """A query compiled once to psycopg's SQL: its text, its fixed parameters, a row type naming its columns."""
+
+    sql: str
+    fixed: dict[str, Any]
+    row: Callable[..., Any]
+
+    def statement(self, **params: object) -> Statement:
+        return self.sql, {**self.fixed, **params}
+
+    def rows(self, found: list[tuple[Any, ...]] | None) -> list[Any]:
+        return [self.row(*r) for r in found or ()]
+
+
+def _compile(query: Select[Any]) -> _Query:
+    compiled = query.compile(dialect=_DIALECT)
+    names = list(query.selected_columns.keys())
+    return _Query(str(compiled), dict(compiled.params), collections.namedtuple("Row", names, rename=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _page_query(window: float, lag_history: bool) -> _Query:
+    return _compile(_describe_statement(window, lag_history))
+
+
+@functools.lru_cache(maxsize=16)
+def _facts_query(window: float) -> _Query:
+    return _compile(group_facts_query(window))
+
+
+_HISTORIES = _compile(lag_histories_query())
+
+
 def describe_group(
     conn: Connection,
     group_id: str,
@@ -104,16 +144,25 @@ def describe_group(
     deleted group's error carries the generation and reset count its id keeps. The group's
     verdict is over all its partitions: a second statement on a first page that has more after it.
     """
+    return run_hot(conn, describe_group_steps(group_id, page, rules, lag_history))
+
+
+def describe_group_steps(
+    group_id: str,
+    page: PageRequest = PageRequest(),
+    rules: StatusRules = DEFAULT_RULES,
+    lag_history: bool = False,
+) -> HotSteps[GroupDescription]:
+    """:func:`describe_group` as steps (see :func:`~.writes.write_batch_steps`); bad input raises before the first."""
     v = check.Violations()
     check.group_id(group_id, violations=v)
     limit = page.checked(v)
     v.raise_if_any()
     request = ("describe", group_id)
     seen, after_topic, after_partition = page_start(page, request)
-    found = conn.execute(
-        _describe_statement(rules.window, lag_history),
-        {"group": group_id, **sized_page_params(page, limit, after_topic, after_partition)},
-    ).all()
+    query = _page_query(rules.window, lag_history)
+    params = sized_page_params(page, limit, after_topic, after_partition)
+    found = query.rows((yield query.statement(group=group_id, **params)))
     if not found or found[0].deleted_at is not None:
         metadata = {"group_id": group_id}
         if found:
@@ -124,7 +173,11 @@ def describe_group(
     listed, more = cut_page(
         [r for r in found if r.topic is not None], limit, page, f"the description of group {group_id!r}"
     )
-    histories = lag_histories(conn, group_id, [(r.topic, r.partition) for r in listed]) if lag_history else {}
+    histories = {}
+    if lag_history and listed:
+        keys = [(r.topic, r.partition) for r in listed]
+        statement = _HISTORIES.statement(group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys])
+        histories = lag_histories_of(_HISTORIES.rows((yield statement)))
     partitions = []
     for r in listed:
         lag_seconds, known = lag_seconds_status(r.lag_seconds)
@@ -152,7 +205,8 @@ def describe_group(
     if not more and not page.page_token:
         verdict = group_verdict([(p.topic, p.partition, Verdict(p.status, p.status_reason)) for p in partitions])
     elif not page.page_token:
-        verdict = group_facts(conn, group_id, rules)
+        facts = _facts_query(rules.window)
+        verdict = group_facts_verdict(facts.rows((yield facts.statement(group=group_id))), rules)
     else:
         verdict = Verdict(GroupStatus.UNSPECIFIED, "")  # the first page has it
     return GroupDescription(
