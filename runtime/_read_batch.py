@@ -3,7 +3,8 @@
 Each caller's read is the storage core's steps (:func:`storage.fetch_offsets_steps`); its
 first statement is a page of one group's offsets (``reads._FETCH_ALL``). Readers queue that
 statement's parameters and wait; each flusher task takes everything queued whenever it is
-free, so the next batch gathers while one is in the database (no timer). A lone read is one
+free, so the next batch gathers while one is in the database (no timer; the queue and the
+tasks: :mod:`._flushers`, as the group commit's). A lone read is one
 statement and one round trip, as before; a batch of n is one statement too:
 :data:`BATCHED_FETCH` runs the very page query once per group, side by side
 (``LEFT JOIN LATERAL`` over the groups' parameters), in one snapshot, and gives each group
@@ -36,6 +37,7 @@ from typing import Any
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import FetchResult
+from offsetstore.runtime._flushers import Flushers
 from offsetstore.storage import reads
 from offsetstore.storage._calls import Bound, caller_bound
 from offsetstore.storage.steps import int_array, text_array
@@ -146,11 +148,12 @@ class ReadBatcher:
         self._execute = execute
         self._timeout_ms = timeout_ms
         self._statement_ms = statement_timeout_ms
-        self.flushers = flushers
-        self._queue: deque[_Read] = deque()
-        self._wake: asyncio.Event | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = False
+        self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush)
+
+    @property
+    def flushers(self) -> int:
+        """How many batches may be in the database at once."""
+        return self._flushers.count
 
     async def fetch(
         self,
@@ -165,16 +168,8 @@ class ReadBatcher:
         bound = caller_bound()
         ms = self._timeout_ms(bound)  # a deadline already past never reaches the database
         ms = self._statement_ms if ms is None else ms
-        if self._stopped:
-            raise StoreUnavailableError("the offset store is shutting down")
-        if self._wake is None:
-            self._wake = asyncio.Event()
-            self._tasks = [
-                asyncio.create_task(self._loop(), name=f"offsetstore-reads-{n}") for n in range(self.flushers)
-            ]
         read = _Read(statement[1], bound)
-        self._queue.append(read)
-        self._wake.set()
+        self._flushers.put(read)
         try:
             # As the read alone is bounded: cancelled (here: left behind) when its time is up.
             async with asyncio.timeout(ms / 1000 if ms else None):
@@ -191,32 +186,7 @@ class ReadBatcher:
 
     async def stop(self) -> None:
         """Answers what is queued, then ends the flushers."""
-        self._stopped = True
-        if self._wake is not None:
-            self._wake.set()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            while not self._queue:
-                if self._stopped:
-                    self._wake.set()  # the other flushers end too
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            batch: list[_Read] = []
-            while self._queue and len(batch) < MAX_BATCH_READS:
-                read = self._queue.popleft()
-                if read.gone():  # cancelled, or past its deadline: not sent
-                    read.finish(StoreUnavailableError("the caller went away before the database answered"))
-                else:
-                    batch.append(read)
-            if self._queue:
-                self._wake.set()  # more than one batch's worth: another flusher may take it
-            if batch:
-                await self._flush(batch)
+        await self._flushers.stop()
 
     async def _flush(self, batch: list[_Read]) -> None:
         try:
@@ -258,6 +228,18 @@ class ReadBatcher:
                 return None
             most = max(most, ms)
         return most or None
+
+
+def _take(queue: deque[_Read]) -> list[_Read]:
+    """The next batch off ``queue``: up to :data:`MAX_BATCH_READS` reads; those gone are answered, not sent."""
+    batch: list[_Read] = []
+    while queue and len(batch) < MAX_BATCH_READS:
+        read = queue.popleft()
+        if read.gone():  # cancelled, or past its deadline: not sent
+            read.finish(StoreUnavailableError("the caller went away before the database answered"))
+        else:
+            batch.append(read)
+    return batch
 
 
 def _finish(steps: storage.HotSteps[FetchResult], rows: list[tuple[Any, ...]], generation: int) -> FetchResult:

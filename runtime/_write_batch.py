@@ -2,14 +2,12 @@
 
 :class:`AsyncWriteBatcher` is a few asyncio tasks of the store (:class:`~offsetstore.runtime.async_store.AsyncStore`):
 each takes whatever is queued when it is free, so the next batch gathers while one is in the
-database (no timer). It needs of the store only what :class:`Runtime` names.
+database (no timer; the queue and the tasks: :mod:`._flushers`). It needs of the store only what :class:`Runtime` names.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -17,8 +15,8 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import psycopg
 
 from offsetstore import storage
-from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.runtime import _group_commit as gc
+from offsetstore.runtime._flushers import Flushers
 from offsetstore.runtime._hot_async import run_hot
 from offsetstore.storage._calls import Bound, caller_bound
 from offsetstore.storage.engine import SessionSettings
@@ -82,29 +80,24 @@ class AsyncWriteBatcher:
         if flushers < 1:
             raise ValueError("write_flushers must be >= 1")
         self.store = store
-        self.flushers = flushers
         self.carry = carry
-        self._queue: deque[_Write] = deque()
-        self._wake: asyncio.Event | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = False
+        self._flushers: Flushers[_Write] = Flushers("offsetstore-writes", flushers, gc.take_batch, self._flush)
+
+    @property
+    def flushers(self) -> int:
+        """How many batches may be in the database at once."""
+        return self._flushers.count
+
+    def queued(self) -> int:
+        """How many requests wait for a flusher (not yet in a batch)."""
+        return len(self._flushers)
 
     async def submit(self, request: storage.WriteRequest) -> storage.WriteOutcome:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
         bound = caller_bound()
         self.store.timeout_ms(bound)  # a deadline already past never reaches the database
-        if self._stopped:
-            raise StoreUnavailableError("the offset store is shutting down")
-        if self._wake is None:
-            self._wake = asyncio.Event()
-            # A context of their own: not the first caller's (its deadline, its trace), for good.
-            self._tasks = [
-                asyncio.create_task(self._loop(), name=f"offsetstore-writes-{n}", context=contextvars.Context())
-                for n in range(self.flushers)
-            ]
         write = _Write(request, bound, None if self.carry is None else self.carry.capture())
-        self._queue.append(write)
-        self._wake.set()
+        self._flushers.put(write)
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
         if outcome is gc.ALONE:
             alone = gc.Flush([write], self.store.timeout_ms)
@@ -113,39 +106,24 @@ class AsyncWriteBatcher:
 
     async def stop(self) -> None:
         """Writes what is queued, then ends the flushers."""
-        self._stopped = True
-        if self._wake is not None:
-            self._wake.set()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._flushers.stop()
 
-    async def _loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            while not self._queue:
-                if self._stopped:
-                    self._wake.set()  # the other flushers end too
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            batch = gc.take_batch(self._queue)
-            if self._queue:
-                self._wake.set()  # more than one batch's worth: another flusher may take it
-            try:
-                flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
-                while flush.live:
-                    try:
-                        if self.carry is None:
-                            outcomes = await self._transaction(flush)
-                        else:
-                            with self.carry.enter([w.carried for w in flush.live]):
-                                outcomes = await self._transaction(flush)
-                    except Exception as error:
-                        flush.failed(error)
+    async def _flush(self, batch: list[_Write]) -> None:
+        try:
+            flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
+            while flush.live:
+                try:
+                    if self.carry is None:
+                        outcomes = await self._transaction(flush)
                     else:
-                        flush.succeeded(outcomes)
-            except Exception as error:  # no caller may wait forever
-                gc.crashed(batch, error)
+                        with self.carry.enter([w.carried for w in flush.live]):
+                            outcomes = await self._transaction(flush)
+                except Exception as error:
+                    flush.failed(error)
+                else:
+                    flush.succeeded(outcomes)
+        except Exception as error:  # no caller may wait forever
+            gc.crashed(batch, error)
 
     async def _transaction(self, flush: gc.Flush[_Write]) -> list[storage.WriteOutcome]:
         """Writes ``flush``'s requests in one transaction (retried on conflicts); a caller gone rolls it back."""

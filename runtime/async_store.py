@@ -347,7 +347,12 @@ class AsyncStore:
         self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
     ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
-        return await self.read(storage.describe_group, group_id, page, self.status_rules, lag_history)
+        rules = self.status_rules
+        return await self.run_hot(
+            "describe_group",
+            lambda: storage.describe_group_steps(group_id, page, rules, lag_history),
+            read_only=True,
+        )
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
         return await self.run(storage.reset_offsets, request, actor=actor)

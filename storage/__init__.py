@@ -10,8 +10,9 @@ so nothing is written.
 One module per family of operations:
 
 - :mod:`.writes`: commits and joins (the server-side ``offsetstore.write_batch``);
-- :mod:`.reads`: offsets, descriptions with lag, groups, history; :mod:`.pages` sizes and
-  signs their pages; :mod:`.lag_columns` holds the lag and status columns they select;
+- :mod:`.reads`: offsets, groups, topics, history; :mod:`.describe`: a group's description
+  with lag; :mod:`.pages` sizes and signs their pages; :mod:`.lag_columns` holds the lag and
+  status columns they select;
 - :mod:`.watermarks`: reported log starts and ends;
 - :mod:`.resets`: an operator's resets and deletes;
 - :mod:`.steps`: the hot statements as generators, driven sync here and async by
@@ -22,6 +23,7 @@ One module per family of operations:
 from __future__ import annotations
 
 from offsetstore.storage._groups import SelectionArg
+from offsetstore.storage.describe import describe_group, describe_group_steps
 from offsetstore.storage.lag_columns import (
     facts_of,
     group_verdict,
@@ -32,7 +34,6 @@ from offsetstore.storage.lag_columns import (
 )
 from offsetstore.storage.pages import MAX_OFFSETS_PAGE, UNLIMITED, PageRequest, token_key
 from offsetstore.storage.reads import (
-    describe_group,
     fetch_offsets,
     fetch_offsets_steps,
     list_groups,
@@ -73,6 +74,7 @@ __all__ = [
     "commit_offsets",
     "delete_offsets",
     "describe_group",
+    "describe_group_steps",
     "fetch_offsets",
     "fetch_offsets_steps",
     "group_generation",

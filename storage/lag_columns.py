@@ -4,9 +4,8 @@ DescribeGroup (:mod:`.reads`), the group listings and the per-group metrics
 (:mod:`.group_metrics`) select these columns in statements of their own: the log end and lag,
 the lag in seconds (:mod:`.lag`), the past-log-end anomaly, and the facts that
 :mod:`.status` judges (:func:`status_columns`, :func:`facts_of`), with a group's verdict
-(:func:`group_verdict`, :func:`group_facts`) and the lag history of a page's partitions
-(:func:`lag_histories`). Expressions and pure functions; the two reads run on the caller's
-Connection, like the rest of the core.
+(:func:`group_verdict`, :func:`group_facts_query`) and the lag history of a page's partitions
+(:func:`lag_histories_query`). Expressions and pure functions: :mod:`.describe` runs the queries.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ from typing import Any
 from sqlalchemy import (
     ARRAY,
     ColumnElement,
-    Connection,
     Integer,
     Join,
+    Select,
     Text,
     and_,
     bindparam,
@@ -161,20 +160,26 @@ def group_verdict(named: Sequence[tuple[str, int, Verdict]]) -> Verdict:
     return Verdict(verdict.status, f"{topic}:{partition}: {verdict.reason}{more}")
 
 
-def group_facts(conn: Connection, group_id: str, rules: StatusRules) -> Verdict:
-    """The group's verdict over all its partitions, in one statement (for a first page that has more after it)."""
-    rows = conn.execute(
+def group_facts_query(window: float) -> Select[Any]:
+    """The columns of the group's verdict over all its partitions (``group`` a parameter): see :func:`group_facts_verdict`."""
+    return (
         select(
             offsets.c.topic,
             offsets.c.partition,
             offsets.c.commit_time,
-            lag_seconds_column(),
-            *status_columns(rules.window),
+            lag_seconds_column().label("lag_seconds"),
+            *status_columns(window),
         )
         .select_from(with_watermarks())
-        .where(offsets.c.group_id == group_id)
-    ).all()
-    return group_verdict([(r.topic, r.partition, judge(facts_of(r, lag_seconds_status(r[3])[0]), rules)) for r in rows])
+        .where(offsets.c.group_id == bindparam("group", type_=Text))
+    )
+
+
+def group_facts_verdict(rows: Sequence[Any], rules: StatusRules) -> Verdict:
+    """The group's verdict from the rows of :func:`group_facts_query` (for a first page that has more after it)."""
+    return group_verdict(
+        [(r.topic, r.partition, judge(facts_of(r, lag_seconds_status(r.lag_seconds)[0]), rules)) for r in rows]
+    )
 
 
 def with_watermarks() -> Join:
@@ -184,22 +189,18 @@ def with_watermarks() -> Join:
     )
 
 
-def lag_histories(
-    conn: Connection, group_id: str, keys: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], list[tuple[datetime, float]]]:
-    """Each partition's lag in seconds at each of its log end samples (:func:`~.lag.lag_series`), oldest first.
+def lag_histories_query() -> Select[Any]:
+    """The log end samples of partitions (``topics``, ``partitions``) with ``group``'s offset at each: see :func:`lag_histories_of`.
 
     The offset at a sample's time is the history's latest change up to it (within
     :data:`HISTORY_LOOKBACK_SECONDS`): at most :data:`~.lag.SAMPLES_KEPT` lookups a partition.
     """
-    if not keys:
-        return {}
     h, s = offset_history, watermark_samples
     oldest = func.statement_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, HISTORY_LOOKBACK_SECONDS)
     then = (
         select(h.c.new_offset)
         .where(
-            h.c.group_id == group_id,
+            h.c.group_id == bindparam("group", type_=Text),
             h.c.topic == s.c.topic,
             h.c.partition == s.c.partition,
             h.c.change_time <= s.c.sampled_at,
@@ -214,12 +215,15 @@ def lag_histories(
         .table_valued("topic", "partition")
         .render_derived(name="k")
     )
-    rows = conn.execute(
+    return (
         select(s.c.topic, s.c.partition, s.c.sampled_at, s.c.log_end_offset, then.label("offset_then"))
         .join(wanted, and_(wanted.c.topic == s.c.topic, wanted.c.partition == s.c.partition))
-        .order_by(s.c.topic, s.c.partition, s.c.sampled_at),
-        {"topics": [t for t, _ in keys], "partitions": [p for _, p in keys]},
-    ).all()
+        .order_by(s.c.topic, s.c.partition, s.c.sampled_at)
+    )
+
+
+def lag_histories_of(rows: Sequence[Any]) -> dict[tuple[str, int], list[tuple[datetime, float]]]:
+    """Each partition's lag in seconds at each of its log end samples (:func:`~.lag.lag_series`), oldest first."""
     points: dict[tuple[str, int], list[tuple[datetime, int, int | None]]] = {}
     for r in rows:
         offset = r.offset_then if r.offset_then is not None and r.offset_then >= 0 else None

@@ -141,7 +141,7 @@ def submit_while_blocked(store: Store, database_url: str, calls: list[Callable[[
             held = pool.submit(store.commit_offsets, blocker, [OffsetCommit(TOPIC, 0, 2)])
             wait_until(lambda: lock.waiting() == 1)  # the flusher now waits in the database
             futures = [pool.submit(call) for call in calls]
-            wait_until(lambda: len(store.writes._queue) == len(calls))
+            wait_until(lambda: store.writes.queued() == len(calls))
             lock.release()
         held.result(30)
         for f in futures:
@@ -208,7 +208,7 @@ def test_a_batch_stuck_on_one_locked_group_still_commits_the_others(one_flusher:
             threads = [threading.Thread(target=commit, args=(g, s)) for g, s in ((locked, 1.5), (free, 60))]
             for t in threads:
                 t.start()
-            wait_until(lambda: len(store.writes._queue) == 2)
+            wait_until(lambda: store.writes.queued() == 2)
             gate.release()
         started = time.monotonic()
         for t in threads:
@@ -250,7 +250,7 @@ def test_a_caller_gone_before_commit_is_taken_out_and_the_batch_redone(one_flush
             ]
             for t in threads:
                 t.start()
-            wait_until(lambda: len(store.writes._queue) == 2)
+            wait_until(lambda: store.writes.queued() == 2)
             gate.release()
             wait_until(lambda: lock.waiting() == 1)  # the batch waits on the leaving caller's group
             there.clear()

@@ -1,0 +1,87 @@
+"""The queue and the flusher tasks that the read and write batchers share (:mod:`._read_batch`, :mod:`._write_batch`).
+
+Callers :meth:`Flushers.put` what they wait for; ``count`` tasks, started at the first put,
+each take a batch off the queue (``take``) whenever it is free and hand it to ``flush``, so
+the next batch gathers while one is in the database (no timer). The tasks run in a context of
+their own, not the first caller's (its deadline, its trace), for good. What a batch does, and
+how each caller hears its outcome, is the batcher's: ``flush`` must answer every caller of
+its batch, whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from offsetstore.core.errors import StoreUnavailableError
+
+__all__ = ["Flushers"]
+
+T = TypeVar("T")
+
+
+class Flushers(Generic[T]):
+    """``count`` tasks named ``name-<n>`` taking batches of ``T`` off one queue (see the module's docstring).
+
+    ``take(queue)`` is called with a queue that is not empty and may leave it empty (it may
+    take nothing, answering what it drops itself).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        count: int,
+        take: Callable[[deque[T]], list[T]],
+        flush: Callable[[list[T]], Awaitable[None]],
+    ) -> None:
+        self.name = name
+        self.count = count
+        self._take = take
+        self._flush = flush
+        self._queue: deque[T] = deque()
+        self._wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+
+    def __len__(self) -> int:
+        """How many are queued, not yet taken."""
+        return len(self._queue)
+
+    def put(self, item: T) -> None:
+        """Queues ``item`` for the next batch (starting the tasks at the first); refused once stopped."""
+        if self._stopped:
+            raise StoreUnavailableError("the offset store is shutting down")
+        if self._wake is None:
+            self._wake = asyncio.Event()
+            self._tasks = [
+                asyncio.create_task(self._loop(), name=f"{self.name}-{n}", context=contextvars.Context())
+                for n in range(self.count)
+            ]
+        self._queue.append(item)
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Flushes what is queued, then ends the tasks."""
+        self._stopped = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            while not self._queue:
+                if self._stopped:
+                    self._wake.set()  # the other tasks end too
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+            batch = self._take(self._queue)
+            if self._queue:
+                self._wake.set()  # more than one batch's worth: another task may take it
+            if batch:
+                await self._flush(batch)

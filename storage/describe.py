@@ -1,0 +1,223 @@
+"""DescribeGroup: one page of a group's partitions with log end, lag and status verdict, and the group's verdict.
+
+The page is one statement (:func:`_describe_statement`, built once per status window and
+lag-history flag: building it is most of a call's cost); its columns are
+:mod:`.lag_columns`'s, the verdicts :mod:`.status`'s.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection, Select, Text, bindparam, func, select, true
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
+
+from offsetstore.core.errors import GroupNotFoundError
+from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
+from offsetstore.storage import validate as check
+from offsetstore.storage.lag import lag_seconds_status
+from offsetstore.storage.lag_columns import (
+    facts_of,
+    group_facts_query,
+    group_facts_verdict,
+    group_verdict,
+    lag_columns,
+    lag_histories_of,
+    lag_histories_query,
+    lag_seconds_column,
+    past_log_end_column,
+    status_columns,
+    with_watermarks,
+)
+from offsetstore.storage.pages import (
+    DESCRIBE_ENTRY_BYTES,
+    LAG_HISTORY_BYTES,
+    PageRequest,
+    check_same_generation,
+    cut_page,
+    next_token,
+    page_start,
+    sized_page,
+    sized_page_params,
+)
+from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
+from offsetstore.storage.steps import HotSteps, Statement, run_hot
+
+_GROUP = bindparam("group", type_=Text)
+_DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
+
+
+@functools.lru_cache(maxsize=16)
+def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
+    """DescribeGroup's page query, built once per status window and lag-history flag (building it is most of a call).
+
+    Its parameters: ``group`` and the page's (:func:`~.pages.sized_page_params`).
+    """
+    group = (
+        select(
+            groups.c.generation,
+            groups.c.reset_count,
+            groups.c.deleted_at,
+            groups.c.member_id,
+            groups.c.member_host,
+            groups.c.active_at,
+        )
+        .where(groups.c.group_id == _GROUP)
+        .subquery("g")
+    )
+    log_end, lag = lag_columns()
+    rows = (
+        select(
+            offsets.c.topic,
+            offsets.c.partition,
+            offsets.c.offset,
+            offsets.c.metadata,
+            offsets.c.commit_time,
+            log_end.label("log_end_offset"),
+            lag.label("lag"),
+            past_log_end_column().label("past_log_end"),
+            lag_seconds_column().label("lag_seconds"),
+            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
+            *status_columns(window),
+            (
+                func.octet_length(offsets.c.topic)
+                + func.octet_length(offsets.c.metadata)
+                + DESCRIBE_ENTRY_BYTES
+                + (LAG_HISTORY_BYTES if lag_history else 0)
+            ).label("size"),
+        )
+        .select_from(with_watermarks())
+        .where(offsets.c.group_id == _GROUP)
+        .subquery("unsized")
+    )
+    part = sized_page(rows).lateral("part")
+    return select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
+
+
+class _Query(NamedTuple):
+    """A query compiled once to psycopg's SQL: its text, its fixed parameters, a row type naming its columns."""
+
+    sql: str
+    fixed: dict[str, Any]
+    row: Callable[..., Any]
+
+    def statement(self, **params: object) -> Statement:
+        return self.sql, {**self.fixed, **params}
+
+    def rows(self, found: list[tuple[Any, ...]] | None) -> list[Any]:
+        return [self.row(*r) for r in found or ()]
+
+
+def _compile(query: Select[Any]) -> _Query:
+    compiled = query.compile(dialect=_DIALECT)
+    names = list(query.selected_columns.keys())
+    return _Query(str(compiled), dict(compiled.params), collections.namedtuple("Row", names, rename=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _page_query(window: float, lag_history: bool) -> _Query:
+    return _compile(_describe_statement(window, lag_history))
+
+
+@functools.lru_cache(maxsize=16)
+def _facts_query(window: float) -> _Query:
+    return _compile(group_facts_query(window))
+
+
+_HISTORIES = _compile(lag_histories_query())
+
+
+def describe_group(
+    conn: Connection,
+    group_id: str,
+    page: PageRequest = PageRequest(),
+    rules: StatusRules = DEFAULT_RULES,
+    lag_history: bool = False,
+) -> GroupDescription:
+    """One page of the group's partitions with log end, lag and verdict; :class:`GroupNotFoundError` if unknown or deleted.
+
+    One statement, so the partitions and the generation come from one snapshot. A
+    deleted group's error carries the generation and reset count its id keeps. The group's
+    verdict is over all its partitions: a second statement on a first page that has more after it.
+    """
+    return run_hot(conn, describe_group_steps(group_id, page, rules, lag_history))
+
+
+def describe_group_steps(
+    group_id: str,
+    page: PageRequest = PageRequest(),
+    rules: StatusRules = DEFAULT_RULES,
+    lag_history: bool = False,
+) -> HotSteps[GroupDescription]:
+    """:func:`describe_group` as steps (see :func:`~.writes.write_batch_steps`); bad input raises before the first."""
+    v = check.Violations()
+    check.group_id(group_id, violations=v)
+    limit = page.checked(v)
+    v.raise_if_any()
+    request = ("describe", group_id)
+    seen, after_topic, after_partition = page_start(page, request)
+    query = _page_query(rules.window, lag_history)
+    params = sized_page_params(page, limit, after_topic, after_partition)
+    found = query.rows((yield query.statement(group=group_id, **params)))
+    if not found or found[0].deleted_at is not None:
+        metadata = {"group_id": group_id}
+        if found:
+            metadata.update(generation=str(found[0].generation), reset_count=str(found[0].reset_count), deleted="true")
+        raise GroupNotFoundError(f"group {group_id!r} does not exist", metadata=metadata)
+    first = found[0]
+    check_same_generation(group_id, seen, first.generation)
+    listed, more = cut_page(
+        [r for r in found if r.topic is not None], limit, page, f"the description of group {group_id!r}"
+    )
+    histories = {}
+    if lag_history and listed:
+        keys = [(r.topic, r.partition) for r in listed]
+        statement = _HISTORIES.statement(group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys])
+        histories = lag_histories_of(_HISTORIES.rows((yield statement)))
+    partitions = []
+    for r in listed:
+        lag_seconds, known = lag_seconds_status(r.lag_seconds)
+        verdict = judge(facts_of(r, lag_seconds), rules)
+        partitions.append(
+            PartitionStatus(
+                r.topic,
+                r.partition,
+                r.offset,
+                r.metadata,
+                r.commit_time,
+                r.log_end_offset,
+                r.lag,
+                r.past_log_end,
+                r.log_start_offset,
+                lag_seconds,
+                known,
+                verdict.status,
+                verdict.reason,
+                r.watermark_time,
+                tuple(histories.get((r.topic, r.partition), ())),
+            )
+        )
+    token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
+    if not more and not page.page_token:
+        verdict = group_verdict([(p.topic, p.partition, Verdict(p.status, p.status_reason)) for p in partitions])
+    elif not page.page_token:
+        facts = _facts_query(rules.window)
+        verdict = group_facts_verdict(facts.rows((yield facts.statement(group=group_id))), rules)
+    else:
+        verdict = Verdict(GroupStatus.UNSPECIFIED, "")  # the first page has it
+    return GroupDescription(
+        group_id,
+        first.generation,
+        partitions,
+        first.reset_count,
+        first.member_id,
+        first.member_host,
+        token,
+        first.active_at,
+        verdict.status,
+        verdict.reason,
+    )
