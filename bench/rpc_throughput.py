@@ -43,7 +43,7 @@ PG_UPSERT = (
 PG_FETCH = 'SELECT topic, partition, "offset", metadata, commit_time FROM offsetstore.offsets WHERE group_id = %s'
 
 
-async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag: str) -> list[float]:
+async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag: str) -> tuple[list[float], float]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -66,6 +66,7 @@ async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag
         if kind == "fetch16":
             for g in groups:
                 await stub.CommitOffsets(commit(g, 1), timeout=30)
+        cpu = time.process_time()
         stop_at = time.perf_counter() + seconds
 
         async def loop(group: str) -> None:
@@ -82,10 +83,11 @@ async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag
                 latencies.append(time.perf_counter() - t)
 
         await asyncio.gather(*(loop(g) for g in groups))
-    return latencies
+        cpu = time.process_time() - cpu
+    return latencies, cpu
 
 
-def _pg_clients(kind: str, url: str, clients: int, seconds: float, tag: str) -> list[float]:
+def _pg_clients(kind: str, url: str, clients: int, seconds: float, tag: str) -> tuple[list[float], float]:
     import threading
 
     import psycopg
@@ -115,11 +117,12 @@ def _pg_clients(kind: str, url: str, clients: int, seconds: float, tag: str) -> 
             latencies.extend(mine)
 
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+    cpu = time.process_time()  # the process's, all its threads'
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return latencies
+    return latencies, time.process_time() - cpu
 
 
 def _worker(kind: str, target: str, clients: int, seconds: float, tag: str, out: multiprocessing.Queue) -> None:
@@ -130,7 +133,7 @@ def _worker(kind: str, target: str, clients: int, seconds: float, tag: str, out:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and every live descendant, from /proc."""
+    """User + system CPU seconds of process ``pid`` and its descendants (live, or ended and waited for), from /proc."""
     ticks = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -142,7 +145,9 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue
         parents[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+        # Its own user + system time, and that of its children that ended (PostgreSQL's backends of
+        # clients that have disconnected: the postmaster waited for them).
+        cpu[int(entry.name)] = sum(int(f) for f in fields[11:15]) / ticks
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
@@ -153,11 +158,19 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    kind: str, target: str, clients: int, seconds: float, processes: int, server_pid: int = 0
+    kind: str,
+    target: str,
+    clients: int,
+    seconds: float,
+    processes: int,
+    server_pid: int = 0,
+    database_pid: int = 0,
 ) -> dict[str, float]:
     """Rate and latency percentiles of ``clients`` concurrent callers over ``processes`` processes.
 
-    With ``server_pid``, also the server's CPU per call (its process tree's, from /proc).
+    Also the clients' CPU per call (their processes', during the load). With ``server_pid``,
+    the server's CPU per call (its process tree's, from /proc); with ``database_pid`` (a local
+    PostgreSQL's postmaster), PostgreSQL's (its process tree's: every backend).
     """
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = ctx.Queue()
@@ -167,19 +180,39 @@ def measure(
         ctx.Process(target=_worker, args=(kind, target, n, seconds, f"{tag}-{i}", out)) for i, n in enumerate(per) if n
     ]
     cpu_before = tree_cpu_seconds(server_pid) if server_pid else 0.0
+    database_before = tree_cpu_seconds(database_pid) if database_pid else 0.0
     for w in workers:
         w.start()
-    latencies = sorted(x for _ in workers for x in out.get())
+    answers = [out.get() for _ in workers]
     cpu = tree_cpu_seconds(server_pid) - cpu_before if server_pid else 0.0
+    database_cpu = tree_cpu_seconds(database_pid) - database_before if database_pid else 0.0
     for w in workers:
         w.join()
+    latencies = sorted(x for found, _ in answers for x in found)
+    calls = len(latencies) or 1
     return {
         "per_s": len(latencies) / seconds,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
         # The workers' start-up (a second or so) is in the window too, the server idle then.
-        "cpu_us": cpu / len(latencies) * 1e6 if latencies and server_pid else 0.0,
+        "cpu_us": cpu / calls * 1e6 if server_pid else 0.0,
+        "client_cpu_us": sum(spent for _, spent in answers) / calls * 1e6,
+        "database_cpu_us": database_cpu / calls * 1e6 if database_pid else 0.0,
     }
+
+
+def postmaster_pid(url: str) -> int:
+    """The local postmaster serving ``url`` (a backend's parent), or 0 where it is not on this machine."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid(), inet_server_addr() IS NULL OR inet_server_addr() = '127.0.0.1'")
+        backend, local = row.fetchone() or (0, False)
+    try:
+        stat = Path(f"/proc/{backend}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rpartition(")")[2].split()[1]) if local else 0
 
 
 def fill(url: str, offsets: int, history: int) -> None:
@@ -213,6 +246,43 @@ def fill(url: str, offsets: int, history: int) -> None:
         conn.execute("VACUUM ANALYZE offsetstore.offsets")
         conn.execute("VACUUM ANALYZE offsetstore.offset_history")
         conn.execute("VACUUM ANALYZE offsetstore.groups")
+
+
+BUDGET_HEADER = (
+    "| load | server | clients | PostgreSQL | all | cores ÷ all | rate ÷ that | all ÷ echo's | rate ÷ echo at most |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _budget_row(name: str, r: dict[str, float], echo: dict[str, float] | None) -> str:
+    """Where a call's CPU went: the server's, the clients', PostgreSQL's, and the rate they allow together.
+
+    ``cores ÷ all`` is the rate the machine's cores could give if nothing else ran and no
+    process waited; ``rate ÷ echo at most`` is echo's CPU per call over this load's: the
+    ratio to echo this machine allows while clients, server and PostgreSQL share its cores.
+    """
+    spent = r["cpu_us"] + r["client_cpu_us"] + r["database_cpu_us"]
+    if not spent:
+        return f"| {name} | | | | | | | | |"
+    ceiling = (os.cpu_count() or 1) / spent * 1e6
+    cells = [
+        f"{r['cpu_us']:,.0f} µs" if r["cpu_us"] else "",
+        f"{r['client_cpu_us']:,.0f} µs",
+        f"{r['database_cpu_us']:,.0f} µs" if r["database_cpu_us"] else "",
+        f"{spent:,.0f} µs",
+        f"{ceiling:,.0f}/s",
+        f"{r['per_s'] / ceiling:.2f}",
+    ]
+    if echo:
+        echo_spent = echo["cpu_us"] + echo["client_cpu_us"] + echo["database_cpu_us"]
+        cells += [f"{spent / echo_spent:.2f}×", f"{echo_spent / spent:.2f}×"]
+    else:
+        cells += ["", ""]
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def load_average() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _row(name: str, r: dict[str, float], echo: dict[str, float] | None) -> str:
@@ -263,18 +333,29 @@ def main() -> None:
         with served(extra_args=serve_args) as server:
             pg_url = server.database_url.replace("postgresql+psycopg://", "postgresql://")
 
-            def run(label: str, kinds: list[str], server: Served = server, pg_url: str = pg_url) -> None:
+            database = postmaster_pid(pg_url)
+
+            def run(
+                label: str, kinds: list[str], server: Served = server, pg_url: str = pg_url, database: int = database
+            ) -> None:
                 for clients in args.concurrency:
-                    say(f"\n{label}, {clients} concurrent clients, {args.seconds:g} s each\n\n{header}")
+                    say(f"\n{label}, {clients} concurrent clients, {args.seconds:g} s each; {load_average()}\n")
+                    say(header)
                     echo = None
+                    measured = []
                     for kind in kinds:
                         target = pg_url if kind in PG else server.address
                         pid = 0 if kind in PG else server.process.pid
-                        r = measure(kind, target, clients, args.seconds, args.client_processes, pid)
+                        r = measure(kind, target, clients, args.seconds, args.client_processes, pid, database)
                         results[(label, clients, kind)] = r
+                        measured.append((kind, r))
                         if kind == "echo":
                             echo = r
                         say(_row(kind, r, echo if kind != "echo" else None))
+                    say(f"\nwhere the machine's CPU went, per call ({os.cpu_count()} cores shared by all three):\n")
+                    say(BUDGET_HEADER)
+                    for kind, r in measured:
+                        say(_budget_row(kind, r, echo if kind != "echo" else None))
 
             label = f"--processes {processes}, empty store"
             # PostgreSQL alone is measured once: it does not depend on the server.

@@ -154,7 +154,7 @@ class Settings:
     max_calls_per_principal: int | None = None
     """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
 
-    principal_bytes_per_second: int = 4 * 2**20
+    principal_bytes_per_second: int = int(Limits.principal_bytes_per_second)
     """Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit."""
 
     max_groups_per_principal: int = 0
