@@ -24,9 +24,20 @@ def topic() -> str:
     return f"lag-{uuid.uuid4().hex[:10]}"
 
 
-def report(engine: sa.Engine, topic: str, log_end: int, seconds_ago: float, *, log_start: int = 0) -> None:
-    """Reports partition 0's watermark as if it were seen ``seconds_ago`` (the storage function's clock seam)."""
-    at = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+def report(
+    engine: sa.Engine,
+    topic: str,
+    log_end: int,
+    seconds_ago: float,
+    *,
+    log_start: int = 0,
+    now: datetime | None = None,
+) -> None:
+    """Reports partition 0's watermark as if it were seen ``seconds_ago`` (the storage function's clock seam).
+
+    ``now``: the time it is ``seconds_ago`` before (default: the clock's, at this call).
+    """
+    at = (now or datetime.now(UTC)) - timedelta(seconds=seconds_ago)
     with engine.begin() as conn:
         storage.report_watermarks(conn, [Watermark(topic, 0, log_start, log_end)], at=at)
 
@@ -118,16 +129,20 @@ def test_a_flat_log_below_its_oldest_sample_is_at_least_that_sample_old(engine, 
 
 def test_samples_are_bounded_per_partition(engine, topic):
     reports = lag.SAMPLES_KEPT + 10  # the ring and a bit, one report a slot
+    # One reading of the clock for all: each report's own would drift by the time the loop takes,
+    # and where the drift crossed a slot's boundary one slot was skipped (89 kept, not 90).
+    now = datetime.now(UTC)
     for i in range(reports):
-        report(engine, topic, i * 10, seconds_ago=(reports - i) * lag.SAMPLE_EVERY)
+        report(engine, topic, i * 10, seconds_ago=(reports - i) * lag.SAMPLE_EVERY, now=now)
     kept = samples(engine, topic)
     assert len(kept) == lag.SAMPLES_KEPT
     assert [o for o, _ in kept] == [i * 10 for i in range(10, reports)]  # the newest stay
 
 
 def test_a_partition_reported_often_gets_one_sample_a_slot(engine, topic):
+    now = datetime.now(UTC)  # one clock reading: the loop's own time would stretch the 2 s
     for i in range(20):
-        report(engine, topic, i, seconds_ago=1000 - i * 0.1)  # 2 s of reports, 10 a second
+        report(engine, topic, i, seconds_ago=1000 - i * 0.1, now=now)  # 2 s of reports, 10 a second
     assert 1 <= len(samples(engine, topic)) <= 2  # one slot, or two where a slot boundary fell in between
 
 
