@@ -171,7 +171,9 @@ def _split_describe(rows: Rows, count: int) -> list[Share]:
 def describe_kinds(window: float) -> tuple[ReadKind, ...]:
     """DescribeGroup's page under the status ``window``, without and with lag history: a kind each.
 
-    Their SQL is the same text; their fixed parameters (a page entry's size) are not.
+    Their SQL is the same text; their fixed parameters (a page entry's size) are not. The
+    storage core keeps each compiled page query (16 of them at most): a store whose window's
+    was dropped from that cache meanwhile would describe alone, as before, never wrongly.
     """
     kinds = []
     for lag_history in (False, True):
