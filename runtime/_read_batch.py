@@ -264,11 +264,11 @@ class ReadBatcher:
     ) -> R:
         """The result of the read ``make()`` (the storage core's steps), its first statement riding a batch if it may.
 
-        ``hot(steps)`` runs a read by itself on the hot path, each attempt on the steps that
-        ``steps()`` gives: the first, the steps left after the batch's share, where they ask
-        for a statement the batch does not answer (or the read's, where it runs alone); any
-        other, the read afresh (its batch failed, an attempt is retried). Bad input raises
-        before any statement.
+        ``hot(steps)`` runs a read by itself on the hot path, in the store's attempts, each
+        attempt on the steps ``steps()`` gives: the first attempt, the steps begun already (a
+        read that rides no batch; one that asks, after its share of the batch, for a statement
+        the batch does not answer); a retried attempt, or a read whose batch failed, the read
+        afresh. Bad input raises before any statement.
         """
         steps = make()
         statement = next(steps)  # bad input raises here, before a connection
