@@ -15,6 +15,7 @@ from typing import Any
 import psycopg_pool
 
 from offsetstore.runtime import async_store
+from offsetstore.runtime._read_batch import ReadBatcher
 from offsetstore.storage import engine
 
 
@@ -25,14 +26,22 @@ class _CheckEveryCheckout:
         await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
-def _never(statement: object) -> bool:
-    return False
+def _alone(operation: str) -> None:
+    """``operation``'s reads run alone again: its first statement rides no batch."""
+    kind_of = ReadBatcher.kind_of
+
+    def patched(self: ReadBatcher, statement: Any) -> Any:
+        kind = kind_of(self, statement)
+        return None if kind is None or kind.name == operation else kind
+
+    ReadBatcher.kind_of = patched  # type: ignore[method-assign]
 
 
 #: lever name -> how to undo it.
 BEFORE = {
     "pool-check": lambda: setattr(engine, "QuietCheck", _CheckEveryCheckout),
-    "read-coalescing": lambda: setattr(async_store, "coalescable", _never),
+    "read-coalescing": lambda: _alone("fetch_offsets"),
+    "describe-coalescing": lambda: _alone("describe_group"),
 }
 
 for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(",")):

@@ -37,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 LEVERS = {
     "pool-check": ("fetch16", "commit1"),
     "read-coalescing": ("fetch16",),
+    # DescribeGroup alone, as before its pages rode batches (fetch16 beside it: the fetches' batches unchanged).
+    "describe-coalescing": ("describe16", "fetch16"),
     # The pool check where every read takes a connection of its own (as before coalescing).
     "pool-check/reads-alone": ("fetch16",),
 }

@@ -5,7 +5,8 @@ grpc.aio clients spread over client processes (so no client GIL is the bottlenec
 
 - ``echo``: grpc.health.v1 Check, the transport's ceiling on the stack that ships;
 - ``commit1`` / ``commit16``: CommitOffsets of 1 or 16 partitions, each client its own group;
-- ``fetch16``: FetchOffsets of a 16-partition group.
+- ``fetch16``: FetchOffsets of a 16-partition group;
+- ``describe16``: DescribeGroup of a 16-partition group (only with ``--only``; bench/levers.py uses it).
 
 In the same run it measures PostgreSQL alone (``pg-upsert``, ``pg-fetch16``: prepared
 statements over psycopg, autocommit, one connection per client), then, with ``--big``,
@@ -33,6 +34,8 @@ from pathlib import Path
 from _server import Served, served
 
 RPCS = ("echo", "commit1", "commit16", "fetch16")
+#: Loads measured only where asked for (``--only``, bench/levers.py).
+MORE_RPCS = ("describe16",)
 PG = ("pg-upsert", "pg-fetch16")
 
 PG_UPSERT = (
@@ -63,7 +66,7 @@ async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag
             )
 
         groups = [f"bench-{tag}-{i}" for i in range(clients)]
-        if kind == "fetch16":
+        if kind in ("fetch16", "describe16"):
             for g in groups:
                 await stub.CommitOffsets(commit(g, 1), timeout=30)
         cpu = time.process_time()
@@ -78,6 +81,8 @@ async def _rpc_clients(kind: str, target: str, clients: int, seconds: float, tag
                     await health.Check(health_pb2.HealthCheckRequest(), timeout=30)
                 elif kind == "fetch16":
                     await stub.FetchOffsets(pb.FetchOffsetsRequest(group_id=group), timeout=30)
+                elif kind == "describe16":
+                    await stub.DescribeGroup(pb.DescribeGroupRequest(group_id=group), timeout=30)
                 else:
                     await stub.CommitOffsets(commit(group, n), timeout=30)
                 latencies.append(time.perf_counter() - t)
@@ -304,7 +309,7 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="also measure with 1M offsets and 10M history rows")
     parser.add_argument("--big-offsets", type=int, default=1_000_000)
     parser.add_argument("--big-history", type=int, default=10_000_000)
-    parser.add_argument("--only", nargs="+", choices=RPCS + PG, help="measure just these")
+    parser.add_argument("--only", nargs="+", choices=RPCS + MORE_RPCS + PG, help="measure just these")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `offsetstore serve` argument")
     parser.add_argument(
         "--processes",
@@ -316,7 +321,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/performance.md")
     args = parser.parse_args()
 
-    kinds = [k for k in RPCS + PG if not args.only or k in args.only]
+    kinds = [k for k in RPCS + MORE_RPCS + PG if k in (args.only or RPCS + PG)]
     lines: list[str] = []
 
     def say(line: str) -> None:

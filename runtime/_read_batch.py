@@ -1,16 +1,24 @@
-"""Coalesced reads: concurrent FetchOffsets of different groups ride one statement, as commits ride one batch.
+"""Coalesced reads: concurrent FetchOffsets or DescribeGroup calls of different groups ride one statement.
 
-Each caller's read is the storage core's steps (:func:`storage.fetch_offsets_steps`); its
-first statement is a page of one group's offsets (``reads._FETCH_ALL``). Readers queue that
-statement's parameters and wait; each flusher task takes everything queued whenever it is
+Each caller's read is the storage core's steps (:func:`storage.fetch_offsets_steps`,
+:func:`storage.describe_group_steps`); its first statement is a page of one group's rows. A
+:class:`ReadKind` is such a first statement that reads may share: FetchOffsets' page
+(:data:`FETCH`), DescribeGroup's under the store's status window, without or with lag
+history (:func:`describe_kinds`). Readers queue that statement's parameters and wait; each
+flusher task takes the reads queued of the kind at the head of the queue whenever it is
 free, so the next batch gathers while one is in the database (no timer; the queue and the
-tasks: :mod:`._flushers`, as the group commit's). A lone read is one
-statement and one round trip, as before; a batch of n is one statement too:
-:data:`BATCHED_FETCH` runs the very page query once per group, side by side
-(``LEFT JOIN LATERAL`` over the groups' parameters), in one snapshot, and gives each group
-the generation a page without rows asks for. Each caller then finishes its own steps with
-its own rows (a page token's generation checked, the result built) in its own task: bad
-input of one caller fails that caller alone.
+tasks: :mod:`._flushers`, as the group commit's). A batch is of one kind, and the other
+kinds' reads keep their places, so no more statements are in the database at once than
+there are tasks. A lone read is one statement and one round trip, as before; a batch of n is
+one statement too: the kind's batched statement runs the very page query once per group,
+side by side (``LEFT JOIN LATERAL`` over the groups' parameters, :func:`batched`), in one
+snapshot. Each caller then goes on with its own steps and its own rows (a page token's
+generation checked, the result built) in its own task: bad input of one caller fails that
+caller alone. What its steps ask for next, the batch answers where it can (FetchOffsets'
+generation for a page without rows); otherwise the read goes on alone on the hot path
+(DescribeGroup's lag histories, its group verdict over more than one page). Reads are read
+committed: each statement sees its own snapshot anyway, so a statement on another
+connection answers what the read alone would have.
 
 The rules, so that a coalesced read answers exactly what the read alone would have:
 
@@ -29,20 +37,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
-from offsetstore.core.types import FetchResult
 from offsetstore.runtime._flushers import Flushers
-from offsetstore.storage import reads
+from offsetstore.storage import describe, reads
 from offsetstore.storage._calls import Bound, caller_bound
 from offsetstore.storage.steps import int_array, text_array
 
-__all__ = ["BATCHED_FETCH", "MAX_BATCH_READS", "ReadBatcher", "coalescable"]
+__all__ = [
+    "BATCHED_FETCH",
+    "FETCH",
+    "MAX_BATCH_READS",
+    "ReadBatcher",
+    "ReadKind",
+    "Rows",
+    "batched",
+    "describe_kinds",
+    "resumed",
+]
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +78,8 @@ _COLUMNS = {
     "%(rows)s::INTEGER": "b.row_limit",
     "%(budget)s::BIGINT": "b.budget",
 }
-
-
-def _per_group(sql: str) -> str:
-    for placeholder, column in _COLUMNS.items():
-        sql = sql.replace(placeholder, column)
-    if "%(" in sql:  # the page query gained a parameter this module does not know
-        raise AssertionError(f"unmapped parameter in the page query: {sql}")
-    return sql
-
-
-_GENERATION = _per_group(reads._FETCH_GENERATION)
-
-#: The page query of :func:`storage.fetch_offsets_steps` for each group of the batch, in one statement.
-#: A row: the caller's index (from 1), the generation where the group's page has no rows, the page's row.
-BATCHED_FETCH = (
-    "SELECT b.n, CASE WHEN f.topic IS NULL THEN (" + _GENERATION + ") END, f.* "
-    "FROM unnest(%(groups)s::VARCHAR[], %(after_topics)s::VARCHAR[], %(after_partitions)s::INTEGER[], "
-    "%(row_limits)s::INTEGER[], %(budgets)s::BIGINT[]) "
-    "WITH ORDINALITY AS b(group_id, after_topic, after_partition, row_limit, budget, n) "
-    "LEFT JOIN LATERAL (" + _per_group(reads._FETCH_ALL) + ") AS f ON true "
-    "ORDER BY b.n, f.topic, f.partition"
-)
+_PER_GROUP = frozenset(("group", "after_topic", "after_partition", "rows", "budget"))
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 #: The batch's parameters: each an array literal of one page parameter (joined at C speed, see :mod:`.steps`).
 _PARAMS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -90,9 +91,97 @@ _PARAMS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def coalescable(statement: storage.Statement | None) -> bool:
-    """Whether the first statement of a read's steps may ride a batch."""
-    return statement is not None and statement[0] is reads._FETCH_ALL
+def _per_group(sql: str, fixed: Collection[str] = ()) -> str:
+    """``sql`` with each of the caller's parameters a column of ``b``; those left must be among ``fixed``."""
+    for placeholder, column in _COLUMNS.items():
+        sql = sql.replace(placeholder, column)
+    unmapped = set(_PLACEHOLDER.findall(sql)) - (set(fixed) - _PER_GROUP)
+    if unmapped:  # the page query gained a parameter of its own, or renders one otherwise
+        raise AssertionError(f"unmapped parameters {sorted(unmapped)} in the page query: {sql}")
+    return sql
+
+
+def batched(page: str, alias: str, leading: str = "", fixed: Collection[str] = ()) -> str:
+    """The page query ``page`` once per group of a batch, in one statement.
+
+    A row: the caller's index (from 1), the ``leading`` columns, the page's row as ``alias``
+    (NULLs where the group's page has none: LEFT JOIN). ``fixed``: the names of the page's
+    parameters that are the same for every group, passed once.
+    """
+    return (
+        f"SELECT b.n, {leading}{alias}.* "
+        "FROM unnest(%(groups)s::VARCHAR[], %(after_topics)s::VARCHAR[], %(after_partitions)s::INTEGER[], "
+        "%(row_limits)s::INTEGER[], %(budgets)s::BIGINT[]) "
+        "WITH ORDINALITY AS b(group_id, after_topic, after_partition, row_limit, budget, n) "
+        f"LEFT JOIN LATERAL ({_per_group(page, fixed)}) AS {alias} ON true "
+        f"ORDER BY b.n, {alias}.topic, {alias}.partition"
+    )
+
+
+#: A statement's rows.
+Rows = list[tuple[Any, ...]]
+#: A caller's share of a batch: the rows of its first statement, and the statements its steps
+#: may ask for next that the batch answers too (their SQL, known by identity, with their rows).
+Share = tuple[Rows, tuple[tuple[str, Rows], ...]]
+
+
+@dataclass(frozen=True, eq=False)
+class ReadKind:
+    """A first statement that concurrent reads of different groups may share, and how they share it."""
+
+    #: The operation's name: its metrics and log lines, and how the batch's failures are typed.
+    name: str
+    #: The first statement's SQL, the very string the reads' steps yield (known by identity).
+    first: str
+    #: The batch's statement (:func:`batched`).
+    batched: str
+    #: The batch's parameters that are the same for every group.
+    fixed: Mapping[str, object]
+    #: ``split(rows, count)``: the batch's rows as the shares of its ``count`` callers, in order.
+    split: Callable[[Rows, int], list[Share]]
+
+
+def _split_fetch(rows: Rows, count: int) -> list[Share]:
+    shares: list[Share] = [([], ()) for _ in range(count)]
+    for n, generation, *row in rows:
+        if row[1] is None:  # no page rows: the group's generation, for the caller's steps to ask for
+            shares[n - 1] = ([], ((reads._FETCH_GENERATION, [(generation,)]),))
+        else:
+            shares[n - 1][0].append(tuple(row))
+    return shares
+
+
+#: The page query of :func:`storage.fetch_offsets_steps` for each group of the batch, in one statement.
+#: A row: the caller's index (from 1), the generation where the group's page has no rows, the page's row.
+BATCHED_FETCH = batched(
+    reads._FETCH_ALL, "f", "CASE WHEN f.topic IS NULL THEN (" + _per_group(reads._FETCH_GENERATION) + ") END, "
+)
+#: FetchOffsets of all of a group's topics.
+FETCH = ReadKind("fetch_offsets", reads._FETCH_ALL, BATCHED_FETCH, {}, _split_fetch)
+
+
+def _split_describe(rows: Rows, count: int) -> list[Share]:
+    shares: list[Share] = [([], ()) for _ in range(count)]
+    for n, *row in rows:
+        if row[0] is not None:  # a group not found has no generation: no rows, as its page alone has
+            shares[n - 1][0].append(tuple(row))
+    return shares
+
+
+def describe_kinds(window: float) -> tuple[ReadKind, ...]:
+    """DescribeGroup's page under the status ``window``, without and with lag history: a kind each.
+
+    Their SQL is the same text; their fixed parameters (a page entry's size) are not. The
+    storage core keeps each compiled page query (16 of them at most): a store whose window's
+    was dropped from that cache meanwhile would describe alone, as before, never wrongly.
+    """
+    kinds = []
+    for lag_history in (False, True):
+        first, compiled = describe.page_statement(window, lag_history)
+        fixed = {name: value for name, value in compiled.items() if name not in _PER_GROUP}
+        assert not fixed.keys() & {name for name, _, _ in _PARAMS}, "a fixed parameter shadows the batch's"
+        kinds.append(ReadKind("describe_group", first, batched(first, "d", fixed=fixed), fixed, _split_describe))
+    return tuple(kinds)
 
 
 class _Alone:
@@ -103,14 +192,12 @@ class _Alone:
 #: Handed to a caller whose batch failed: it runs its read alone.
 ALONE = _Alone()
 
-#: A caller's share of a batch: its page's rows, and its group's generation (for a page without rows).
-Share = tuple[list[tuple[Any, ...]], int]
-
 
 class _Read:
-    __slots__ = ("params", "bound", "future")
+    __slots__ = ("kind", "params", "bound", "future")
 
-    def __init__(self, params: Mapping[str, object], bound: Bound | None) -> None:
+    def __init__(self, kind: ReadKind, params: Mapping[str, object], bound: Bound | None) -> None:
+        self.kind = kind
         self.params = params
         self.bound = bound
         self.future: asyncio.Future[Share | _Alone | BaseException] = asyncio.get_running_loop().create_future()
@@ -124,8 +211,8 @@ class _Read:
             self.future.set_result(handed)
 
 
-#: Runs the batch's statement: ``execute(sql, params, timeout_ms)`` -> rows, its failures typed.
-Execute = Callable[[str, Mapping[str, object], "int | None"], Awaitable[list[tuple[Any, ...]]]]
+#: Runs a batch's statement: ``execute(name, sql, params, timeout_ms)`` -> rows, its failures typed as ``name``'s.
+Execute = Callable[[str, str, Mapping[str, object], "int | None"], Awaitable[Rows]]
 
 
 class ReadBatcher:
@@ -133,6 +220,7 @@ class ReadBatcher:
 
     ``timeout_ms(bound)`` is the store's: the statement timeout a caller's bound asks for
     (None: ``statement_timeout_ms``, the engine's; it raises where the deadline is past).
+    ``kinds``: the first statements it coalesces.
     """
 
     def __init__(
@@ -141,6 +229,7 @@ class ReadBatcher:
         timeout_ms: Callable[[Bound | None], int | None],
         statement_timeout_ms: int,
         *,
+        kinds: tuple[ReadKind, ...] = (FETCH,),
         flushers: int = 2,
     ) -> None:
         if flushers < 1:
@@ -148,6 +237,8 @@ class ReadBatcher:
         self._execute = execute
         self._timeout_ms = timeout_ms
         self._statement_ms = statement_timeout_ms
+        # By the identity of their SQL (each kind holds its string: the id stays its own).
+        self._kinds = {id(kind.first): kind for kind in kinds}
         self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush)
 
     @property
@@ -155,20 +246,45 @@ class ReadBatcher:
         """How many batches may be in the database at once."""
         return self._flushers.count
 
-    async def fetch(
-        self,
-        steps: storage.HotSteps[FetchResult],
-        statement: storage.Statement,
-        alone: Callable[[], Awaitable[FetchResult]],
-    ) -> FetchResult:
-        """The result of the read ``steps`` (its first ``statement`` taken), ``statement`` riding a batch.
+    def queued(self) -> int:
+        """How many reads wait for a flusher (not yet in a batch)."""
+        return len(self._flushers)
 
-        ``alone()`` runs the read by itself, where its batch failed.
+    def kind_of(self, statement: storage.Statement | None) -> ReadKind | None:
+        """The kind of a read whose steps' first statement is ``statement``; None: it runs alone."""
+        if statement is None:
+            return None
+        kind = self._kinds.get(id(statement[0]))
+        return kind if kind is not None and kind.first is statement[0] else None
+
+    async def run(
+        self,
+        make: Callable[[], storage.HotSteps[R]],
+        hot: Callable[[Callable[[], storage.HotSteps[R]]], Awaitable[R]],
+    ) -> R:
+        """The result of the read ``make()`` (the storage core's steps), its first statement riding a batch if it may.
+
+        ``hot(steps)`` runs a read by itself on the hot path, in the store's attempts, each
+        attempt on the steps ``steps()`` gives: the first attempt, the steps begun already (a
+        read that rides no batch; one that asks, after its share of the batch, for a statement
+        the batch does not answer); a retried attempt, or a read whose batch failed, the read
+        afresh. Bad input raises before any statement.
         """
+        steps = make()
+        statement = next(steps)  # bad input raises here, before a connection
+        kind = self.kind_of(statement)
+        first = [] if kind is not None else [resumed(statement, steps)]
+
+        def once() -> storage.HotSteps[R]:
+            return first.pop() if first else make()
+
+        if kind is None:
+            return await hot(once)
+        assert statement is not None
         bound = caller_bound()
         ms = self._timeout_ms(bound)  # a deadline already past never reaches the database
         ms = self._statement_ms if ms is None else ms
-        read = _Read(statement[1], bound)
+        read = _Read(kind, statement[1], bound)
         self._flushers.put(read)
         try:
             # As the read alone is bounded: cancelled (here: left behind) when its time is up.
@@ -178,11 +294,27 @@ class ReadBatcher:
             log.warning("database unavailable (read timed out)", extra={"ms": ms})
             raise StoreUnavailableError("the offset store's database did not answer in time") from None
         if handed is ALONE:
-            return await alone()
+            return await hot(once)
         if isinstance(handed, BaseException):
             raise handed
         assert not isinstance(handed, _Alone)
-        return _finish(steps, *handed)
+        rows, answers = handed
+        try:
+            following = steps.send(rows)
+            while True:
+                if following is storage.PAUSE:
+                    await asyncio.sleep(0)  # as on the hot path: other calls run between slices
+                    following = steps.send(None)
+                    continue
+                answered = next((found for sql, found in answers if sql is following[0]), None)
+                if answered is None:
+                    break
+                following = steps.send(answered)
+        except StopIteration as done:
+            result: R = done.value
+            return result
+        first.append(resumed(following, steps))
+        return await hot(once)
 
     async def stop(self) -> None:
         """Answers what is queued, then ends the flushers."""
@@ -190,10 +322,13 @@ class ReadBatcher:
 
     async def _flush(self, batch: list[_Read]) -> None:
         try:
+            kind = batch[0].kind
             ms = self._batch_ms(batch)
-            params = {name: literal([read.params[key] for read in batch]) for name, key, literal in _PARAMS}
+            params = dict(kind.fixed)
+            for name, key, literal in _PARAMS:
+                params[name] = literal([read.params[key] for read in batch])
             try:
-                rows = await self._execute(BATCHED_FETCH, params, ms)
+                rows = await self._execute(kind.name, kind.batched, params, ms)
             except Exception as error:
                 if len(batch) == 1:
                     batch[0].finish(error)
@@ -202,13 +337,7 @@ class ReadBatcher:
                     for read in batch:
                         read.finish(ALONE)
                 return
-            shares: list[Share] = [([], 0) for _ in batch]
-            for n, generation, *row in rows:
-                if row[1] is None:  # no page rows: the group's generation, for the caller to ask for
-                    shares[n - 1] = ([], generation)
-                else:
-                    shares[n - 1][0].append(tuple(row))
-            for read, share in zip(batch, shares, strict=True):
+            for read, share in zip(batch, kind.split(rows, len(batch)), strict=True):
                 read.finish(share)
         except BaseException as error:  # no caller may wait forever
             for read in batch:
@@ -231,38 +360,30 @@ class ReadBatcher:
 
 
 def _take(queue: deque[_Read]) -> list[_Read]:
-    """The next batch off ``queue``: up to :data:`MAX_BATCH_READS` reads; those gone are answered, not sent."""
+    """The next batch off ``queue``: up to :data:`MAX_BATCH_READS` reads of the first one's kind.
+
+    The others keep their places in the queue; those gone are answered, not sent.
+    """
     batch: list[_Read] = []
+    others: list[_Read] = []
     while queue and len(batch) < MAX_BATCH_READS:
         read = queue.popleft()
         if read.gone():  # cancelled, or past its deadline: not sent
             read.finish(StoreUnavailableError("the caller went away before the database answered"))
-        else:
+        elif not batch or read.kind is batch[0].kind:
             batch.append(read)
+        else:
+            others.append(read)
+    queue.extendleft(reversed(others))
     return batch
 
 
-def _finish(steps: storage.HotSteps[FetchResult], rows: list[tuple[Any, ...]], generation: int) -> FetchResult:
-    """Drives the rest of a read's ``steps`` with its share of the batch (the caller's own task)."""
-    try:
-        statement = steps.send(rows)
-        while True:
-            if statement is storage.PAUSE:
-                statement = steps.send(None)
-            elif statement[0] is reads._FETCH_GENERATION:
-                statement = steps.send([(generation,)])
-            else:  # the steps asked for a statement the batch does not answer
-                raise AssertionError(f"a coalesced read asked for {statement[0]!r}")
-    except StopIteration as done:
-        result: FetchResult = done.value
-        return result
-
-
-def resumed(statement: storage.Statement | None, steps: storage.HotSteps[Any]) -> storage.HotSteps[Any]:
-    """``steps`` whose first ``statement`` was already taken, as steps again (to run alone)."""
+def resumed(statement: storage.Statement | None, steps: storage.HotSteps[R]) -> storage.HotSteps[R]:
+    """``steps`` whose ``statement`` is taken already (their first, or the one a batch left), as steps again."""
     while True:
         rows = yield statement
         try:
             statement = steps.send(rows)
         except StopIteration as done:
-            return done.value
+            result: R = done.value
+            return result

@@ -4,14 +4,15 @@
 maintenance, the metrics' scrapes, tests, tools) reach it through its sync face,
 :class:`~offsetstore.runtime.store.Store`, which runs these very coroutines on the store's
 event loop. It runs the storage core (functions taking a SQLAlchemy ``Connection``) on
-SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, not a thread. The two hot statements (the group
-commit's batch and the fetch) are the storage core's steps (:func:`storage.write_batch_steps`,
-:func:`storage.fetch_offsets_steps`) driven on psycopg's ``AsyncConnection`` with none of
-SQLAlchemy's layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
+SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, not a thread.
+The hot path (the group commit's batch, FetchOffsets, DescribeGroup, watermark reports) is
+the storage core's steps driven on psycopg's ``AsyncConnection`` with none of SQLAlchemy's
+layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
 caller's deadline (:func:`~offsetstore.storage._calls.deadline`) bounds the work.
 
-Group commit (:class:`AsyncWriteBatcher`) is a few asyncio tasks: each takes whatever is
-queued when it is free, so the next batch gathers while one is in the database (no timer).
+Group commit (:class:`AsyncWriteBatcher`) and coalesced reads (:mod:`._read_batch`) are a
+few asyncio tasks each: a task takes whatever is queued when it is free, so the next batch
+gathers while one is in the database (no timer).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -47,7 +49,7 @@ from offsetstore.core.types import (
 )
 from offsetstore.runtime._hot_async import bounded_read, on_primary, run_hot
 from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
-from offsetstore.runtime._read_batch import ReadBatcher, coalescable, resumed
+from offsetstore.runtime._read_batch import FETCH, ReadBatcher, Rows, describe_kinds
 from offsetstore.runtime._write_batch import AsyncWriteBatcher, Carry
 from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
 from offsetstore.storage.engine import (
@@ -91,7 +93,7 @@ class AsyncStore:
     and fetches (psycopg's pool), ``pool_size`` for everything else (SQLAlchemy's asyncio
     engine), and one for the health probe. ``write_flushers`` tasks write the batches of
     commits and joins (:class:`AsyncWriteBatcher`), each holding one hot connection while it writes;
-    ``read_flushers`` tasks coalesce concurrent fetches (:mod:`._read_batch`).
+    ``read_flushers`` tasks coalesce concurrent fetches and descriptions (:mod:`._read_batch`).
     """
 
     def __init__(
@@ -129,9 +131,9 @@ class AsyncStore:
         self.status_rules = status_rules
         self.write_flushers = write_flushers
         self.writes = AsyncWriteBatcher(self, flushers=write_flushers, carry=carry)
-        self.reads = ReadBatcher(
-            self._read_rows, self.timeout_ms, self.settings.statement_timeout_ms, flushers=read_flushers
-        )
+        kinds = (FETCH, *describe_kinds(status_rules.window))  # the first statements concurrent reads share
+        statement_ms = self.settings.statement_timeout_ms
+        self.reads = ReadBatcher(self._read_rows, self.timeout_ms, statement_ms, kinds=kinds, flushers=read_flushers)
 
     def observe_with(
         self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
@@ -234,14 +236,18 @@ class AsyncStore:
 
         return await self.attempts(name, once, unapplied=(lambda: True) if read_only else None)
 
-    async def _read_rows(self, sql: str, params: Mapping[str, object], ms: int | None) -> list[tuple[Any, ...]]:
+    async def _read_rows(self, name: str, sql: str, params: Mapping[str, object], ms: int | None) -> Rows:
         """The rows of a coalesced read's statement (:mod:`._read_batch`), bounded by ``ms`` as a read alone is."""
 
-        async def once() -> list[tuple[Any, ...]]:
+        async def once() -> Rows:
             async with self.hot_connection(ms) as conn:
                 return await bounded_read(conn, sql, params, self.settings, ms)
 
-        return await self.attempts("fetch_offsets", once, unapplied=lambda: True)
+        return await self.attempts(name, once, unapplied=lambda: True)
+
+    async def _read(self, name: str, make: Callable[[], storage.HotSteps[R]]) -> R:
+        """The read ``make()`` of the hot path; its first statement rides a batch where it may (:mod:`._read_batch`)."""
+        return await self._timed(name, self.reads.run(make, lambda once: self._hot(name, once, read_only=True)))
 
     @contextlib.asynccontextmanager
     async def hot_connection(self, timeout_ms: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -330,29 +336,14 @@ class AsyncStore:
         self, group_id: str, topics: storage.SelectionArg = None, *, page_size: int = 0, page_token: str = ""
     ) -> FetchResult:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
-        steps = storage.fetch_offsets_steps(group_id, topics, page)
-        statement = next(steps)  # bad input raises here, before a connection
-        first = [] if coalescable(statement) else [resumed(statement, steps)]
-
-        def once() -> storage.HotSteps[FetchResult]:
-            # A retried attempt (or a coalesced read sent back to run alone) starts the steps afresh.
-            return first.pop() if first else storage.fetch_offsets_steps(group_id, topics, page)
-
-        if statement is not None and not first:  # its statement rides a batch with other groups' (:mod:`._read_batch`)
-            alone = lambda: self._hot("fetch_offsets", once, read_only=True)  # noqa: E731
-            return await self._timed("fetch_offsets", self.reads.fetch(steps, statement, alone))
-        return await self.run_hot("fetch_offsets", once, read_only=True)
+        return await self._read("fetch_offsets", partial(storage.fetch_offsets_steps, group_id, topics, page))
 
     async def describe_group(
         self, group_id: str, *, page_size: int = 0, page_token: str = "", lag_history: bool = False
     ) -> GroupDescription:
         page = storage.PageRequest(page_size, page_token, self.max_response_bytes, await self.token_key())
-        rules = self.status_rules
-        return await self.run_hot(
-            "describe_group",
-            lambda: storage.describe_group_steps(group_id, page, rules, lag_history),
-            read_only=True,
-        )
+        make = partial(storage.describe_group_steps, group_id, page, self.status_rules, lag_history)
+        return await self._read("describe_group", make)
 
     async def reset_offsets(self, request: ResetRequest, *, actor: str = "") -> ResetResult:
         return await self.run(storage.reset_offsets, request, actor=actor)

@@ -131,6 +131,17 @@ def _facts_query(window: float) -> _Query:
 _HISTORIES = _compile(lag_histories_query())
 
 
+def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any]]:
+    """The SQL of :func:`describe_group_steps`' first statement (the page) under ``window``, and its fixed parameters.
+
+    The very string the steps yield (a runtime that coalesces pages knows it by identity).
+    The caller's parameters are ``group`` and the page's (:func:`~.pages.sized_page_params`);
+    the first column is the group's generation, NULL in no row of a group that exists.
+    """
+    query = _page_query(window, lag_history)
+    return query.sql, query.fixed
+
+
 def describe_group(
     conn: Connection,
     group_id: str,

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from offsetstore import storage
@@ -20,8 +18,7 @@ from offsetstore.core.types import FetchResult, OffsetCommit
 from offsetstore.runtime._read_batch import BATCHED_FETCH
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store, deadline
-
-R = TypeVar("R")
+from tests.fixtures.coalesced_reads import TableLock, executions, with_store
 
 
 def fresh(tag: str) -> str:
@@ -53,34 +50,9 @@ def alone(store: Store, group_id: str, page_size: int = 0, page_token: str = "")
         return storage.fetch_offsets(conn, group_id, None, page)
 
 
-def with_store(store: Store, scenario: Callable[[AsyncStore], Awaitable[R]], **kwargs: Any) -> R:
-    async def run() -> R:
-        hot = AsyncStore(
-            store.engine,
-            statement_timeout_ms=store.statement_timeout_ms,
-            max_response_bytes=store.max_response_bytes,
-            **kwargs,
-        )
-        await hot.open()
-        try:
-            return await scenario(hot)
-        finally:
-            await hot.close()
-
-    return asyncio.run(run())
-
-
 async def batched_executions(hot: AsyncStore) -> int:
-    """How often the coalesced statement ran on the hot pool's one connection (its prepared statement)."""
-    async with hot.hot.connection() as conn:
-        cursor = await conn.execute(
-            "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
-            "WHERE strpos(statement, %s) > 0",
-            (BATCHED_FETCH[BATCHED_FETCH.index("WITH ORDINALITY") :],),
-        )
-        row = await cursor.fetchone()
-        assert row is not None
-        return int(row[0])
+    """How often the coalesced fetch ran on the hot pool's one connection."""
+    return await executions(hot, BATCHED_FETCH)
 
 
 def test_a_batch_of_reads_answers_what_each_read_alone_answers(store: Store, groups: dict[str, str]) -> None:
@@ -141,31 +113,6 @@ def test_one_callers_bad_page_token_fails_that_caller_alone(store: Store, groups
         alone(store, groups["joined"], page_size=1, page_token=stale.next_page_token)
     assert isinstance(garbage, InvalidArgumentError)
     assert one == alone(store, groups["one"])
-
-
-class TableLock:
-    """Another session's lock on the offsets table: reads queue behind it until released."""
-
-    def __init__(self, conninfo: str) -> None:
-        self.conn = psycopg.connect(conninfo)
-        self.conn.execute("LOCK TABLE offsetstore.offsets IN ACCESS EXCLUSIVE MODE")
-        self.pid = self.conn.info.backend_pid
-
-    async def waiters(self, conninfo: str, count: int) -> None:
-        """Waits until ``count`` sessions wait for this lock."""
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as watcher:
-            while True:
-                cursor = await watcher.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (self.pid,)
-                )
-                row = await cursor.fetchone()
-                if row is not None and row[0] >= count:
-                    return
-                await asyncio.sleep(0.02)
-
-    def release(self) -> None:
-        self.conn.rollback()
-        self.conn.close()
 
 
 def test_a_callers_cancellation_or_deadline_leaves_the_others_their_answers(
