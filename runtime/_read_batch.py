@@ -239,6 +239,8 @@ class ReadBatcher:
         self._statement_ms = statement_timeout_ms
         # By the identity of their SQL (each kind holds its string: the id stays its own).
         self._kinds = {id(kind.first): kind for kind in kinds}
+        if len(self._kinds) != len(kinds):  # two kinds of one string object: one would take the other's reads
+            raise ValueError("each read kind needs a first statement of its own (the same text is fine)")
         self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush)
 
     @property
