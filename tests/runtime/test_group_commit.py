@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
@@ -37,6 +38,7 @@ from offsetstore.runtime._group_commit import GONE, CallersLeft
 from offsetstore.runtime.async_store import Carry
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.engine import create_engine
+from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
 
 R = TypeVar("R")
@@ -289,6 +291,39 @@ def test_a_caller_gone_before_commit_is_taken_out_and_the_batch_redone(one_flush
     assert isinstance(outcome["staying"], list) and outcome["staying"][0].offset == 5
     assert store.fetch_offsets(leaving).offsets[TopicPartition(TOPIC, 0)].offset == 1
     assert store.fetch_offsets(staying).offsets[TopicPartition(TOPIC, 0)].offset == 5
+
+
+def test_a_caller_gone_while_its_request_runs_alone_is_told_so_and_nothing_is_committed(
+    one_flusher: Store, batches: Batches, database_url: str, engine: sa.Engine
+) -> None:
+    store = one_flusher
+    group = fresh()
+    store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 1)])
+    batches.seen.clear()
+    there = threading.Event()
+    there.set()
+
+    def commit() -> list[CommittedOffset]:
+        with deadline(60, there.is_set):
+            return store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 2)])
+
+    with group_locked(database_url, group) as lock, ThreadPoolExecutor(max_workers=1) as pool:
+        call = pool.submit(commit)
+        # The batch gave up on the held lock: the request runs alone now, in its caller's task,
+        # and it is the one that waits for the lock.
+        wait_until(lambda: len(batches.seen) == 1)
+        wait_until(lambda: lock.waiting() == 1)
+        there.clear()
+        lock.release()
+        error = call.exception(60)
+    ((_, batch_error),) = batches.seen
+    assert isinstance(batch_error, StoreUnavailableError) and isinstance(
+        batch_error.__cause__, psycopg.errors.LockNotAvailable
+    )
+    # Before: the alone run's rollback escaped as the batcher's internal CallersLeft.
+    assert isinstance(error, StoreUnavailableError) and error.message == GONE
+    assert store.fetch_offsets(group).offsets[TopicPartition(TOPIC, 0)].offset == 1
+    assert history(engine, group) == [(int(ChangeKind.COMMIT), None, 1)]
 
 
 def test_write_flushers_are_read_from_flags_and_environment_and_bounded_by_the_pool() -> None:
