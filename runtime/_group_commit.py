@@ -10,13 +10,16 @@ rest redone, so a caller that went away never has its request committed. A reply
 sent only after COMMIT returned. A flusher's batch waits for a group's lock
 :data:`BATCH_LOCK_TIMEOUT_MS` at most (asyncio driver); a batch that timed out, waited too
 long for a lock or failed in a statement runs each request alone, by its own caller, so one
-locked group cannot fail the others, nor stall them by holding the flushers.
+locked group cannot fail the others, nor stall them by holding the flushers. A request run
+alone is a batch of one under the same rules, without the short lock wait: its caller gone
+before COMMIT, it is rolled back and the caller hears why (:data:`GONE`).
 
 The driver does only the I/O: :class:`~offsetstore.runtime._write_batch.AsyncWriteBatcher`
 (asyncio tasks and an event; callers in threads reach it through the sync
-:class:`~offsetstore.runtime.store.Store`). It runs, per batch::
+:class:`~offsetstore.runtime.store.Store`). It runs, per batch (and per request handed
+:data:`ALONE`, with ``[the request]`` and no lock timeout)::
 
-    flush = Flush(waiting(take_batch(queue)), timeout_ms)
+    flush = Flush(waiting(take_batch(queue)), timeout_ms, BATCH_LOCK_TIMEOUT_MS)
     while flush.live:
         try:
             outcomes = <one transaction: the settings (flush.timeout_ms, flush.lock_timeout_ms),

@@ -100,8 +100,10 @@ class AsyncWriteBatcher:
         self._flushers.put(write)
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
         if outcome is gc.ALONE:
-            alone = gc.Flush([write], self.store.timeout_ms)
-            return gc.outcome((await self._transaction(alone))[0])
+            # Run again in this task, by a batch's rules: a caller gone before COMMIT hears GONE.
+            alone = _Write(request, bound)
+            await self._write_through(gc.Flush(gc.waiting([alone]), self.store.timeout_ms))
+            outcome = alone.future.result()
         return gc.outcome(outcome)
 
     async def stop(self) -> None:
@@ -111,19 +113,23 @@ class AsyncWriteBatcher:
     async def _flush(self, batch: list[_Write]) -> None:
         try:
             flush = gc.Flush(gc.waiting(batch), self.store.timeout_ms, gc.BATCH_LOCK_TIMEOUT_MS)
-            while flush.live:
-                try:
-                    if self.carry is None:
-                        outcomes = await self._transaction(flush)
-                    else:
-                        with self.carry.enter([w.carried for w in flush.live]):
-                            outcomes = await self._transaction(flush)
-                except Exception as error:
-                    flush.failed(error)
-                else:
-                    flush.succeeded(outcomes)
+            await self._write_through(flush, self.carry)
         except Exception as error:  # no caller may wait forever
             gc.crashed(batch, error)
+
+    async def _write_through(self, flush: gc.Flush[_Write], carry: Carry | None = None) -> None:
+        """Writes ``flush`` until each of its callers was handed something, redone without those who left."""
+        while flush.live:
+            try:
+                if carry is None:
+                    outcomes = await self._transaction(flush)
+                else:
+                    with carry.enter([w.carried for w in flush.live]):
+                        outcomes = await self._transaction(flush)
+            except Exception as error:
+                flush.failed(error)  # raises an unknown error of a caller alone
+            else:
+                flush.succeeded(outcomes)
 
     async def _transaction(self, flush: gc.Flush[_Write]) -> list[storage.WriteOutcome]:
         """Writes ``flush``'s requests in one transaction (retried on conflicts); a caller gone rolls it back."""

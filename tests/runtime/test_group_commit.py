@@ -1,20 +1,26 @@
 """Group commit: concurrent commits and joins share a transaction, and each keeps its own answer.
 
-A batch is made deterministic by holding one group's row lock from another session: the
-store's only flusher waits on it while the next requests queue up behind it, and all of
-them go into the next batch. Commits of one batch share their statement's
-``statement_timestamp()``, which is how a test sees that they were written together.
+A batch is made deterministic by starting its calls in one turn of the store's event loop
+(:func:`at_once`): each queues its request before the flusher it wakes runs, so they all go
+into one batch. Holding a group's row lock from another session cannot keep the flusher
+waiting: a batch waits for a lock 50 ms at most, then its requests run alone. The tests see
+the batches (who was in each transaction, how it ended) through the store's carry seam, and
+commits of one batch share their statement's ``statement_timestamp()``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -28,10 +34,14 @@ from offsetstore.client import (
     StoreUnavailableError,
     TopicPartition,
 )
+from offsetstore.runtime._group_commit import GONE, CallersLeft
+from offsetstore.runtime.async_store import Carry
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.engine import create_engine
 from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
+
+R = TypeVar("R")
 
 TOPIC = "orders"
 
@@ -123,61 +133,104 @@ def test_a_commit_in_a_batch_brings_a_deleted_group_back_with_its_generation(eng
 
 # --- the Store: concurrent callers coalesce ----------------------------------------------
 
+#: Which of a test's callers a request is, as the batches carry it (:class:`Batches`).
+CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="")
+
+
+class Batches:
+    """The batches the store's flusher writes, seen through the store's carry seam (what tracing uses).
+
+    ``seen`` holds, per transaction of a batch, its callers' names and the error that ended
+    it (None: committed); ``on_enter`` is called with the names before the transaction begins.
+    A request run alone, in its caller's task, is no batch: it is not seen.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[list[str], BaseException | None]] = []
+        self.on_enter: Callable[[list[str]], None] = lambda names: None
+
+    def carry(self) -> Carry:
+        return Carry(capture=CALLER.get, enter=self._enter)
+
+    @contextlib.contextmanager
+    def _enter(self, carried: list[object]) -> Iterator[None]:
+        names = sorted(str(c) for c in carried)
+        self.on_enter(names)
+        try:
+            yield
+        except BaseException as error:
+            self.seen.append((names, error))
+            raise
+        self.seen.append((names, None))
+
 
 @pytest.fixture
-def one_flusher(database_url: str) -> Iterator[Store]:
-    store = Store(create_engine(database_url, pool_size=4, statement_timeout_ms=60_000), write_flushers=1)
+def batches() -> Batches:
+    return Batches()
+
+
+@pytest.fixture
+def one_flusher(database_url: str, batches: Batches) -> Iterator[Store]:
+    store = Store(
+        create_engine(database_url, pool_size=4, statement_timeout_ms=60_000), write_flushers=1, carry=batches.carry()
+    )
     yield store
     store.dispose()
 
 
-def submit_while_blocked(store: Store, database_url: str, calls: list[Callable[[], Any]]) -> list[Future[Any]]:
-    """Runs ``calls`` so that they all land in one batch: queued while the only flusher is busy."""
-    blocker = fresh("blocker")
-    store.commit_offsets(blocker, [OffsetCommit(TOPIC, 0, 1)])
-    pool = ThreadPoolExecutor(max_workers=len(calls) + 1)
-    try:
-        with group_locked(database_url, blocker) as lock:
-            held = pool.submit(store.commit_offsets, blocker, [OffsetCommit(TOPIC, 0, 2)])
-            wait_until(lambda: lock.waiting() == 1)  # the flusher now waits in the database
-            futures = [pool.submit(call) for call in calls]
-            wait_until(lambda: store.writes.queued() == len(calls))
-            lock.release()
-        held.result(30)
-        for f in futures:
-            f.exception(30)
-        return futures
-    finally:
-        pool.shutdown(wait=True)
+def at_once(store: Store, calls: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, Any]:
+    """Runs ``calls`` (on ``store.aio``) so that they land in one batch; what each returned or raised, by name.
+
+    Their tasks start in one turn of the store's loop, and each queues its request before it
+    first waits; asyncio runs ready tasks in the order they were scheduled, so the flusher the
+    first one wakes runs after the last one queued, and takes them all. Each call is its
+    caller ``name`` in the batches seen (:class:`Batches`).
+    """
+
+    async def one(name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        CALLER.set(name)  # in this task's own context
+        return await call()
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(one(n, c) for n, c in calls.items()), return_exceptions=True)
+
+    return dict(zip(calls, store.wait(together()), strict=True))
+
+
+async def bounded(seconds: float, is_active: Callable[[], bool], call: Awaitable[R]) -> R:
+    """``call`` awaited under the caller's :func:`deadline` (``seconds``, ``is_active``)."""
+    with deadline(seconds, is_active):
+        return await call
 
 
 def test_concurrent_commits_share_one_transaction_and_keep_their_own_answers(
-    one_flusher: Store, database_url: str, engine: sa.Engine
+    one_flusher: Store, batches: Batches, engine: sa.Engine
 ) -> None:
     store = one_flusher
     fenced, mismatched, good_a, good_b, joined = (fresh() for _ in range(5))
     store.commit_offsets(fenced, [OffsetCommit(TOPIC, 0, 1)])
     generation = store.join_group(fenced)
     store.commit_offsets(mismatched, [OffsetCommit(TOPIC, 0, 7)])
+    batches.seen.clear()
 
-    futures = submit_while_blocked(
+    aio = store.aio
+    outcome = at_once(
         store,
-        database_url,
-        [
-            lambda: store.commit_offsets(fenced, [OffsetCommit(TOPIC, 0, 2)], generation=generation + 5),
-            lambda: store.commit_offsets(mismatched, [OffsetCommit(TOPIC, 0, 8, expected_offset=6)]),
-            lambda: store.commit_offsets(good_a, [OffsetCommit(TOPIC, 0, 100)]),
-            lambda: store.commit_offsets(good_b, [OffsetCommit(TOPIC, 3, 200, expected_offset=-1)]),
-            lambda: store.join_group(joined),
-        ],
+        {
+            "stale": lambda: aio.commit_offsets(fenced, [OffsetCommit(TOPIC, 0, 2)], generation=generation + 5),
+            "mismatch": lambda: aio.commit_offsets(mismatched, [OffsetCommit(TOPIC, 0, 8, expected_offset=6)]),
+            "a": lambda: aio.commit_offsets(good_a, [OffsetCommit(TOPIC, 0, 100)]),
+            "b": lambda: aio.commit_offsets(good_b, [OffsetCommit(TOPIC, 3, 200, expected_offset=-1)]),
+            "join": lambda: aio.join_group(joined),
+        },
     )
-    stale, mismatch, a, b, join = futures
-    assert isinstance(stale.exception(), StaleGenerationError)
-    assert isinstance(mismatch.exception(), OffsetMismatchError)
-    committed_a: list[CommittedOffset] = a.result()
-    committed_b: list[CommittedOffset] = b.result()
+    assert batches.seen == [(["a", "b", "join", "mismatch", "stale"], None)]  # one transaction, committed
+    assert isinstance(outcome["stale"], StaleGenerationError)
+    assert isinstance(outcome["mismatch"], OffsetMismatchError)
+    committed_a: list[CommittedOffset] = outcome["a"]
+    committed_b: list[CommittedOffset] = outcome["b"]
     assert committed_a[0].offset == 100 and committed_b[0].offset == 200
-    assert join.result() == 1
+    assert outcome["join"] == 1
     # One statement wrote both: they share its statement_timestamp().
     assert committed_a[0].commit_time == committed_b[0].commit_time
     assert store.fetch_offsets(fenced).offsets[TopicPartition(TOPIC, 0)].offset == 1
@@ -185,83 +238,92 @@ def test_concurrent_commits_share_one_transaction_and_keep_their_own_answers(
     assert [k for k, _, _ in history(engine, fenced)] == [int(ChangeKind.COMMIT)]
 
 
-def test_a_batch_stuck_on_one_locked_group_still_commits_the_others(one_flusher: Store, database_url: str) -> None:
+def test_a_batch_stuck_on_one_locked_group_still_commits_the_others(
+    one_flusher: Store, batches: Batches, database_url: str
+) -> None:
     store = one_flusher
     locked, free = fresh(), fresh()
     store.commit_offsets(locked, [OffsetCommit(TOPIC, 0, 1)])
-    outcome: dict[str, Any] = {}
+    batches.seen.clear()
 
-    def commit(group: str, seconds: float) -> None:
-        try:
-            with deadline(seconds):
-                outcome[group] = store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 2)])
-        except StoreUnavailableError as error:
-            outcome[group] = error
+    def commit(group: str, seconds: float) -> Callable[[], Awaitable[list[CommittedOffset]]]:
+        return lambda: bounded(seconds, lambda: True, store.aio.commit_offsets(group, [OffsetCommit(TOPIC, 0, 2)]))
 
-    blocker = fresh("blocker")
-    store.commit_offsets(blocker, [OffsetCommit(TOPIC, 0, 1)])
     with group_locked(database_url, locked) as lock:
-        with group_locked(database_url, blocker) as gate:
-            held = threading.Thread(target=commit, args=(blocker, 60))
-            held.start()
-            wait_until(lambda: gate.waiting() == 1)
-            threads = [threading.Thread(target=commit, args=(g, s)) for g, s in ((locked, 1.5), (free, 60))]
-            for t in threads:
-                t.start()
-            wait_until(lambda: store.writes.queued() == 2)
-            gate.release()
         started = time.monotonic()
-        for t in threads:
-            t.join(60)
-        held.join(60)
-        # The batch's statement timeout was the pressed caller's; the free group then ran alone.
+        outcome = at_once(store, {"locked": commit(locked, 1.5), "free": commit(free, 60)})
+        # The batch gave up on the held lock at once; each request then ran alone, the held
+        # group's until its caller's deadline, not the store's minute.
         assert time.monotonic() - started < 30
         assert lock.waiting() == 0
-    assert isinstance(outcome[locked], StoreUnavailableError)
-    assert isinstance(outcome[free], list) and outcome[free][0].offset == 2
+    ((names, error),) = batches.seen
+    assert names == ["free", "locked"] and isinstance(error, StoreUnavailableError)
+    assert isinstance(error.__cause__, psycopg.errors.LockNotAvailable)
+    assert isinstance(outcome["locked"], StoreUnavailableError)
+    assert isinstance(outcome["free"], list) and outcome["free"][0].offset == 2
     assert store.fetch_offsets(locked).offsets[TopicPartition(TOPIC, 0)].offset == 1
 
 
-def test_a_caller_gone_before_commit_is_taken_out_and_the_batch_redone(one_flusher: Store, database_url: str) -> None:
+def test_a_caller_gone_before_commit_is_taken_out_and_the_batch_redone(one_flusher: Store, batches: Batches) -> None:
     store = one_flusher
     leaving, staying = fresh(), fresh()
+    store.commit_offsets(leaving, [OffsetCommit(TOPIC, 0, 1)])
+    batches.seen.clear()
     there = threading.Event()
     there.set()
-    outcome: dict[str, Any] = {}
 
-    def commit(group: str, is_active: Callable[[], bool]) -> None:
-        try:
-            with deadline(60, is_active):
-                outcome[group] = store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 5)])
-        except StoreUnavailableError as error:
-            outcome[group] = error
-
-    blocker = fresh("blocker")
-    store.commit_offsets(blocker, [OffsetCommit(TOPIC, 0, 1)])
-    store.commit_offsets(leaving, [OffsetCommit(TOPIC, 0, 1)])
-    with group_locked(database_url, blocker) as gate:
-        held = threading.Thread(target=commit, args=(blocker, lambda: True))
-        held.start()
-        wait_until(lambda: gate.waiting() == 1)
-        with group_locked(database_url, leaving) as lock:
-            threads = [
-                threading.Thread(target=commit, args=(leaving, there.is_set)),
-                threading.Thread(target=commit, args=(staying, lambda: True)),
-            ]
-            for t in threads:
-                t.start()
-            wait_until(lambda: store.writes.queued() == 2)
-            gate.release()
-            wait_until(lambda: lock.waiting() == 1)  # the batch waits on the leaving caller's group
+    def leave_once_in_the_batch(names: list[str]) -> None:
+        # The batch is made (its callers were all there); the caller leaves before its COMMIT.
+        if "leaving" in names:
             there.clear()
-            lock.release()
-        for t in threads:
-            t.join(60)
-        held.join(60)
-    assert isinstance(outcome[leaving], StoreUnavailableError)
-    assert isinstance(outcome[staying], list)
+
+    def commit(group: str, is_active: Callable[[], bool]) -> Callable[[], Awaitable[list[CommittedOffset]]]:
+        return lambda: bounded(60, is_active, store.aio.commit_offsets(group, [OffsetCommit(TOPIC, 0, 5)]))
+
+    batches.on_enter = leave_once_in_the_batch
+    outcome = at_once(store, {"leaving": commit(leaving, there.is_set), "staying": commit(staying, lambda: True)})
+    # Taken out: the batch of both was rolled back, then redone without the caller that left.
+    assert [(names, type(error)) for names, error in batches.seen] == [
+        (["leaving", "staying"], CallersLeft),
+        (["staying"], type(None)),
+    ]
+    assert isinstance(outcome["leaving"], StoreUnavailableError) and outcome["leaving"].message == GONE
+    assert isinstance(outcome["staying"], list) and outcome["staying"][0].offset == 5
     assert store.fetch_offsets(leaving).offsets[TopicPartition(TOPIC, 0)].offset == 1
     assert store.fetch_offsets(staying).offsets[TopicPartition(TOPIC, 0)].offset == 5
+
+
+def test_a_caller_gone_while_its_request_runs_alone_is_told_so_and_nothing_is_committed(
+    one_flusher: Store, batches: Batches, database_url: str, engine: sa.Engine
+) -> None:
+    store = one_flusher
+    group = fresh()
+    store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 1)])
+    batches.seen.clear()
+    there = threading.Event()
+    there.set()
+
+    def commit() -> list[CommittedOffset]:
+        with deadline(60, there.is_set):
+            return store.commit_offsets(group, [OffsetCommit(TOPIC, 0, 2)])
+
+    with group_locked(database_url, group) as lock, ThreadPoolExecutor(max_workers=1) as pool:
+        call = pool.submit(commit)
+        # The batch gave up on the held lock: the request runs alone now, in its caller's task,
+        # and it is the one that waits for the lock.
+        wait_until(lambda: len(batches.seen) == 1)
+        wait_until(lambda: lock.waiting() == 1)
+        there.clear()
+        lock.release()
+        error = call.exception(60)
+    ((_, batch_error),) = batches.seen
+    assert isinstance(batch_error, StoreUnavailableError) and isinstance(
+        batch_error.__cause__, psycopg.errors.LockNotAvailable
+    )
+    # Before: the alone run's rollback escaped as the batcher's internal CallersLeft.
+    assert isinstance(error, StoreUnavailableError) and error.message == GONE
+    assert store.fetch_offsets(group).offsets[TopicPartition(TOPIC, 0)].offset == 1
+    assert history(engine, group) == [(int(ChangeKind.COMMIT), None, 1)]
 
 
 def test_write_flushers_are_read_from_flags_and_environment_and_bounded_by_the_pool() -> None:
