@@ -21,6 +21,7 @@ so the server sends exactly what the client turns back into the same exception::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -214,21 +215,34 @@ class ResourceExhaustedError(OffsetStoreError):
         self, message: str, *, retry_after: float | None = None, metadata: dict[str, str] | None = None
     ) -> None:
         metadata = dict(metadata or {})
-        if retry_after is not None:
-            metadata.setdefault("retry_after_ms", str(round(retry_after * 1000)))
+        ms = None if retry_after is None else _delay_ms(retry_after)
+        if ms is not None:
+            metadata.setdefault("retry_after_ms", str(ms))
         super().__init__(message, metadata=metadata)
-        self.retry_after = retry_after
+        #: The delay as it travels (whole milliseconds), so that the server's error and the client's agree.
+        self.retry_after = None if ms is None else ms / 1000
 
     def _add_details(self, status: status_pb2.Status) -> None:
         if self.retry_after is not None:
             info = error_details_pb2.RetryInfo()
-            info.retry_delay.FromMilliseconds(round(self.retry_after * 1000))
+            info.retry_delay.FromMilliseconds(_delay_ms(self.retry_after))
             status.details.add().Pack(info)
 
     @classmethod
     def _from_details(cls, message: str, metadata: dict[str, str], details: list[Any]) -> OffsetStoreError:
         delays = [d.retry_delay.ToMilliseconds() / 1000 for d in details if isinstance(d, error_details_pb2.RetryInfo)]
         return cls(message, retry_after=delays[0] if delays else None, metadata=metadata)
+
+
+def _delay_ms(seconds: float) -> int:
+    """A retry delay in the whole milliseconds it travels in: rounded up, so never shortened, and never 0 if positive.
+
+    0 tells the caller to retry at once, which a refusal for a hair of a deficit does not mean.
+    """
+    if seconds <= 0:
+        return 0
+    # To the nanosecond first: binary noise (1.1 s is 1100.0000000000002 ms) is no extra millisecond.
+    return max(1, math.ceil(round(seconds * 1000, 6)))
 
 
 class GroupQuotaError(ResourceExhaustedError):

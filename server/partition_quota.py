@@ -103,9 +103,7 @@ class PartitionQuota:
         if left < 0:
             raise ResourceExhaustedError(
                 f"{principal} has written more than {self.history_rate:g} history rows a second; retry later",
-                # At least a millisecond: the delay travels in whole ms, and a deficit of a hair
-                # rounded to 0 would tell the caller to retry at once (seen in CI).
-                retry_after=max(0.001, -left / self.history_rate),
+                retry_after=-left / self.history_rate,  # a hair of a deficit still travels as 1 ms (errors.py)
                 metadata={"limit": "history_rows", "rows_per_second": f"{self.history_rate:g}"},
             )
 

@@ -21,6 +21,7 @@ from offsetstore.core.errors import (
     OffsetMismatchError,
     OffsetStoreError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     StaleGenerationError,
     StoreUnavailableError,
     UnauthenticatedError,
@@ -429,6 +430,19 @@ def test_error_round_trip_keeps_details() -> None:
         FieldViolation("offsets[1].partition", "must be >= 0"),
         FieldViolation("group_id", "empty"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ms"),
+    [(0.25, 250), (1.1, 1100), (0.0011, 2), (0.001, 1), (0.0002, 1), (1e-12, 1), (0, 0)],
+)
+def test_a_retry_delay_travels_in_whole_milliseconds_rounded_up_never_to_zero(seconds: float, ms: int) -> None:
+    # Rounded to the nearest, a delay under half a millisecond told the caller to retry at once.
+    error = ResourceExhaustedError("slow down", retry_after=seconds)
+    back = from_rpc_error(FakeCall.of(error))
+    assert isinstance(back, ResourceExhaustedError)
+    assert back.metadata["retry_after_ms"] == error.metadata["retry_after_ms"] == str(ms)
+    assert back.retry_after == error.retry_after == ms / 1000  # the same delay on either side
 
 
 def test_status_without_details_maps_by_code() -> None:
