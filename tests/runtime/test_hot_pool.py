@@ -9,8 +9,7 @@ sent COMMIT, and none otherwise.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -19,25 +18,13 @@ from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.core.types import OffsetCommit
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
+from tests.fixtures.coalesced_reads import with_store
 
 R = TypeVar("R")
 
 
-def run(store: Store, scenario: Callable[[AsyncStore], Awaitable[R]], **kwargs: Any) -> R:
-    async def body() -> R:
-        hot = AsyncStore(
-            store.engine,
-            statement_timeout_ms=store.statement_timeout_ms,
-            max_response_bytes=store.max_response_bytes,
-            **kwargs,
-        )
-        await hot.open()
-        try:
-            return await scenario(hot)
-        finally:
-            await hot.close()
-
-    return asyncio.run(body())
+# ``scenario(hot)`` on an AsyncStore of its own over ``store``'s database: the coalesced reads' helper.
+run = with_store
 
 
 async def terminate(conninfo: str, pid: int) -> None:
