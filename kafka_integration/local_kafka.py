@@ -13,6 +13,7 @@ in the foreground.
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import contextlib
 import os
@@ -183,6 +184,9 @@ class KafkaCluster:
 
     def start(self) -> KafkaCluster:
         self._classpath = kafka_classpath(self.version)
+        # The JVMs run in sessions of their own (a terminal's Ctrl-C is for the caller to
+        # handle): an interpreter that exits without stop() must not leave them running.
+        atexit.register(self.stop)
         java = _java()
         self.workdir = Path(tempfile.mkdtemp(prefix="offsetstore-kafka-"))
         (self.workdir / "log4j2.yaml").write_text(_LOG4J2)
@@ -282,6 +286,7 @@ class KafkaCluster:
                 proc.wait()
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         for node in list(self._processes):
             with contextlib.suppress(Exception):
                 self.kill(node)
