@@ -1,8 +1,8 @@
 """The documentation's snippets work: Python ones run against a real server, the others parse.
 
 Go and Java snippets are checked for syntax with the toolchain's own parser where one is
-installed (``gofmt``; a JDK's ``java``), and skipped with the reason where not. Compiling
-them for real would need grpc-go / grpc-java and stubs generated from the proto.
+installed (``gofmt``; a JDK's ``java``), and skipped with the reason where not. docs/go.md's
+snippets are also compiled and run against a real server (tests/examples/test_go_client.py).
 """
 
 from __future__ import annotations
@@ -21,17 +21,13 @@ import pytest
 from offsetstore.client import OffsetStoreClient
 from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.doc_snippets import snippets
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # Written by other engineers at the same time as the links to them.
 PENDING = {"docs/performance.md"}
-
-
-def snippets(path: Path, language: str) -> list[str]:
-    return [body for lang, body in FENCE.findall(path.read_text()) if lang == language]
 
 
 def local(code: str, server: OffsetStoreServer, group_id: str) -> str:
