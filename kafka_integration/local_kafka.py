@@ -427,7 +427,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--brokers", type=int, default=1, help="nodes, each broker and controller (default 1)")
     parser.add_argument("--port", type=int, default=9092, help="the first broker's client port (default 9092)")
+    parser.add_argument("--fetch", action="store_true", help="only fetch the jars (once, with Maven) and exit")
     args = parser.parse_args(argv)
+    if args.fetch:
+        try:
+            kafka_classpath()
+        except KafkaUnavailable as e:
+            print(f"local_kafka: {e}", file=sys.stderr)
+            return 2
+        print(f"Apache Kafka {KAFKA_VERSION}'s jars are here (Maven's local repository)")
+        return 0
     try:
         cluster = KafkaCluster(args.brokers, ports=[args.port + i for i in range(args.brokers)]).start()
     except KafkaUnavailable as e:
