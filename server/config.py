@@ -46,6 +46,9 @@ class Settings:
     migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
     """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
 
+    sql_api_roles: str = ""
+    """Roles calling the SQL API v1 when migrating across 0011: ``keep`` grants each its access on every group, ``revoke`` lets them lose it, empty stops naming them."""
+
     processes: int = 1
     """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
 
@@ -190,6 +193,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
         if self.migration_lock_timeout < 0:
             raise ValueError("OFFSETSTORE_MIGRATION_LOCK_TIMEOUT must be 0 or above")
+        if self.sql_api_roles not in ("", "keep", "revoke"):
+            raise ValueError("OFFSETSTORE_SQL_API_ROLES must be keep or revoke (or empty: stop and name them)")
         if self.maintenance_interval <= 0:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:

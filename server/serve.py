@@ -223,12 +223,17 @@ def _check_database(settings: Settings, database_url: str, stopping: threading.E
     """
     try:
         if settings.migrate:
-            migrate.upgrade(database_url, lock_timeout=settings.migration_lock_timeout, stop=stopping)
+            migrate.upgrade(
+                database_url,
+                lock_timeout=settings.migration_lock_timeout,
+                stop=stopping,
+                sql_api_roles=settings.sql_api_roles or None,
+            )
         else:
             migrate.current(database_url)
         replication = _replication(database_url)
         pooled = settings.database_prepare == "on" and shares_sessions(database_url)
-    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
+    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead, migrate.SqlApiLockOut) as error:
         raise StartError(str(error)) from None
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]

@@ -22,9 +22,9 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.client import OffsetCommit, OffsetStoreClient
+from offsetstore.storage.engine import plain_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
-from offsetstore.storage.engine import plain_engine
 from tests.fixtures.fix_auth import PKI, TOKENS, bearer
 from tests.fixtures.fix_server import Served, start_serve
 
@@ -47,7 +47,7 @@ def _big_group(url: str, group_id: str, partitions: int, *, past_end: int | None
         conn.execute(sa.text("INSERT INTO offsetstore.groups (group_id, generation) VALUES (:g, 1)"), {"g": group_id})
         conn.execute(
             sa.text(
-                "INSERT INTO offsetstore.offsets (group_id, topic, partition, \"offset\", metadata, commit_time)"
+                'INSERT INTO offsetstore.offsets (group_id, topic, partition, "offset", metadata, commit_time)'
                 " SELECT :g, 't-big', i, CASE WHEN i = :past THEN 100 ELSE 5 END, '', now() - interval '1 hour'"
                 " FROM generate_series(0, :n - 1) i"
             ),
@@ -65,7 +65,9 @@ def _big_group(url: str, group_id: str, partitions: int, *, past_end: int | None
 
 
 @pytest.fixture(scope="module")
-def big_served(module_database_url: str, pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str]]:
+def big_served(
+    module_database_url: str, pki: PKI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Served, str]]:
     """``offsetstore serve`` with tokens, and a reader's group of :data:`BIG` partitions."""
     group_id = f"t-big-{uuid.uuid4().hex[:8]}"
     _big_group(module_database_url, group_id, BIG)
