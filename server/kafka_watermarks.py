@@ -61,8 +61,17 @@ def read_client_config(path: Path | None) -> dict[str, str]:
     """
     if path is None:
         return {}
+    text = path.read_text()
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        # It may hold sasl.password or a key's password: the server's alone, as the tokens file is.
+        log.warning(
+            "the Kafka client config %s can be read by its group or by everyone (mode %03o); chmod 600 it",
+            path,
+            mode & 0o777,
+        )
     config: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue
