@@ -11,8 +11,8 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 import socket
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
