@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
         help="refuse to serve from a primary without a synchronous standby (env "
         "OFFSETSTORE_REQUIRE_SYNCHRONOUS_REPLICATION=1)",
     )
+    serve.add_argument(
+        "--trace-trust-callers",
+        action="store_const",
+        const=True,
+        help="with OTEL_* tracing, let a caller's sampled traceparent flag raise sampling above "
+        "OTEL_TRACES_SAMPLER's (env OFFSETSTORE_TRACE_TRUST_CALLERS=1)",
+    )
     serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
     serve.add_argument(

@@ -46,6 +46,9 @@ class Settings:
     migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
     """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
 
+    trace_trust_callers: bool = False
+    """With OTEL_* tracing: honour a caller's sampled ``traceparent`` flag (off: it cannot raise sampling above OTEL_TRACES_SAMPLER's)."""
+
     sql_api_roles: str = ""
     """Roles calling the SQL API v1 when migrating across 0011: ``keep`` grants each its access on every group, ``revoke`` lets them lose it, empty stops naming them."""
 
