@@ -150,6 +150,11 @@ def _parser() -> argparse.ArgumentParser:
         "--watermarks-kafka-groups", metavar="PREFIX[,PREFIX]", help="watch the groups whose id starts with a prefix"
     )
     marks.add_argument(
+        "--watermarks-kafka-topics",
+        metavar="PREFIX[,PREFIX]",
+        help="read only the topics of these prefixes (default: those a watched group's principals may report)",
+    )
+    marks.add_argument(
         "--watermarks-kafka-interval", metavar="DURATION", help="time between two reader rounds (default 5s)"
     )
     marks.add_argument(

@@ -146,6 +146,9 @@ class Settings:
     watermarks_kafka_max_partitions: int = 10_000
     """Partitions one round reads at most; beyond, rounds take them round-robin."""
 
+    watermarks_kafka_topics: str = ""
+    """Comma-separated topic prefixes the watermark reader may read; empty: those a watched group's principals may report (every topic without a tokens file)."""
+
     watermarks_kafka_config: Path | None = None
     """librdkafka properties file (key=value lines: security.protocol, sasl.*, ssl.*) for the watermark reader's client."""
 

@@ -202,8 +202,15 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
     if not settings.watermarks_kafka_bootstrap:
         return None
     from offsetstore.server.kafka_mirror import parse_prefixes
-    from offsetstore.server.kafka_watermarks import KafkaWatermarks, read_client_config
+    from offsetstore.server.kafka_watermarks import KafkaWatermarks, TopicPolicy, read_client_config
 
+    if settings.watermarks_kafka_topics.strip(","):
+        topics = TopicPolicy(topic_prefixes=parse_prefixes(settings.watermarks_kafka_topics))
+    elif settings.tokens_file is not None:
+        # The grants in force at start: the supervisor does not reread the file on SIGHUP.
+        topics = TopicPolicy(principals=AuthConfig.load(settings.tokens_file).principals.values())
+    else:
+        topics = TopicPolicy()
     return KafkaWatermarks(
         store,
         settings.watermarks_kafka_bootstrap,
@@ -212,6 +219,7 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
         settings.watermarks_kafka_max_partitions,
         config=read_client_config(settings.watermarks_kafka_config),
         registry=registry,
+        topics=topics,
     ).start()
 
 
