@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-migrate", dest="migrate", action="store_const", const=False, help="do not apply migrations at start"
     )
     serve.add_argument(
+        "--sql-api-roles",
+        choices=("keep", "revoke"),
+        help="migrating across 0011: keep each SQL API v1 role's access on every group, or revoke it (default: stop and name them)",
+    )
+    serve.add_argument(
         "--migration-lock-timeout",
         metavar="DURATION",
         help="how long to wait for the migration lock before naming its holder and giving up (default 5m)",
@@ -79,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
         const=True,
         help="refuse to serve from a primary without a synchronous standby (env "
         "OFFSETSTORE_REQUIRE_SYNCHRONOUS_REPLICATION=1)",
+    )
+    serve.add_argument(
+        "--trace-trust-callers",
+        action="store_const",
+        const=True,
+        help="with OTEL_* tracing, let a caller's sampled traceparent flag raise sampling above "
+        "OTEL_TRACES_SAMPLER's (env OFFSETSTORE_TRACE_TRUST_CALLERS=1)",
     )
     serve.add_argument("--grace-seconds", type=float, help="how long SIGTERM lets in-flight calls finish (default 10)")
     serve.add_argument("--group-metrics-limit", type=int, help="groups with per-group metrics (default 1000)")
@@ -136,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     marks.add_argument(
         "--watermarks-kafka-groups", metavar="PREFIX[,PREFIX]", help="watch the groups whose id starts with a prefix"
+    )
+    marks.add_argument(
+        "--watermarks-kafka-topics",
+        metavar="PREFIX[,PREFIX]",
+        help="read only the topics of these prefixes (default: those a watched group's principals may report)",
     )
     marks.add_argument(
         "--watermarks-kafka-interval", metavar="DURATION", help="time between two reader rounds (default 5s)"
@@ -223,6 +240,11 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--database-url", help="PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
     migrate.add_argument("--data-dir", type=Path, help="data directory of the embedded PostgreSQL")
     migrate.add_argument("--revision", default="head", help="target revision (default head)")
+    migrate.add_argument(
+        "--sql-api-roles",
+        choices=("keep", "revoke"),
+        help="across 0011: keep each SQL API v1 role's access on every group, or revoke it (default: stop and name them)",
+    )
 
     groups = sub.add_parser("groups", help="inspect and manage consumer groups (like kafka-consumer-groups)")
     groups_cli.configure_parser(groups)
@@ -258,14 +280,27 @@ def _migrate(args: argparse.Namespace) -> int:
     from offsetstore.storage import database_url
 
     try:
-        settings = Settings.load({"database_url": args.database_url, "data_dir": args.data_dir})
+        settings = Settings.load(
+            {"database_url": args.database_url, "data_dir": args.data_dir, "sql_api_roles": args.sql_api_roles}
+        )
     except ValueError as error:
         print(f"offsetstore: {error}", file=sys.stderr)
         return 2
     if settings.database_url is not None:
         try:
-            migrate.upgrade(settings.database_url, args.revision, lock_timeout=settings.migration_lock_timeout)
+            roles = migrate.upgrade(
+                settings.database_url,
+                args.revision,
+                lock_timeout=settings.migration_lock_timeout,
+                sql_api_roles=settings.sql_api_roles or None,
+            )
             print(f"migrated to {migrate.current(settings.database_url)}")
+            if roles:
+                done = "kept their access on every group" if settings.sql_api_roles == "keep" else "lost their access"
+                print(f"SQL API v1 roles that {done}: {', '.join(f'{r.role} ({r.access})' for r in roles)}")
+        except migrate.SqlApiLockOut as error:
+            print(f"offsetstore: {error}", file=sys.stderr)
+            return 2
         except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
             print(f"offsetstore: {error}", file=sys.stderr)
             return 1
@@ -280,7 +315,7 @@ def _migrate(args: argparse.Namespace) -> int:
     from offsetstore.runtime.embedded import EmbeddedPostgres
 
     with EmbeddedPostgres(settings.data_dir) as pg:
-        migrate.upgrade(pg.url, args.revision)
+        migrate.upgrade(pg.url, args.revision, sql_api_roles=settings.sql_api_roles or None)
         print(f"migrated the embedded database in {settings.data_dir} to {migrate.current(pg.url)}")
     return 0
 

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
@@ -52,13 +53,22 @@ def debezium_jars() -> Path:
 def store_classpath(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A folder holding the compiled Java store, for the engine's classpath; compiled with ``javac`` if missing.
 
-    The folder is keyed by the source's hash, so an upgraded package compiles anew.
+    The folder is keyed by the source's hash, so an upgraded package compiles anew. The JVM
+    runs whatever classes are there with the store's database credentials, so the cache is
+    private (``offsetstore-connect`` made 0700) and a compiled folder is used only if it and
+    everything in it is this user's and writable by no one else: otherwise a RuntimeError
+    names what is wrong (issue 47; nothing planted there is ever run or removed).
     """
     source = resources.files("offsetstore.connect_integration").joinpath("java", _SOURCE).read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    out = root / "offsetstore-connect" / digest
+    private = root / "offsetstore-connect"
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_private(private)
+    out = private / digest
     if (out / "offsetstore" / "connect" / "OffsetStoreBackingStore.class").exists():
+        for path in (out, *out.rglob("*")):
+            _check_private(path)
         return out
     javac = shutil.which("javac")
     if javac is None:
@@ -78,6 +88,20 @@ def store_classpath(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     except OSError:  # another process compiled it first
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _check_private(path: Path) -> None:
+    """Raises RuntimeError unless ``path`` is this user's own, no symlink, and writable by no one else."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to uid {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & 0o022:
+        problem = f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    else:
+        return
+    raise RuntimeError(f"the compiled offset store's cache {path} {problem}: refusing to run classes from it")
 
 
 def engine_properties(

@@ -10,6 +10,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
 from sqlalchemy.pool import NullPool
 
 import offsetstore.migrations
@@ -17,11 +18,14 @@ from offsetstore.migrations import MIGRATION_LOCK_TIMEOUT
 from offsetstore.storage.advisory_locks import LockWaitStopped, LockWaitTimedOut
 from offsetstore.storage.database_url import normalize_url
 from offsetstore.storage.engine import plain_engine
+from offsetstore.storage.sql_access import NARROWING_REVISION, RoleAccess, keep_access, roles_losing_access
 
 __all__ = [
     "DatabaseAhead",
     "LockWaitStopped",
     "LockWaitTimedOut",
+    "SQL_API_ROLES",
+    "SqlApiLockOut",
     "alembic_config",
     "current",
     "downgrade",
@@ -35,6 +39,16 @@ _SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
 # running in threads of one process would trample each other. Other processes
 # are kept out by the advisory lock that env.py takes in the database.
 _alembic_lock = threading.Lock()
+
+
+#: What an upgrade across migration 0011 does with the roles that call the SQL API v1 without
+#: a grant (see :func:`upgrade`): ``keep`` grants each what it could do before, ``revoke``
+#: lets them lose it.
+SQL_API_ROLES = ("keep", "revoke")
+
+
+class SqlApiLockOut(Exception):
+    """An upgrade across migration 0011 would lock SQL API v1 callers out, and no ``sql_api_roles`` says what to do."""
 
 
 class DatabaseAhead(Exception):
@@ -59,17 +73,26 @@ def upgrade(
     *,
     lock_timeout: float = MIGRATION_LOCK_TIMEOUT,
     stop: threading.Event | None = None,
-) -> None:
+    sql_api_roles: str | None = None,
+) -> list[RoleAccess]:
     """Migrate the database at `database_url` up to `revision`.
 
     Safe to run from several processes at once: one migrates, the others
     wait and then find nothing left to do. The wait for the migration lock
     lasts `lock_timeout` seconds at most (:class:`LockWaitTimedOut`, naming
     the holder) and ends when `stop` is set (:class:`LockWaitStopped`).
+
+    Across migration 0011 (SQL API grants), the login roles that may call the SQL API v1
+    and would need a grant are found first: without `sql_api_roles` the upgrade stops
+    with :class:`SqlApiLockOut` naming each, before anything is applied; ``"keep"`` grants
+    each its access on every group in the migration's own transaction (no caller ever sees
+    0011 without its grant); ``"revoke"`` migrates and they lose access. Returns those roles.
     """
+    if sql_api_roles is not None and sql_api_roles not in SQL_API_ROLES:
+        raise ValueError(f"sql_api_roles must be one of {', '.join(SQL_API_ROLES)}, not {sql_api_roles!r}")
     with _alembic_lock:
         _check_known(database_url)
-        _run(command.upgrade, database_url, revision, lock_timeout, stop)
+        return _run(command.upgrade, database_url, revision, lock_timeout, stop, sql_api_roles)
 
 
 def _check_known(database_url: str) -> None:
@@ -105,20 +128,42 @@ def _run(
     revision: str,
     lock_timeout: float,
     stop: threading.Event | None,
-) -> None:
+    sql_api_roles: str | None = None,
+) -> list[RoleAccess]:
     # The connection is handed to env.py: libpq reads the URL (every spelling it accepts,
     # multi-host included), not SQLAlchemy's parser.
     engine = plain_engine(database_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             config = alembic_config(database_url)
+            losing = _losing_access(connection, revision) if alembic_command is command.upgrade else []
+            if losing and sql_api_roles is None:
+                raise SqlApiLockOut(
+                    f"migration {NARROWING_REVISION} gives the SQL API grants: these roles call the SQL API v1 "
+                    f"and would get OS003 at once: {', '.join(f'{r.role} ({r.access})' for r in losing)}. "
+                    "Grant them their groups after, or migrate with --sql-api-roles keep (each keeps its access "
+                    "on every group, granted in the migration's transaction) or --sql-api-roles revoke (docs/sql.md)"
+                )
+            # The caller's transaction (env.py joins it): the grants commit with the migration.
             config.attributes["connection"] = connection
             config.attributes["lock_timeout"] = lock_timeout
             config.attributes["stop"] = stop
             alembic_command(config, revision)
+            if losing and sql_api_roles == "keep":
+                keep_access(connection, losing)
             connection.commit()
+            return losing
     finally:
         engine.dispose()
+
+
+def _losing_access(connection: Connection, revision: str) -> list[RoleAccess]:
+    """The SQL API v1 callers an upgrade to ``revision`` across migration 0011 would lock out; none otherwise."""
+    at = MigrationContext.configure(connection, opts=offsetstore.migrations.context_options()).get_current_revision()
+    crosses = (
+        at is not None and at < NARROWING_REVISION and (revision in ("head", "heads") or revision >= NARROWING_REVISION)
+    )
+    return roles_losing_access(connection) if crosses else []
 
 
 def current(database_url: str) -> str | None:

@@ -3,7 +3,9 @@
 - A span of every gRPC call, named ``offsetstore.v1.OffsetStoreService/CommitOffsets`` (the
   RPC semantic conventions), child of the caller's context carried in its metadata (W3C
   ``traceparent`` by default, ``OTEL_PROPAGATORS``), with the call's principal, group,
-  outcome (the status code's name) and reason (the error's ``ErrorInfo.reason``).
+  outcome (the status code's name) and reason (the error's ``ErrorInfo.reason``). Whether
+  it is sampled is the operator's sampler's: a caller's sampled flag cannot raise it
+  (:mod:`._otel_policy`), and no span's URL holds a query string.
 - The HTTP listener's requests get aiohttp's instrumentation (a server span per request, its
   ``traceparent`` honoured); an RPC over HTTP passes the same interceptors, so its call span,
   with the same attributes, is a child of the request's.
@@ -37,6 +39,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from offsetstore.runtime.async_store import Carry
+from offsetstore.server._otel_policy import CallerBlindSampler, NoQueryInSpans
 from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 
@@ -69,10 +72,16 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _DETAILS_KEY = "grpc-status-details-bin"
 
 
-def install() -> tuple[CallTracer, Carry]:
-    """Sets the SDK up from the environment, instruments psycopg and aiohttp; the call interceptor and the batches' carry."""
+def install(*, trust_callers: bool = False) -> tuple[CallTracer, Carry]:
+    """Sets the SDK up from the environment, instruments psycopg and aiohttp; the call interceptor and the batches' carry.
+
+    ``trust_callers``: a caller's sampled flag is honoured as is (else it cannot raise sampling:
+    :mod:`._otel_policy`).
+    """
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
-    provider = TracerProvider(resource=resource)  # the sampler of OTEL_TRACES_SAMPLER
+    configured = TracerProvider(resource=resource, shutdown_on_exit=False).sampler  # OTEL_TRACES_SAMPLER's
+    provider = TracerProvider(resource=resource, sampler=CallerBlindSampler(configured, trust_callers=trust_callers))
+    provider.add_span_processor(NoQueryInSpans())  # first: before any processor exports the span
     # Statements are traced as parts of calls only: the health check's ping every second, a
     # trace of its own each time, would be most of what is exported.
     statements = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF), shutdown_on_exit=False)

@@ -25,6 +25,7 @@ from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
+from offsetstore.server.scan_cost import ScanCost
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
 from offsetstore.server.tracing import server_interceptors as tracing_interceptors
@@ -234,6 +235,7 @@ class OffsetStoreServer:
             auth=auth,
             quota=quota,
             partition_quota=partition_quota,
+            scan_cost=ScanCost(self.async_store),
             # The interceptors that want each call's outcome from the gate (the metrics).
             observers=tuple(i for i in self.interceptors if isinstance(i, CallObserver)),
         )

@@ -46,6 +46,12 @@ class Settings:
     migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
     """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
 
+    trace_trust_callers: bool = False
+    """With OTEL_* tracing: honour a caller's sampled ``traceparent`` flag (off: it cannot raise sampling above OTEL_TRACES_SAMPLER's)."""
+
+    sql_api_roles: str = ""
+    """Roles calling the SQL API v1 when migrating across 0011: ``keep`` grants each its access on every group, ``revoke`` lets them lose it, empty stops naming them."""
+
     processes: int = 1
     """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
 
@@ -140,6 +146,9 @@ class Settings:
     watermarks_kafka_max_partitions: int = 10_000
     """Partitions one round reads at most; beyond, rounds take them round-robin."""
 
+    watermarks_kafka_topics: str = ""
+    """Comma-separated topic prefixes the watermark reader may read; empty: those a watched group's principals may report (every topic without a tokens file)."""
+
     watermarks_kafka_config: Path | None = None
     """librdkafka properties file (key=value lines: security.protocol, sasl.*, ssl.*) for the watermark reader's client."""
 
@@ -190,6 +199,8 @@ class Settings:
             raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
         if self.migration_lock_timeout < 0:
             raise ValueError("OFFSETSTORE_MIGRATION_LOCK_TIMEOUT must be 0 or above")
+        if self.sql_api_roles not in ("", "keep", "revoke"):
+            raise ValueError("OFFSETSTORE_SQL_API_ROLES must be keep or revoke (or empty: stop and name them)")
         if self.maintenance_interval <= 0:
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:

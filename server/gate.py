@@ -11,6 +11,7 @@ what it can from the call's metadata before a byte of the request is read::
                -> authorise it against the grants               PERMISSION_DENIED
                -> the group quota                               RESOURCE_EXHAUSTED (GROUP_QUOTA)
                -> the partition quota                           RESOURCE_EXHAUSTED (PARTITION_QUOTA)
+               -> weigh an aggregating read by what it scans     (scan_cost.py: a bounded count)
                -> wait for the principal's cost share           (queued, as a coroutine)
                -> the servicer, under the caller's deadline     whatever it raises
     response   -> charge its bytes to the principal
@@ -43,6 +44,7 @@ from offsetstore.server.admission import Admission, cost_of
 from offsetstore.server.auth import AuthInterceptor, Principal, current_principal
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
+from offsetstore.server.scan_cost import ScanCost
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import fail
 from offsetstore.server.wire import check_entries
@@ -111,6 +113,7 @@ class Gate:
         auth: AuthInterceptor | None = None,
         quota: GroupQuota | None = None,
         partition_quota: PartitionQuota | None = None,
+        scan_cost: ScanCost | None = None,
         read_seconds: float = READ_SECONDS,
         observers: Sequence[CallObserver] = (),
     ) -> None:
@@ -121,6 +124,7 @@ class Gate:
         self.auth = auth
         self.quota = quota
         self.partition_quota = partition_quota
+        self.scan_cost = scan_cost
         self.read_seconds = read_seconds
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -165,6 +169,8 @@ class Gate:
                     if self.partition_quota is not None:
                         await self.partition_quota.check(method, request, principal.name)
                 cost = cost_of(method, request)
+                if self.scan_cost is not None:  # a one-row page that aggregates a huge group is not one row
+                    cost = max(cost, await self.scan_cost.of(method, request))
                 admitted = await self.admission.run(name, cost)
                 token = current_principal.set(principal.name if principal is not None else None)
                 try:

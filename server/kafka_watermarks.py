@@ -5,17 +5,21 @@ its lag freezes, or is unknown. With ``--watermarks-kafka-bootstrap`` and
 ``--watermarks-kafka-groups PREFIX,..``, the supervising process (once, not each serving
 process) reads, every ``--watermarks-kafka-interval``, the log start and the last stable
 offset (``isolation.level=read_committed``: a transaction's commit marker is no phantom lag
-of 1, and an open transaction's records are not lag yet) of every partition stored by a live
-group of those prefixes, at most ``--watermarks-kafka-max-partitions`` a round (round-robin
-beyond: the next round starts where this one stopped), and stores them through the very path
+of 1, and an open transaction's records are not lag yet) of the partitions stored by live
+groups of those prefixes, at most ``--watermarks-kafka-max-partitions`` a round, shared
+between the groups (each group round-robin over its own partitions: one tenant's huge group
+takes its share, never another group's), of the topics the topic policy allows (the topics
+the group's principals may report, or ``--watermarks-kafka-topics``: :mod:`.kafka_topics`),
+and stores them through the very path
 of reported watermarks (:func:`~offsetstore.storage.report_watermarks`: samples, lag, lag in
 seconds, the verdict). The time of an observation is the database's, taken just before Kafka
 is asked: a log end read at that time is at least the log end then, so the verdict may compare
 a commit older than it with it. The newer observation wins over a consumer's report.
 
 Faults never reach a commit: the reader runs in the supervisor on a connection pool of its
-own, and Kafka's answers are waited for there only. A broker that is down, a topic deleted, a
-partition count that shrank: the partition keeps its last known watermark (its age shows in
+own, and Kafka's answers are waited for there only. A broker that is down, a topic Kafka does
+not have (skipped for a minute, never asked with the others), a partition count that shrank:
+the partition keeps its last known watermark (its age shows in
 DescribeGroup's ``watermark_time`` and turns the verdict UNCONFIRMED where it matters), the
 failure is counted (``offsetstore_kafka_watermarks_failures_total{reason}``) and logged at
 most once a minute per reason.
@@ -36,14 +40,15 @@ from prometheus_client.registry import Collector
 
 from offsetstore.core.types import TopicPartition, Watermark
 from offsetstore.runtime.store import Store
+from offsetstore.server.kafka_topics import TopicPolicy
 from offsetstore.storage import report_watermarks
-from offsetstore.storage.watched import watched_partitions
+from offsetstore.storage.watched import watched_groups, watched_partitions_of
 from offsetstore.storage.watermarks import database_time
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-__all__ = ["KafkaWatermarks", "read_client_config"]
+__all__ = ["KafkaWatermarks", "TopicPolicy", "read_client_config"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,10 @@ log = logging.getLogger(__name__)
 REQUEST_SECONDS = 10.0
 #: Seconds between two warnings of the same reason.
 WARN_EVERY = 60.0
+#: Seconds a topic Kafka does not have is skipped (at least 10 rounds).
+UNKNOWN_TOPIC_SECONDS = 60.0
+#: Groups whose place in their partitions the reader remembers at most.
+MAX_CURSORS = 100_000
 
 
 def read_client_config(path: Path | None) -> dict[str, str]:
@@ -61,8 +70,17 @@ def read_client_config(path: Path | None) -> dict[str, str]:
     """
     if path is None:
         return {}
+    text = path.read_text()
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        # It may hold sasl.password or a key's password: the server's alone, as the tokens file is.
+        log.warning(
+            "the Kafka client config %s can be read by its group or by everyone (mode %03o); chmod 600 it",
+            path,
+            mode & 0o777,
+        )
     config: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue
@@ -88,6 +106,7 @@ class KafkaWatermarks:
         registry: CollectorRegistry | None = None,
         admin: AdminClient | None = None,
         request_seconds: float = REQUEST_SECONDS,
+        topics: TopicPolicy | None = None,
     ) -> None:
         if not prefixes:
             raise ValueError("server-side watermarks need at least one group prefix (--watermarks-kafka-groups)")
@@ -105,7 +124,10 @@ class KafkaWatermarks:
         }
         self._settings.update(config or {})
         self._admin = admin
-        self._after: TopicPartition | None = None
+        self.topics = topics if topics is not None else TopicPolicy()
+        self._group_after: str | None = None
+        self._cursors: dict[str, TopicPartition] = {}  # group -> the last partition read of it
+        self._unknown: dict[str, float] = {}  # topic Kafka lacks -> until when it is skipped (time.monotonic())
         self._warned: dict[str, float] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,8 +141,9 @@ class KafkaWatermarks:
         )
         self.failures = Counter(
             "offsetstore_kafka_watermarks_failures",
-            "Failures of the server's Kafka watermark reader: a round Kafka did not answer (broker), a partition it "
-            "refused (partition: deleted topic, shrunk partition count), a round the store refused (store).",
+            "Failures of the server's Kafka watermark reader: a round Kafka did not answer (broker), a topic it does "
+            "not have (topic: skipped for a while), a partition it refused (partition: shrunk partition count), "
+            "a round the store refused (store).",
             labelnames=("reason",),
             registry=registry,
         )
@@ -162,10 +185,14 @@ class KafkaWatermarks:
             self._stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def round(self) -> int:
-        """One round: the next partitions (round-robin), their watermarks from Kafka, into the store; how many stored."""
-        partitions = self.store.run(watched_partitions, self.prefixes, self._after, self.max_partitions)
-        # A short page is the end of the list: the next round starts from the beginning.
-        self._after = partitions[-1] if len(partitions) == self.max_partitions else None
+        """One round: each watched group's next partitions (fair per group), their watermarks from Kafka, into the store.
+
+        Returns how many watermarks it stored.
+        """
+        wanted = self._next_partitions()
+        if not wanted:
+            return 0
+        partitions = self._known(wanted)
         if not partitions:
             return 0
         at = self.store.run(database_time)
@@ -175,6 +202,71 @@ class KafkaWatermarks:
             self.read.inc(len(found))
             self._last_success = time.monotonic()
         return len(found)
+
+    def _next_partitions(self) -> list[TopicPartition]:
+        """This round's partitions: ``max_partitions`` shared between the watched groups, those the topic policy allows.
+
+        Each group has a cursor of its own: a group of 20,000 partitions takes its share a
+        round, as a group of two takes its two (before, one round-robin over every partition
+        let a big group hold the rounds). Beyond ``max_partitions`` groups, the groups rotate.
+        """
+        group_ids = self.store.run(watched_groups, self.prefixes, self._group_after, self.max_partitions)
+        self._group_after = group_ids[-1] if len(group_ids) == self.max_partitions else None
+        if not group_ids:
+            return []
+        share = max(1, self.max_partitions // len(group_ids))
+        cursors = {g: self._cursors[g] for g in group_ids if g in self._cursors}
+        pages = self.store.run(watched_partitions_of, group_ids, cursors, share)
+        if len(self._cursors) > MAX_CURSORS:  # groups gone since: start them over rather than keep them all
+            self._cursors.clear()
+        wanted: set[TopicPartition] = set()
+        for group_id, page in pages.items():
+            if len(page) == share:
+                self._cursors[group_id] = page[-1]
+            else:  # the group's end: it starts over next round
+                self._cursors.pop(group_id, None)
+            wanted.update(tp for tp in page if self.topics.allows(group_id, tp.topic))
+        return sorted(wanted)
+
+    def _known(self, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """``partitions`` of topics Kafka has, and within their partition counts; a topic it lacks is skipped for a while.
+
+        A missing topic is the tenant's (a typo, a topic deleted, a group that names anything):
+        counted as ``topic`` and remembered for :data:`UNKNOWN_TOPIC_SECONDS`, never a broker
+        failure, and never in the request that asks Kafka for the others.
+        """
+        now = time.monotonic()
+        self._unknown = {t: until for t, until in self._unknown.items() if until > now}
+        asked = [tp for tp in partitions if tp.topic not in self._unknown]
+        if not asked:
+            return []
+        assert self._admin is not None, "start() first"
+        try:
+            # Every topic's metadata: asking for one by name may create it where auto-creation is on.
+            metadata = self._admin.list_topics(timeout=self.request_seconds)
+        except Exception as error:
+            self._failed("broker", error)
+            return []
+        counts = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
+        missing = sorted({tp.topic for tp in asked if tp.topic not in counts})
+        if missing:
+            remembered = max(UNKNOWN_TOPIC_SECONDS, 10 * self.interval)
+            self._unknown.update((t, now + remembered) for t in missing)
+            self.failures.labels("topic").inc(len(missing))
+            self._warn(
+                "topic",
+                f"kafka has no topic {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                f"({len(missing)} in all): skipped for {remembered:g} s, their last known watermarks stay",
+            )
+        beyond = [tp for tp in asked if tp.topic in counts and tp.partition >= counts[tp.topic]]
+        if beyond:
+            self.failures.labels("partition").inc(len(beyond))
+            self._warn(
+                "partition",
+                f"kafka knows no such partition (partition count shrunk?) for {len(beyond)}: "
+                f"{', '.join(f'{tp.topic}:{tp.partition}' for tp in beyond[:5])}; their last known watermarks stay",
+            )
+        return [tp for tp in asked if tp.topic in counts and tp.partition < counts[tp.topic]]
 
     def _ask(self, partitions: Sequence[TopicPartition]) -> list[Watermark]:
         from confluent_kafka import IsolationLevel

@@ -202,8 +202,15 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
     if not settings.watermarks_kafka_bootstrap:
         return None
     from offsetstore.server.kafka_mirror import parse_prefixes
-    from offsetstore.server.kafka_watermarks import KafkaWatermarks, read_client_config
+    from offsetstore.server.kafka_watermarks import KafkaWatermarks, TopicPolicy, read_client_config
 
+    if settings.watermarks_kafka_topics.strip(","):
+        topics = TopicPolicy(topic_prefixes=parse_prefixes(settings.watermarks_kafka_topics))
+    elif settings.tokens_file is not None:
+        # The grants in force at start: the supervisor does not reread the file on SIGHUP.
+        topics = TopicPolicy(principals=AuthConfig.load(settings.tokens_file).principals.values())
+    else:
+        topics = TopicPolicy()
     return KafkaWatermarks(
         store,
         settings.watermarks_kafka_bootstrap,
@@ -212,6 +219,7 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
         settings.watermarks_kafka_max_partitions,
         config=read_client_config(settings.watermarks_kafka_config),
         registry=registry,
+        topics=topics,
     ).start()
 
 
@@ -223,12 +231,17 @@ def _check_database(settings: Settings, database_url: str, stopping: threading.E
     """
     try:
         if settings.migrate:
-            migrate.upgrade(database_url, lock_timeout=settings.migration_lock_timeout, stop=stopping)
+            migrate.upgrade(
+                database_url,
+                lock_timeout=settings.migration_lock_timeout,
+                stop=stopping,
+                sql_api_roles=settings.sql_api_roles or None,
+            )
         else:
             migrate.current(database_url)
         replication = _replication(database_url)
         pooled = settings.database_prepare == "on" and shares_sessions(database_url)
-    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
+    except (migrate.LockWaitTimedOut, migrate.DatabaseAhead, migrate.SqlApiLockOut) as error:
         raise StartError(str(error)) from None
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
         reason = str(getattr(error, "orig", error)).strip().splitlines()[0]

@@ -42,11 +42,13 @@ def configured(environ: Mapping[str, str] = os.environ) -> bool:
     return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def setup() -> bool:
-    """Turns tracing on in this process if the environment asks; once per process. True when on.
+def setup(*, trust_callers: bool = False) -> bool:
+    """Turns tracing on in this process if the environment asks; once per process (the first call's ``trust_callers``). True when on.
 
     Each serving process of ``serve --processes N`` sets up its own exporter (a tracer
     provider does not survive a spawn), so every process exports its spans itself.
+    ``trust_callers`` (``serve --trace-trust-callers``): a caller's sampled flag is honoured,
+    else it cannot raise sampling above the operator's ``OTEL_TRACES_SAMPLER``.
     """
     global _done, _interceptors, _carry
     with _lock:
@@ -64,7 +66,7 @@ def setup() -> bool:
             )
             return False
         try:
-            interceptor, _carry = _otel.install()
+            interceptor, _carry = _otel.install(trust_callers=trust_callers)
         except ValueError as error:  # an exporter or protocol the SDK does not know: serve, untraced
             log.error("traces are off: %s", error)
             return False

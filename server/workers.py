@@ -139,7 +139,7 @@ def serving_process(
 ) -> None:
     """The body of one serving process: the gRPC server until SIGTERM (or its supervisor's death)."""
     configure_logging(settings.log_level, settings.log_format)
-    from offsetstore.server import metrics
+    from offsetstore.server import metrics, tracing
     from offsetstore.server.app import OffsetStoreServer
 
     metrics.use_multiprocess(directory)
@@ -149,6 +149,7 @@ def serving_process(
     credentials, auth = security(settings)
     if auth is not None and settings.tokens_file is not None:
         signal.signal(signal.SIGHUP, reloader(auth, settings.tokens_file))
+    tracing.setup(trust_callers=settings.trace_trust_callers)  # before the server asks for its interceptors
     store = open_store(settings, database_url, pool_size=settings.pool_size)
     registry = metrics.worker_registry(store)
     mirror = _kafka_mirror(settings, registry)

@@ -4,7 +4,7 @@ DescribeGroup (:mod:`.reads`), the group listings and the per-group metrics
 (:mod:`.group_metrics`) select these columns in statements of their own: the log end and lag,
 the lag in seconds (:mod:`.lag`), the past-log-end anomaly, and the facts that
 :mod:`.status` judges (:func:`status_columns`, :func:`facts_of`), with a group's verdict
-(:func:`group_verdict`, :func:`group_facts_query`) and the lag history of a page's partitions
+(:func:`group_verdict`, :func:`group_facts_query` with :class:`VerdictTally`) and the lag history of a page's partitions
 (:func:`lag_histories_query`). Expressions and pure functions: :mod:`.describe` runs the queries.
 """
 
@@ -28,6 +28,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
 )
 
 from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET
@@ -160,8 +161,20 @@ def group_verdict(named: Sequence[tuple[str, int, Verdict]]) -> Verdict:
     return Verdict(verdict.status, f"{topic}:{partition}: {verdict.reason}{more}")
 
 
+#: How many partitions one statement of a group's verdict reads: the verdict of a huge group
+#: is read a chunk at a time in key order (the primary key's range), so that no statement
+#: nears the statement timeout and no chunk's rows hold the event loop for long (issue 47).
+FACTS_CHUNK = 1000
+
+
 def group_facts_query(window: float) -> Select[Any]:
-    """The columns of the group's verdict over all its partitions (``group`` a parameter): see :func:`group_facts_verdict`."""
+    """The columns of the group's verdict over a chunk of its partitions: see :class:`VerdictTally`.
+
+    Parameters: ``group``, and the chunk's start and size: the first ``rows`` partitions after
+    (``after_topic``, ``after_partition``) in key order.
+    """
+    key = tuple_(offsets.c.topic, offsets.c.partition)
+    after = tuple_(bindparam("after_topic", type_=Text), bindparam("after_partition", type_=Integer))
     return (
         select(
             offsets.c.topic,
@@ -171,15 +184,36 @@ def group_facts_query(window: float) -> Select[Any]:
             *status_columns(window),
         )
         .select_from(with_watermarks())
-        .where(offsets.c.group_id == bindparam("group", type_=Text))
+        .where(offsets.c.group_id == bindparam("group", type_=Text), key > after)
+        .order_by(offsets.c.topic, offsets.c.partition)
+        .limit(bindparam("rows", type_=Integer))
     )
 
 
-def group_facts_verdict(rows: Sequence[Any], rules: StatusRules) -> Verdict:
-    """The group's verdict from the rows of :func:`group_facts_query` (for a first page that has more after it)."""
-    return group_verdict(
-        [(r.topic, r.partition, judge(facts_of(r, lag_seconds_status(r.lag_seconds)[0]), rules)) for r in rows]
-    )
+class VerdictTally:
+    """:func:`group_verdict` over partitions judged one at a time, in key order: what a chunked read adds up."""
+
+    def __init__(self) -> None:
+        self._worst: tuple[str, int, Verdict] | None = None
+        self._same = 0
+
+    def add(self, topic: str, partition: int, verdict: Verdict) -> None:
+        if self._worst is None or worst((self._worst[2], verdict)) is not self._worst[2]:
+            self._worst, self._same = (topic, partition, verdict), 1
+        elif verdict.status == self._worst[2].status:
+            self._same += 1
+
+    def add_row(self, r: Any, rules: StatusRules) -> None:
+        """Adds a row of :func:`group_facts_query`, judged under ``rules``."""
+        self.add(r.topic, r.partition, judge(facts_of(r, lag_seconds_status(r.lag_seconds)[0]), rules))
+
+    def verdict(self) -> Verdict:
+        if self._worst is None:
+            return worst(())
+        topic, partition, verdict = self._worst
+        others = self._same - 1
+        more = f" (and {others} more partition{'s' if others > 1 else ''})" if others else ""
+        return Verdict(verdict.status, f"{topic}:{partition}: {verdict.reason}{more}")
 
 
 def with_watermarks() -> Join:

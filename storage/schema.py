@@ -161,12 +161,26 @@ sql_grants = Table(
 )
 
 # The SQL API's quotas per role (offsetstore.set_quotas): a tokens file's max_groups and
-# max_partitions; 0 is no quota, as is no row.
+# max_partitions; 0 is no quota, as is no row. history_rows_per_second (migration 0012,
+# offsetstore.set_history_budget) is its history budget, the server's default for a new row.
 sql_quotas = Table(
     "sql_quotas",
     metadata,
     Column("role", Text, primary_key=True),
     Column("max_groups", Integer, nullable=False, server_default="0"),
     Column("max_partitions", Integer, nullable=False, server_default="0"),
+    Column("history_rows_per_second", Integer, nullable=False, server_default="1000"),
     CheckConstraint("max_groups >= 0 AND max_partitions >= 0", name="quotas_non_negative"),
+    CheckConstraint("history_rows_per_second >= 0", name="history_budget_non_negative"),
+)
+
+# What each SQL API commit of a role under a history budget charged (migration 0012): the
+# budget's window is the last 10 s of these; api_check_history removes the expired ones.
+sql_history_charges = Table(
+    "sql_history_charges",
+    metadata,
+    Column("role", Text, nullable=False),
+    Column("charged_at", DateTime(timezone=True), nullable=False),
+    Column("rows", Integer, nullable=False),
+    Index(None, "role", "charged_at"),
 )

@@ -3,8 +3,9 @@
 -- expected_offsets is given (OS002; -1 = none stored; a NULL element is not checked), history
 -- rows as every commit writes them. A partition may repeat: its largest offset wins, so a
 -- caller may pass each written record's offset + 1. Checks are storage/validate.py's rules.
--- A commit grant on the group, the role's quotas; the history's actor is the role that logged
--- in (session_user), whatever `actor` says (kept, and checked, for v1's signature).
+-- A commit grant on the group, the role's quotas and history budget (each partition a history
+-- row); the history's actor is the role that logged in (session_user), whatever `actor` says
+-- (kept, and checked, for v1's signature).
 CREATE OR REPLACE FUNCTION offsetstore.commit_offsets(
     group_id text, generation bigint, topics text[], partitions integer[], next_offsets bigint[],
     expected_offsets bigint[] DEFAULT NULL, actor text DEFAULT 'sql'
@@ -82,6 +83,7 @@ BEGIN
     END IF;
     IF restricted THEN
         PERFORM offsetstore.api_check_quota(commit_offsets.group_id, coalesce(t, '{}'), coalesce(p, '{}'));
+        PERFORM offsetstore.api_check_history(n);
     END IF;
 
     FOR r IN SELECT * FROM offsetstore.write_batch(

@@ -1,0 +1,64 @@
+"""How many partitions a read that aggregates will scan: the weight the server admits it at (issue 47).
+
+A DescribeGroup's first page judges every partition of the group for the group's verdict,
+a ListTopics page sums every partition of its topics, and a ListGroups page every
+partition of its groups, whatever the page size. The server weighs these reads by what
+these statements count, before it admits them. Each count stops at ``cap`` rows (the
+admission's share: a read that costs more runs alone anyway), so weighing a read costs at
+most ``cap`` index entries, never the scan it weighs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, func, select
+
+from offsetstore.core.errors import InvalidArgumentError
+from offsetstore.storage import validate as check
+from offsetstore.storage.pages import decode_token, token_key
+from offsetstore.storage.schema import groups, offsets
+
+__all__ = ["group_partitions", "listed_partitions"]
+
+
+def group_partitions(conn: Connection, group_id: str, cap: int) -> int:
+    """The partitions ``group_id`` has offsets for, counted up to ``cap`` (the primary key's range).
+
+    0 for a group id that is not one: the read refuses it, naming every bad field of its request.
+    """
+    try:
+        check.group_id(group_id)
+    except InvalidArgumentError:
+        return 0
+    some = select(offsets.c.partition).where(offsets.c.group_id == group_id).limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(some)).scalar_one())
+
+
+def listed_partitions(conn: Connection, prefix: str, page_size: int, page_token: str, cap: int) -> int:
+    """The partitions of the groups a ListGroups page (``prefix``, ``page_size``, ``page_token``) sums, up to ``cap``.
+
+    The page's groups are those :func:`~.reads.list_groups` walks: live, under ``prefix``, in
+    id order after the token's, one more than the page. 0 for a request the listing refuses
+    (it names every bad field).
+    """
+    v = check.Violations()
+    check.prefix(prefix, violations=v)
+    size = check.page_size(page_size, violations=v)
+    if v.found:
+        return 0
+    page = select(groups.c.group_id).where(groups.c.deleted_at.is_(None))
+    if prefix:
+        page = page.where(func.starts_with(groups.c.group_id, prefix))
+    if page_token:
+        try:
+            last = decode_token(page_token, str, token_key(conn))
+        except InvalidArgumentError:
+            return 0
+        page = page.where(groups.c.group_id > last)
+    walked = page.order_by(groups.c.group_id).limit(size + 1).subquery()
+    some = (
+        select(offsets.c.partition)
+        .select_from(walked.join(offsets, offsets.c.group_id == walked.c.group_id))
+        .limit(cap)
+        .subquery()
+    )
+    return int(conn.execute(select(func.count()).select_from(some)).scalar_one())
