@@ -1,4 +1,4 @@
-"""The server-side watermark reader against hostile tenants (issue 47, M2 and L1), on a real Kafka-protocol broker (Tansu).
+"""The server-side watermark reader against hostile tenants (issue 47, M2 and L1), on Apache Kafka.
 
 M2: a tenant storing 20,000 partitions of a topic Kafka does not have, in its own watched
 group, took the reader's rounds (one round-robin over every partition) and made rounds fail
@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import TopicPartition
-from offsetstore.kafka_integration import testing
+from offsetstore.kafka_integration.local_kafka import KafkaCluster
 from offsetstore.runtime.store import Store
 from offsetstore.server.auth import AuthConfig
 from offsetstore.server.kafka_watermarks import KafkaWatermarks, TopicPolicy
@@ -37,11 +37,11 @@ def _failures(marks: KafkaWatermarks, reason: str) -> float:
 
 
 def test_a_tenants_unknown_topic_neither_starves_another_group_nor_counts_as_a_broker_failure(
-    broker: testing.TansuBroker, store: Store, client: OffsetStoreClient
+    broker: KafkaCluster, store: Store, client: OffsetStoreClient
 ) -> None:
     prefix = f"w-{uuid.uuid4().hex[:8]}-"
     victim_topic = f"v-{uuid.uuid4().hex[:8]}"
-    testing.create_topic(broker.bootstrap, victim_topic, 2)
+    broker.create_topic(victim_topic, 2)
     produce(broker.bootstrap, victim_topic, 2, 3)
     client.commit_offsets(f"{prefix}victim", {(victim_topic, 0): 1, (victim_topic, 1): 1})
     # Sorted before the victim's topic: the old round-robin met it first.
@@ -64,13 +64,13 @@ def test_a_tenants_unknown_topic_neither_starves_another_group_nor_counts_as_a_b
 
 
 def test_the_reader_reads_only_topics_a_groups_principals_may_report(
-    broker: testing.TansuBroker, store: Store, client: OffsetStoreClient
+    broker: KafkaCluster, store: Store, client: OffsetStoreClient
 ) -> None:
     run = uuid.uuid4().hex[:8]
     prefix = f"w-{run}-"
     theirs, mine = f"vt-{run}", f"at-{run}"
     for topic in (theirs, mine):
-        testing.create_topic(broker.bootstrap, topic, 1)
+        broker.create_topic(topic, 1)
         produce(broker.bootstrap, topic, 1, 4)
     config = AuthConfig.parse(
         f"""
