@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from offsetstore.kafka_integration import testing
 from tests.fixtures.fix_db import stored_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -23,15 +22,13 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "kafka" / "orders_consumer.py
 def test_orders_consumer_example(broker, database_url, engine, group_id, make_topic, make_table):
     topic = make_topic(partitions=2)
     table = make_table(', order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset")')
-    producer = Producer(testing.producer_config(broker.bootstrap))
+    producer = Producer(broker.producer_config())
     for i in range(40):
         producer.produce(topic.name, value=json.dumps({"id": i, "amount": f"{i}.50"}).encode(), partition=i % 2)
     assert producer.flush(30) == 0
     command = [
         sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--database-url", database_url,
         "--topic", topic.name, "--group", group_id, "--table", table.name,
-        # Tansu assigns after about half the session timeout (librdkafka's default: 45 s).
-        "-X", "session.timeout.ms=6000",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -65,7 +62,7 @@ def test_the_worked_example_survives_its_reset_and_restart(
     topic = make_topic(partitions=2)
     # Step 2's table: the coordinates are its primary key.
     table = make_table(', order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset")')
-    producer = Producer(testing.producer_config(broker.bootstrap))
+    producer = Producer(broker.producer_config())
 
     def produce(first: int, last: int) -> None:
         for i in range(first, last):
@@ -76,7 +73,6 @@ def test_the_worked_example_survives_its_reset_and_restart(
         command = [
             sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--database-url", database_url,
             "--topic", topic.name, "--group", group_id, "--table", table.name, "--report-interval", "1",
-            "-X", "session.timeout.ms=6000",
         ]  # fmt: skip
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
