@@ -79,8 +79,14 @@ def main() -> int:
         mode=args.mode,
         key_columns=("topic", "partition", "offset") if args.mode == "upsert" else (),
     )
-    # Positions from the store's database, which the writer connects to anyway.
-    positions = StoredPositions(writer.engine, args.group, auto_offset_reset=config["auto.offset.reset"])
+    # Positions from the store's database, which the writer connects to anyway. KIP-848's
+    # group.protocol=consumer and cooperative-sticky assign incrementally.
+    cooperative = config.get("group.protocol") == "consumer" or "cooperative" in config.get(
+        "partition.assignment.strategy", ""
+    )
+    positions = StoredPositions(
+        writer.engine, args.group, auto_offset_reset=config["auto.offset.reset"], cooperative=cooperative
+    )
     writer.join()  # this run's generation: fences any older run of the group
     consumer.subscribe([args.topic], on_assign=positions.on_assign, on_revoke=positions.on_revoke)
     lag = WatermarkReporter(consumer, writer, interval=args.report_interval)
