@@ -101,15 +101,15 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
         for name, process in consumers.items():
             line = process.stdout.readline()
             assert line.startswith("committed"), f"{name}: {line}{process.stdout.read() if process.poll() else ''}"
+        # An operator deletes records 0..99 of the lost topic (its group committed 0), as retention would.
+        plan = tmp_path / "delete.json"
+        plan.write_text(
+            json.dumps({"version": 1, "partitions": [{"topic": lost_topic, "partition": 0, "offset": 100}]})
+        )
+        broker.tool("kafka-delete-records", "--bootstrap-server", broker.bootstrap, "--offset-json-file", str(plan))
         started = RUN_START[0] = time.monotonic()
         TIMELINE.clear()
         with OffsetStoreClient(served.address, timeout=10) as client:
-            # An operator deletes records 0..99 of the lost topic, as retention would.
-            plan = tmp_path / "delete.json"
-            plan.write_text(
-                json.dumps({"version": 1, "partitions": [{"topic": lost_topic, "partition": 0, "offset": 100}]})
-            )
-            broker.tool("kafka-delete-records", "--bootstrap-server", broker.bootstrap, "--offset-json-file", str(plan))
             expected = {
                 "fast": GroupStatus.OK,
                 "slow": GroupStatus.LAGGING,
