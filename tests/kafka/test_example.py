@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_server import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -127,3 +128,20 @@ def test_the_worked_example_survives_its_reset_and_restart(
         orders = conn.exec_driver_sql(f"SELECT order_id, amount FROM {table.name} ORDER BY order_id").all()
     assert [(o, str(a)) for o, a in orders] == [(i, f"{i}.50") for i in range(110)]
     table.assert_exactly_once({(topic.name, p, o) for p in range(2) for o in range(55)})
+
+
+@pytest.mark.parametrize("fault", ["bootstrap", "topic"])
+def test_a_wrong_bootstrap_or_a_missing_topic_is_one_line_not_a_wait(broker, database_url, group_id, fault) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}" if fault == "bootstrap" else broker.bootstrap
+    command = [
+        sys.executable, str(EXAMPLE), "--bootstrap", bootstrap, "--database-url", database_url,
+        "--topic", f"missing-{group_id}", "--group", group_id,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("orders_consumer:")]
+    assert "Traceback" not in done.stderr
+    if fault == "bootstrap":
+        assert f"no Kafka broker answered at {bootstrap}" in line and "check --bootstrap" in line
+    else:
+        assert f"topic missing-{group_id} does not exist on the broker" in line and "check --topic" in line

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 EXAMPLE = Path(__file__).parents[2] / "examples" / "kafka" / "orders_consumer.py"
 PARTITIONS = 3
 RATE = 300  # orders a second while the faults happen
-FAULTS = ["kill", "postgres", "kill", "kill", "postgres"]
+FAULTS = ["kill", "postgres", "kill", "postgres"]
 
 
 class Orders:

@@ -131,6 +131,7 @@ def test_beyond_the_cap_rounds_take_the_partitions_round_robin(broker, make_topi
 # --- a broker that requires SASL/SCRAM ---
 
 
+@pytest.mark.slow
 def test_a_scram_broker_is_read_with_the_config_file_and_refuses_the_reader_without_it(
     sasl_kafka, store, client, group_id
 ) -> None:
