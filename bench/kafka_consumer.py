@@ -1,6 +1,7 @@
 """Messages/s of a confluent-kafka consumer writing to PostgreSQL: exactly-once writer vs at-least-once, same run.
 
-Both variants read the same topic from a local Tansu broker with the same consumer
+Both variants read the same topic from a local Apache Kafka broker (KRaft, the tests'
+``KafkaCluster``; ``--bootstrap`` for one of your own) with the same consumer
 settings, build the same rows (``ExactlyOnceWriter.arrow_rows``) and COPY them into a
 fresh table of the same shape:
 
@@ -19,6 +20,7 @@ else an embedded PostgreSQL (see ``_server.served``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -33,8 +35,9 @@ from _server import served  # noqa: E402
 def produce(bootstrap: str, topic: str, partitions: int, messages: int) -> None:
     from confluent_kafka import Producer
 
-    # Batched production: the watermarks do not matter here, and it is much quicker.
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    from offsetstore.kafka_integration.local_kafka import producer_config
+
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
     for i in range(messages):
         producer.produce(topic, value=f'{{"id": {i}, "payload": "{"x" * 80}"}}'.encode(), partition=i % partitions)
         if i % 10000 == 0:
@@ -104,14 +107,25 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--batch", type=int, default=500, help="consume() batch size")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bootstrap", help="an Apache Kafka of your own (default: a local KRaft broker is started)")
     args = parser.parse_args()
 
-    from offsetstore.kafka_integration.testing import TansuBroker, create_topic
+    from offsetstore.kafka_integration.local_kafka import KAFKA_VERSION, KafkaCluster, KafkaUnavailable, create_topic
 
-    with TansuBroker() as broker, served(max_workers=8, pool_size=4, prefix="offsetstore-bench-kafka-") as srv:
-        topic = "bench"
-        create_topic(broker.bootstrap, topic, args.partitions)
-        produce(broker.bootstrap, topic, args.partitions, args.messages)
+    with contextlib.ExitStack() as stack:
+        if args.bootstrap:
+            bootstrap, what = args.bootstrap, args.bootstrap
+        else:
+            try:
+                bootstrap = stack.enter_context(KafkaCluster(1)).bootstrap
+            except KafkaUnavailable as e:
+                sys.exit(f"kafka_consumer: {e}")
+            what = f"a local Apache Kafka {KAFKA_VERSION}"
+        srv = stack.enter_context(served(max_workers=8, pool_size=4, prefix="offsetstore-bench-kafka-"))
+        print(f"broker: {what}; {args.messages} messages over {args.partitions} partitions, batch {args.batch}")
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, args.partitions)
+        produce(bootstrap, topic, args.partitions, args.messages)
         results: dict[str, list[float]] = {"exactly-once": [], "at-least-once": []}
         for r in range(args.rounds):
             # Alternate which goes first, so neither always gets the warmer caches.
@@ -119,7 +133,7 @@ def main() -> None:
             for variant in order:
                 rate = run(
                     variant,
-                    bootstrap=broker.bootstrap,
+                    bootstrap=bootstrap,
                     topic=topic,
                     partitions=args.partitions,
                     messages=args.messages,

@@ -61,7 +61,7 @@ def main(source: str, target: str) -> None:
         fontsize=8,
         frameon=False,
     )
-    ax.set_title("Group status verdicts, six consumer processes against Tansu", fontsize=10)
+    ax.set_title("Group status verdicts, six consumer processes against Apache Kafka", fontsize=10)
     fig.tight_layout()
     fig.savefig(target)
 

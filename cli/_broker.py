@@ -88,10 +88,8 @@ def offsets_for_times(
     """For each partition, the offset of its first record with a timestamp at or after ``instant``.
 
     Where no record is that recent, the log end (kafka-consumer-groups does the same). The
-    broker's answer (ListOffsets by timestamp, ``offsets_for_times``) is checked against the
-    timestamps of the records around it; where they contradict it, the offset is found by a
-    binary search over record timestamps instead (Tansu 0.6 answers such requests wrongly).
-    Both assume timestamps that grow with offsets, as Kafka's own time index does.
+    broker answers from its time index (ListOffsets by timestamp, ``offsets_for_times``), as
+    for ``kafka-consumer-groups --reset-offsets --to-datetime``.
     """
 
     def call(consumer: Any) -> dict[TopicPartition, int]:
@@ -104,58 +102,13 @@ def offsets_for_times(
             tp = TopicPartition(answer.topic, answer.partition)
             if answer.error is not None:
                 raise BrokerError(f"the broker at {bootstrap} has no offsets of {tp.topic}:{tp.partition}")
-            low, high = consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)
-            guess = high if answer.offset < 0 else answer.offset
-            if not _is_first_at_or_after(consumer, tp, guess, low, high, millis, timeout):
-                guess = _search(consumer, tp, low, high, millis, timeout)
-            found[tp] = guess
+            offset = answer.offset
+            if offset < 0:  # no record that recent: the log end
+                offset = consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)[1]
+            found[tp] = offset
         return found
 
     return _ask(bootstrap, "an offsets-for-times request", call)
-
-
-def _timestamp(consumer: Any, tp: TopicPartition, offset: int, timeout: float) -> tuple[int, int]:
-    """(offset, timestamp in ms) of the first record at or after ``offset``."""
-    import time
-
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    consumer.assign([KafkaPartition(tp.topic, tp.partition, offset)])
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        message = consumer.poll(left)
-        if message is None:
-            break
-        if message.error() is not None:
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                continue
-            raise BrokerError(f"reading {tp.topic}:{tp.partition} at {offset}: {message.error().str()}")
-        if (message.topic(), message.partition()) == (tp.topic, tp.partition):
-            return message.offset(), message.timestamp()[1]
-    raise BrokerError(f"no record of {tp.topic}:{tp.partition} at offset {offset} within {timeout}s")
-
-
-def _is_first_at_or_after(
-    consumer: Any, tp: TopicPartition, offset: int, low: int, high: int, millis: int, timeout: float
-) -> bool:
-    if not low <= offset <= high:
-        return False
-    if offset < high and _timestamp(consumer, tp, offset, timeout)[1] < millis:
-        return False
-    return offset == low or _timestamp(consumer, tp, offset - 1, timeout)[1] < millis
-
-
-def _search(consumer: Any, tp: TopicPartition, low: int, high: int, millis: int, timeout: float) -> int:
-    """The smallest offset in [low, high) whose record's timestamp is >= millis, else ``high``."""
-    while low < high:
-        middle = (low + high) // 2
-        at, stamp = _timestamp(consumer, tp, middle, timeout)
-        if stamp >= millis:
-            high = middle
-        else:
-            low = at + 1
-    return low
 
 
 def expand(selection: Mapping[str, list[int]], known: Mapping[str, list[int]]) -> dict[str, list[int]]:

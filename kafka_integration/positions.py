@@ -75,7 +75,8 @@ class StoredPositions:
         ``largest``/``end`` are accepted too). ``"error"`` raises LookupError.
     cooperative : bool, default False
         True when the consumer's ``partition.assignment.strategy`` is
-        ``cooperative-sticky``: assignments are then incremental.
+        ``cooperative-sticky`` or its ``group.protocol`` is ``consumer`` (KIP-848):
+        assignments are then incremental, and an eager ``assign()`` is refused.
 
     Notes
     -----

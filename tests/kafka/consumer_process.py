@@ -1,4 +1,4 @@
-"""A consumer process for the crash, takeover and reset tests: Tansu -> ExactlyOnceWriter -> PostgreSQL.
+"""A consumer process for the crash, takeover and reset tests: Apache Kafka -> ExactlyOnceWriter -> PostgreSQL.
 
 Prints ``joined <generation>`` once it joined the group and ``wrote <n>`` after each
 committed batch; exits 0 after ``--idle-exit`` seconds without messages, and 3 when

@@ -1,4 +1,4 @@
-"""A scripted consumer for the group status run (issue 36): Tansu -> this process -> offsetstore over gRPC.
+"""A scripted consumer for the group status run (issue 36): Apache Kafka -> this process -> offsetstore over gRPC.
 
 It never reports watermarks: the lag it shows comes from the server's own reads of Kafka.
 ``--mode``:

@@ -1,4 +1,4 @@
-"""Consumer processes against Tansu and PostgreSQL: SIGKILLs at random points, a takeover, a reset from the CLI."""
+"""Consumer processes against Apache Kafka and PostgreSQL: SIGKILLs at random points, a takeover, a reset from the CLI."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from offsetstore.kafka_integration import testing
 from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_server import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -23,15 +23,13 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "kafka" / "orders_consumer.py
 def test_orders_consumer_example(broker, database_url, engine, group_id, make_topic, make_table):
     topic = make_topic(partitions=2)
     table = make_table(', order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset")')
-    producer = Producer(testing.producer_config(broker.bootstrap))
+    producer = Producer(broker.producer_config())
     for i in range(40):
         producer.produce(topic.name, value=json.dumps({"id": i, "amount": f"{i}.50"}).encode(), partition=i % 2)
     assert producer.flush(30) == 0
     command = [
         sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--database-url", database_url,
         "--topic", topic.name, "--group", group_id, "--table", table.name,
-        # Tansu assigns after about half the session timeout (librdkafka's default: 45 s).
-        "-X", "session.timeout.ms=6000",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -65,7 +63,7 @@ def test_the_worked_example_survives_its_reset_and_restart(
     topic = make_topic(partitions=2)
     # Step 2's table: the coordinates are its primary key.
     table = make_table(', order_id bigint, amount numeric, PRIMARY KEY (topic, "partition", "offset")')
-    producer = Producer(testing.producer_config(broker.bootstrap))
+    producer = Producer(broker.producer_config())
 
     def produce(first: int, last: int) -> None:
         for i in range(first, last):
@@ -76,7 +74,6 @@ def test_the_worked_example_survives_its_reset_and_restart(
         command = [
             sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--database-url", database_url,
             "--topic", topic.name, "--group", group_id, "--table", table.name, "--report-interval", "1",
-            "-X", "session.timeout.ms=6000",
         ]  # fmt: skip
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -131,3 +128,20 @@ def test_the_worked_example_survives_its_reset_and_restart(
         orders = conn.exec_driver_sql(f"SELECT order_id, amount FROM {table.name} ORDER BY order_id").all()
     assert [(o, str(a)) for o, a in orders] == [(i, f"{i}.50") for i in range(110)]
     table.assert_exactly_once({(topic.name, p, o) for p in range(2) for o in range(55)})
+
+
+@pytest.mark.parametrize("fault", ["bootstrap", "topic"])
+def test_a_wrong_bootstrap_or_a_missing_topic_is_one_line_not_a_wait(broker, database_url, group_id, fault) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}" if fault == "bootstrap" else broker.bootstrap
+    command = [
+        sys.executable, str(EXAMPLE), "--bootstrap", bootstrap, "--database-url", database_url,
+        "--topic", f"missing-{group_id}", "--group", group_id,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("orders_consumer:")]
+    assert "Traceback" not in done.stderr
+    if fault == "bootstrap":
+        assert f"no Kafka broker answered at {bootstrap}" in line and "check --bootstrap" in line
+    else:
+        assert f"topic missing-{group_id} does not exist on the broker" in line and "check --topic" in line

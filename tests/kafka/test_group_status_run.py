@@ -1,12 +1,11 @@
-"""Issue 36's proof: a real ``offsetstore serve`` reading watermarks from Tansu, six scripted consumer processes.
+"""Issue 36's proof: a real ``offsetstore serve`` reading watermarks from Apache Kafka, six scripted consumer processes.
 
 A producer writes to a busy topic at a steady rate; the consumers never report watermarks, so
 every lag below comes from the server's own reads of Kafka. Each group must reach its verdict:
 fast OK, slow (70% of the rate) LAGGING, stalled STALLED, SIGKILLed STOPPED (its lag in seconds
-growing after its death), caught up on a quiet topic IDLE, and LOST. Tansu keeps records in
-memory and neither deletes them by retention nor serves DeleteRecords, so the LOST group's log
-start is reported (as a consumer of a cluster with retention reports it) on a topic the server
-does not watch. Waits are on conditions; the latencies measured are printed (-s shows them).
+growing after its death), caught up on a quiet topic IDLE, and LOST: records below its offset
+deleted by ``kafka-delete-records`` (what retention does), the log start read by the server.
+Waits are on conditions; the latencies measured are printed (-s shows them).
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from offsetstore.client import OffsetStoreClient, Watermark
+from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import GroupStatus
-from offsetstore.kafka_integration import testing
+from offsetstore.kafka_integration.local_kafka import producer_config
 from tests.fixtures.fix_db import conninfo
 from tests.fixtures.fix_kafka import ConsumerProcess
 from tests.fixtures.fix_server import start_serve
@@ -40,7 +39,7 @@ INTERVAL = 0.5  # --watermarks-kafka-interval
 
 
 def produce_steadily(bootstrap: str, topic: str, stop: threading.Event) -> None:
-    producer = Producer(testing.producer_config(bootstrap))
+    producer = Producer(producer_config(bootstrap))
     started, sent = time.monotonic(), 0
     while not stop.is_set():
         due = int((time.monotonic() - started) * RATE)
@@ -53,7 +52,7 @@ def produce_steadily(bootstrap: str, topic: str, stop: threading.Event) -> None:
 
 
 def fill(bootstrap: str, topic: str, records: int) -> None:
-    producer = Producer(testing.producer_config(bootstrap))
+    producer = Producer(producer_config(bootstrap))
     for _ in range(records):
         producer.produce(topic, value=b"q", partition=0)
     assert producer.flush(30) == 0
@@ -64,7 +63,7 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
     run = f"run{uuid.uuid4().hex[:8]}"
     busy, quiet, lost_topic = (f"{run}-{name}" for name in ("busy", "quiet", "lost"))
     for topic in (busy, quiet, lost_topic):
-        testing.create_topic(broker.bootstrap, topic, 1)
+        broker.create_topic(topic, 1)
     fill(broker.bootstrap, quiet, 20)
     fill(broker.bootstrap, lost_topic, 200)
     watched = f"{run}-w-"
@@ -82,7 +81,7 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
     consumers: dict[str, subprocess.Popen[str]] = {}
 
     def consume(name: str, topic: str, mode: str, *extra: str) -> str:
-        group = f"{watched}{name}" if name != "lost" else f"{run}-lost"
+        group = f"{watched}{name}"
         consumers[name] = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--bootstrap", broker.bootstrap, "--server", served.address,
              "--group", group, "--topic", topic, "--mode", mode, *extra],
@@ -97,16 +96,20 @@ def test_six_groups_reach_their_verdicts(broker, database_url: str, tmp_path: Pa
             "stalled": consume("stalled", busy, "stalled"),
             "killed": consume("killed", busy, "fast"),
             "idle": consume("idle", quiet, "fast"),
-            "lost": consume("lost", lost_topic, "slow", "--rate", "2"),
+            "lost": consume("lost", lost_topic, "stalled"),  # commits offset 0 again and again
         }
         for name, process in consumers.items():
             line = process.stdout.readline()
             assert line.startswith("committed"), f"{name}: {line}{process.stdout.read() if process.poll() else ''}"
+        # An operator deletes records 0..99 of the lost topic (its group committed 0), as retention would.
+        plan = tmp_path / "delete.json"
+        plan.write_text(
+            json.dumps({"version": 1, "partitions": [{"topic": lost_topic, "partition": 0, "offset": 100}]})
+        )
+        broker.tool("kafka-delete-records", "--bootstrap-server", broker.bootstrap, "--offset-json-file", str(plan))
         started = RUN_START[0] = time.monotonic()
         TIMELINE.clear()
         with OffsetStoreClient(served.address, timeout=10) as client:
-            # Retention deleted records 0..99 of the lost topic (see the module's docstring).
-            client.report_watermarks([Watermark(lost_topic, 0, 100, 200)])
             expected = {
                 "fast": GroupStatus.OK,
                 "slow": GroupStatus.LAGGING,
@@ -189,7 +192,7 @@ def test_the_sql_api_node_consumer_killed_turns_stopped(
     """A consumer on the SQL API reports no watermarks: its lag and its death come from the server's reads."""
     npm_installed(NODE_EXAMPLE, "kafkajs")
     topic = f"{group_id}-node"
-    testing.create_topic(broker.bootstrap, topic, 1)
+    broker.create_topic(topic, 1)
     table = make_table()
     served = start_serve(
         tmp_path / "data",

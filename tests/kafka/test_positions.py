@@ -119,7 +119,7 @@ def test_bad_options_are_refused(client):
 
 @pytest.mark.slow
 def test_subscribe_on_assign_starts_at_stored_offsets(broker, client, group_id, make_topic):
-    """The group protocol's assignment (about 5 s on Tansu) goes through on_assign to the stored offsets."""
+    """The group protocol's assignment goes through on_assign to the stored offsets."""
     topic = make_topic(partitions=3, records=10)
     client.commit_offsets(group_id, {(topic.name, 0): 4, (topic.name, 1): 9})
     positions = StoredPositions(client, group_id, auto_offset_reset="earliest")

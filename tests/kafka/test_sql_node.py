@@ -1,4 +1,4 @@
-"""The SQL API's Node consumer (examples/sql/node, kafkajs + pg) against Tansu: SIGKILLs, a zombie, an operator's reset."""
+"""The SQL API's Node consumer (examples/sql/node, kafkajs + pg) against Apache Kafka: SIGKILLs, a zombie, an operator's reset."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Kafka example's exactly-once writer across a failover: the batch in flight is retried on the new primary, each record lands once.
 
-Real messages from the Tansu broker, the writer on libpq's multi-host URL over a primary and a
+Real messages from the Apache Kafka broker, the writer on libpq's multi-host URL over a primary and a
 synchronous standby; the primary is SIGKILLed while batches are being written.
 """
 
