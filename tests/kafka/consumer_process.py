@@ -4,12 +4,15 @@ Prints ``joined <generation>`` once it joined the group and ``wrote <n>`` after 
 committed batch; exits 0 after ``--idle-exit`` seconds without messages, and 3 when
 fenced (``fenced <current generation>``). ``--hold`` keeps each transaction open for a
 random time up to that many seconds after the rows are written, so a SIGKILL from the
-test often lands between the write and the COMMIT.
+test often lands between the write and the COMMIT. ``--after-first-wait-for PATH`` stops
+after the first committed batch until PATH exists: the takeover test starts its second
+consumer then, so the first one is still running when it is fenced, however slow the start.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -29,6 +32,7 @@ def main() -> int:
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--idle-exit", type=float, default=2.0)
     parser.add_argument("--subscribe", action="store_true", help="subscribe() instead of assign()")
+    parser.add_argument("--after-first-wait-for", metavar="PATH", help="after the first batch, wait for PATH")
     args = parser.parse_args()
 
     config = consumer_config(
@@ -68,6 +72,10 @@ def main() -> int:
                     time.sleep(random.uniform(0, args.hold))
             print(f"wrote {len(batch)}", flush=True)
             reporter.maybe_report()
+            if args.after_first_wait_for:
+                while not os.path.exists(args.after_first_wait_for):
+                    time.sleep(0.05)
+                args.after_first_wait_for = None
     except StaleGenerationError as e:
         print(f"fenced {e}", flush=True)
         return 3

@@ -49,18 +49,22 @@ def test_sigkill_at_random_points_delivers_every_message_exactly_once(
 
 
 def test_a_second_consumer_takes_over_and_fences_the_first(
-    broker, database_url, engine, group_id, make_topic, make_table
+    broker, database_url, engine, group_id, make_topic, make_table, tmp_path
 ):
     topic = make_topic(partitions=3, records=400)
     table = make_table()
     command = consumer_command(broker, database_url, group_id, topic, table, "--batch", "20")
-    first = ConsumerProcess([*command, "--hold", "0.1"])
+    # The first waits after its first batch until the second has joined: it cannot finish the
+    # stream before a slow second start (which made it exit 0 instead of being fenced).
+    second_joined = tmp_path / "second-joined"
+    first = ConsumerProcess([*command, "--hold", "0.1", "--after-first-wait-for", str(second_joined)])
     try:
         first_generation = int(first.wait_for_line("joined").split()[1])
         first.wait_for_line("wrote")
         second = ConsumerProcess(command)
         try:
             second_generation = int(second.wait_for_line("joined").split()[1])
+            second_joined.touch()
             assert first.finish() == 3, first.output()
             assert first.lines[-1].startswith("fenced"), first.output()
             assert second.finish() == 0, second.output()
