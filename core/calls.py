@@ -3,7 +3,7 @@
 What a call needs (permission, scope), what it costs, what it may do to groups and
 partitions, and whether a client may retry it live beside the RPC in the .proto; the
 server's gate, quotas and metrics and both clients read them here, keyed by the method's
-name. A method without its facts fails at import (and in tests/server/test_calls.py)::
+name. A method without its facts fails at import (and in tests/core/test_calls.py)::
 
     >>> FACTS["CommitOffsets"].permission
     <Permission.COMMIT: 2>

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, NamedTuple, Protocol, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 
@@ -18,6 +18,7 @@ from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
 from offsetstore.runtime._flushers import Flushers
 from offsetstore.runtime._hot_async import run_hot
+from offsetstore.runtime.config import Carry
 from offsetstore.storage._calls import Bound, caller_bound
 from offsetstore.storage.engine import SessionSettings
 
@@ -38,17 +39,6 @@ class Runtime(Protocol):
     async def attempts(
         self, name: str, body: Callable[[], Awaitable[R]], *, unapplied: Callable[[], bool] | None = None
     ) -> R: ...
-
-
-class Carry(NamedTuple):
-    """What a batch carries of its callers' context (the server's tracing sets it: server/tracing.py).
-
-    ``capture`` runs in each caller's task when it queues its request; ``enter`` gets what was
-    captured of the batch's callers and is entered around the batch's transaction.
-    """
-
-    capture: Callable[[], object]
-    enter: Callable[[list[object]], AbstractContextManager[object]]
 
 
 class _Write(gc.Waiting):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +46,6 @@ __all__ = [
     "create_engine",
     "libpq_conninfo",
     "plain_engine",
-    "session_settings",
     "shares_sessions",
 ]
 
@@ -140,10 +138,11 @@ def create_engine(
 
     ``pool_size`` bounds the pool (no overflow; waiting longer than the connect
     timeout fails); ``None`` opens a connection per use, for a process that writes
-    rarely, like a Spark driver between batches. ``prepare`` is for the asyncio
-    server's hot pool over this engine (:class:`SessionSettings`); the engine itself
-    never prepares. Each new connection is checked (:func:`admit`): a standby, or a primary
-    without the synchronous replication required, is refused.
+    rarely, like a Spark driver between batches. The engine never prepares (``prepare``
+    is kept for callers that passed it). The asyncio runtime connects through no engine:
+    it is made from a :class:`~offsetstore.runtime.config.StoreConfig` holding the same
+    :class:`SessionSettings`. Each new connection is checked (:func:`admit`): a standby,
+    or a primary without the synchronous replication required, is refused.
     """
     settings = SessionSettings(
         statement_timeout_ms,
@@ -162,17 +161,7 @@ def create_engine(
         )
     _apply_per_transaction(engine, settings.sql())
     _drop_read_only_connections(engine)
-    _ENGINES[engine] = (url, settings)
     return engine
-
-
-#: The URL and settings of each engine :func:`create_engine` made: the asyncio server's connections copy them.
-_ENGINES: weakref.WeakKeyDictionary[Engine, tuple[str, SessionSettings]] = weakref.WeakKeyDictionary()
-
-
-def session_settings(engine: Engine) -> tuple[str, SessionSettings]:
-    """The URL and :class:`SessionSettings` an engine of :func:`create_engine` was made with."""
-    return _ENGINES[engine]
 
 
 def _apply_per_transaction(engine: Engine, sql: str) -> None:
