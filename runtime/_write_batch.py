@@ -16,10 +16,10 @@ import psycopg
 
 from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
+from offsetstore.runtime._calls import Bound, caller_bound
 from offsetstore.runtime._flushers import Flushers
 from offsetstore.runtime._hot_async import run_hot
 from offsetstore.runtime.config import Carry
-from offsetstore.storage._calls import Bound, caller_bound
 from offsetstore.storage.engine import SessionSettings
 
 __all__ = ["AsyncWriteBatcher", "Carry", "Runtime"]

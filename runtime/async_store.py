@@ -8,7 +8,7 @@ SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, no
 The hot path (the group commit's batch, FetchOffsets, DescribeGroup, watermark reports) is
 the storage core's steps driven on psycopg's ``AsyncConnection`` with none of SQLAlchemy's
 layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
-caller's deadline (:func:`~offsetstore.storage._calls.deadline`) bounds the work.
+caller's deadline (:func:`~offsetstore.runtime._calls.deadline`) bounds the work.
 
 Group commit (:class:`AsyncWriteBatcher`) and coalesced reads (:mod:`._read_batch`) are a
 few asyncio tasks each: a task takes whatever is queued when it is free, so the next batch
@@ -45,13 +45,14 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
+from offsetstore.runtime._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
+from offsetstore.runtime._connect import admit_async, create_async_engine
 from offsetstore.runtime._hot_async import bounded_read, on_primary, run_hot
 from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
 from offsetstore.runtime._read_batch import FETCH, ReadBatcher, Rows, describe_kinds
 from offsetstore.runtime._write_batch import AsyncWriteBatcher
 from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
-from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
-from offsetstore.storage.engine import NotThePrimary, admit_async, create_async_engine
+from offsetstore.storage.engine import NotThePrimary
 from offsetstore.storage.retention import expiry
 
 __all__ = ["AsyncStore", "AsyncWriteBatcher", "Carry", "StoreConfig", "StoreObserver"]

@@ -14,8 +14,8 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from offsetstore.core.errors import OffsetStoreError
+from offsetstore.runtime._calls import lock_wait_ran_out
 from offsetstore.runtime.async_store import AsyncStore
-from offsetstore.storage._calls import lock_wait_ran_out
 from offsetstore.storage.advisory_locks import describe_holder
 from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.retention.expiry import ACTOR

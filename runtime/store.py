@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from offsetstore.runtime._calls import deadline
 from offsetstore.runtime.async_store import AsyncStore, AsyncWriteBatcher
 from offsetstore.runtime.config import StoreConfig, StoreObserver
 from offsetstore.runtime.loop_thread import LoopThread, run_on
-from offsetstore.storage._calls import deadline
 from offsetstore.storage.status import StatusRules
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.

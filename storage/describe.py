@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 from offsetstore.core.errors import GroupNotFoundError
 from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
 from offsetstore.storage import validate as check
+from offsetstore.storage.batched_pages import PER_GROUP, batched
 from offsetstore.storage.lag import lag_seconds_status
 from offsetstore.storage.lag_columns import (
     facts_of,
@@ -140,6 +141,13 @@ def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any
     """
     query = _page_query(window, lag_history)
     return query.sql, query.fixed
+
+
+def batched_page_statement(window: float, lag_history: bool) -> tuple[str, str, dict[str, Any]]:
+    """:func:`page_statement` (its SQL), the same page for each group of a batch in one statement (:mod:`.batched_pages`), and the batch's fixed parameters."""
+    first, compiled = page_statement(window, lag_history)
+    fixed = {name: value for name, value in compiled.items() if name not in PER_GROUP}
+    return first, batched(first, "d", fixed=fixed), fixed
 
 
 def describe_group(
