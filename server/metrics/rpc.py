@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from offsetstore.core.calls import Counted
 from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, rpc_kind
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -165,14 +166,15 @@ class ServerMetrics:
         """Counts one ended call of the offset store: its error by reason, and commits, rejections and resets."""
         if outcome.code != grpc.StatusCode.OK:
             self.errors.labels(outcome.method, outcome.reason, outcome.limit).inc()
-        if outcome.method == "CommitOffsets":
+        facts = outcome.facts  # what the call counts is declared in the .proto, never read off its name
+        if facts.counted is Counted.COMMITS:
             if outcome.code == grpc.StatusCode.OK:
                 self.commits.inc()
-                self.offsets_committed.inc(len(outcome.request.offsets))  # type: ignore[union-attr]
+                self.offsets_committed.inc(len(facts.entries(outcome.request)))
             elif outcome.code != grpc.StatusCode.CANCELLED:
                 self.rejections.labels(outcome.reason).inc()
-        elif outcome.method == "ResetOffsets" and outcome.code == grpc.StatusCode.OK:
-            if not outcome.request.dry_run:  # type: ignore[union-attr]
+        elif facts.counted is Counted.RESETS and outcome.code == grpc.StatusCode.OK:
+            if not facts.previews(outcome.request):
                 self.resets.inc()
 
 

@@ -129,6 +129,24 @@ def test_a_principal_at_its_quota_cannot_create_another_group(serve: Serve, tmp_
     assert live_groups(engine, tenants.prefix("a")) == FLAG
 
 
+def test_an_empty_commit_creates_no_group_and_opens_no_way_past_the_quota(
+    serve: Serve, tmp_path: Path, engine: sa.Engine
+) -> None:
+    # A commit of no offsets only checks the generation (the .proto declares its entries): at
+    # the quota it is not refused, it writes nothing, and the group it named stays unknown, so
+    # a real commit to it afterwards is refused like any other creation.
+    tenants = Tenants(tmp_path, a=None)
+    with tenants.client(serve(tenants), "a") as a:
+        fill(a, tenants, "a", FLAG)
+        unknown = tenants.group("a")
+        assert a.commit_offsets(unknown, {}) == {}
+        assert nothing_written(engine, unknown)
+        with pytest.raises(GroupQuotaError):
+            a.commit_offsets(unknown, {("orders", 0): 1})
+    assert nothing_written(engine, unknown)
+    assert live_groups(engine, tenants.prefix("a")) == FLAG
+
+
 def test_at_the_quota_commits_and_joins_to_existing_groups_still_work(
     serve: Serve, tmp_path: Path, store: Store
 ) -> None:
