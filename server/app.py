@@ -17,6 +17,7 @@ from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
+from offsetstore.server.auth.callers import CallerContext
 from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
@@ -67,20 +68,22 @@ class StreamGuard(HandlerInterceptor):
         self,
         limit: int,
         seconds: float,
-        authenticate: Callable[[grpc.aio.ServicerContext], object] | None = None,
+        authenticate: Callable[[CallerContext], object] | None = None,
     ) -> None:
         self.limit = limit
         self.seconds = seconds
         self.authenticate = authenticate
         self._open = 0
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour | None:
+    def wrap(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
         if kind != "bidi_stream" or method == _HEALTH_WATCH:
             return None  # the offset store's methods and health's are not streams that idle
         return self._guard(behaviour)
 
     def _guard(self, behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             try:
                 if self.authenticate is not None:
                     self.authenticate(context)

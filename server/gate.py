@@ -132,7 +132,7 @@ class Gate:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler of every method of the service."""
-        handlers = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in self.service.methods:
             request_class = getattr(pb, method.input_type.name)
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
@@ -144,10 +144,10 @@ class Gate:
 
     def _serve(
         self, facts: CallFacts, request_class: type[Message], run: Callable[[Any, Any], Awaitable[Message]]
-    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[Message | None]]:
+    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext[Any, Any]], Awaitable[Message | None]]:
         method = facts.method
 
-        async def serve(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Message | None:
+        async def serve(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]) -> Message | None:
             started = time.perf_counter()
             name: str | None = None
             principal: Principal | None = None
@@ -200,7 +200,8 @@ class Gate:
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
                 outcome = CallOutcome(facts, request, error.code, error, name)
-                return fail(context, error)
+                fail(context, error)
+                return None
             except asyncio.CancelledError:
                 outcome = CallOutcome(facts, request, grpc.StatusCode.CANCELLED, principal=name)
                 raise
@@ -208,7 +209,8 @@ class Gate:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
                 outcome = CallOutcome(facts, request, grpc.StatusCode.INTERNAL, principal=name)
-                return fail(context, error)
+                fail(context, error)
+                return None
             finally:
                 if name is not None:
                     self.admission.leave(name, size, limited=principal is not None)
@@ -235,14 +237,14 @@ class Gate:
                 f"the {method} request did not arrive within {self.read_seconds:g} s of the call's start"
             ) from None
         # Counted before it is decoded: 20 million empty entries decode into gigabytes.
-        check_entries(request_class.DESCRIPTOR, data, method)
+        check_entries(request_class.DESCRIPTOR, data, method)  # type: ignore[arg-type]  # upb's Descriptor, the same API
         try:
             return request_class.FromString(data)
         except (DecodeError, RuntimeError, ValueError):
             raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
 
 
-def _active(context: grpc.aio.ServicerContext) -> Callable[[], bool]:
+def _active(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], bool]:
     return lambda: not (context.cancelled() or context.done())
 
 

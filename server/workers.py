@@ -110,7 +110,7 @@ def mark_dead(pid: int | None) -> None:
     from prometheus_client import multiprocess
 
     if pid is not None:
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
 def serving_process(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
-import grpc
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from offsetstore.core.calls import CallFacts, Scope
 from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
@@ -20,6 +18,14 @@ __all__ = ["AuthInterceptor"]
 _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
 
 _VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
+
+
+class CallerContext(Protocol):
+    """What authentication reads of a call: its metadata and its TLS peer (grpc.aio's context, the HTTP listener's)."""
+
+    def invocation_metadata(self) -> Any: ...
+
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
 
 class AuthInterceptor:
@@ -97,7 +103,7 @@ class AuthInterceptor:
             )
         return None
 
-    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+    def authenticate(self, context: CallerContext) -> Principal:
         """The caller of ``context``, or UnauthenticatedError."""
         principal = self._by_metadata(context.invocation_metadata())
         if principal is not None:

@@ -159,7 +159,7 @@ def use_multiprocess(directory: str) -> None:
     them (prometheus-client's multiprocess mode).
     """
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
 def worker_metrics() -> tuple[CollectorRegistry, StoreObserver]:
@@ -231,7 +231,7 @@ def build_registry(
         )
     else:
         values = CollectorRegistry()  # never served: its values are in the files the collector sums
-        MultiProcessCollector(registry, path=multiprocess_dir)
+        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
     query_seconds = _query_seconds(values)
     if scrape_store is not None and scrape_store is not store:
         _observe_store(scrape_store, query_seconds=query_seconds)
