@@ -18,7 +18,7 @@ from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
 from offsetstore.runtime._calls import Bound, caller_bound
 from offsetstore.runtime._flushers import Flushers
-from offsetstore.runtime._hot_async import run_hot
+from offsetstore.runtime._hot_async import drive_steps_async
 from offsetstore.runtime.config import Carry
 from offsetstore.storage.engine import SessionSettings
 
@@ -133,7 +133,7 @@ class AsyncWriteBatcher:
             # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
             # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
             async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
-                outcomes = await run_hot(
+                outcomes = await drive_steps_async(
                     conn,
                     storage.write_batch_steps(requests),
                     self.store.settings,

@@ -47,7 +47,7 @@ from offsetstore.core.types import (
 )
 from offsetstore.runtime._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
 from offsetstore.runtime._connect import admit_async, create_async_engine
-from offsetstore.runtime._hot_async import bounded_read, on_primary, run_hot
+from offsetstore.runtime._hot_async import bounded_read, drive_steps_async, on_primary
 from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
 from offsetstore.runtime._read_batch import FETCH, ReadBatcher, Rows, describe_kinds
 from offsetstore.runtime._write_batch import AsyncWriteBatcher
@@ -211,7 +211,7 @@ class AsyncStore:
         async def once() -> R:
             ms = self.timeout_ms(caller_bound())
             async with self.hot_connection(ms) as conn:
-                return await run_hot(conn, steps(), self.settings, ms, read_only=read_only)
+                return await drive_steps_async(conn, steps(), self.settings, ms, read_only=read_only)
 
         return await self.attempts(name, once, unapplied=(lambda: True) if read_only else None)
 

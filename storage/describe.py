@@ -46,7 +46,7 @@ from offsetstore.storage.pages import (
 )
 from offsetstore.storage.schema import groups, offsets, watermarks
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
-from offsetstore.storage.steps import HotSteps, Statement, run_hot
+from offsetstore.storage.steps import HotSteps, Statement, drive_steps
 
 _GROUP = bindparam("group", type_=Text)
 _DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
@@ -163,7 +163,7 @@ def describe_group(
     deleted group's error carries the generation and reset count its id keeps. The group's
     verdict is over all its partitions: a second statement on a first page that has more after it.
     """
-    return run_hot(conn, describe_group_steps(group_id, page, rules, lag_history))
+    return drive_steps(conn, describe_group_steps(group_id, page, rules, lag_history))
 
 
 def describe_group_steps(

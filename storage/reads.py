@@ -59,7 +59,7 @@ from offsetstore.storage.pages import (
     sized_page_params,
 )
 from offsetstore.storage.schema import groups, offset_history, offsets
-from offsetstore.storage.steps import HotSteps, run_hot
+from offsetstore.storage.steps import HotSteps, drive_steps
 
 # A page of offsets is one statement of the hot path, driven on psycopg alone with no
 # SQLAlchemy compile at each call: the query is built once, by the page builder that
@@ -133,7 +133,7 @@ def fetch_offsets(
 
     One statement, so the page's offsets and the generation come from one snapshot.
     """
-    return run_hot(conn, fetch_offsets_steps(group_id, topics, page))
+    return drive_steps(conn, fetch_offsets_steps(group_id, topics, page))
 
 
 def fetch_offsets_steps(
