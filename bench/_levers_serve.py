@@ -8,6 +8,7 @@ out of the product: the product has no switch for the old behaviour.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -48,9 +49,12 @@ for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(
     BEFORE[_lever]()
 
 if _flushers := os.environ.get("OFFSETSTORE_BENCH_READ_FLUSHERS"):  # to weigh the read batcher's tasks
-    defaults = async_store.AsyncStore.__init__.__kwdefaults__
-    assert defaults is not None
-    defaults["read_flushers"] = int(_flushers)
+    _made = async_store.AsyncStore.__init__
+
+    def _with_flushers(self: async_store.AsyncStore, config: async_store.StoreConfig) -> None:
+        _made(self, dataclasses.replace(config, read_flushers=int(_flushers)))
+
+    async_store.AsyncStore.__init__ = _with_flushers  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     from offsetstore.cli.main import main

@@ -19,9 +19,10 @@ import psycopg
 from prometheus_client import generate_latest
 
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
 
 
 def fill(url: str, partitions: int) -> None:
@@ -71,7 +72,7 @@ def main() -> None:
         started = time.perf_counter()
         fill(url, args.partitions)
         print(f"filled {args.partitions} partitions in {time.perf_counter() - started:.1f}s")
-    store = Store(create_engine(url, pool_size=2, statement_timeout_ms=60_000))
+    store = Store.open(StoreConfig(url, SessionSettings(statement_timeout_ms=60_000), hot_pool_size=2))
     try:
         registry = metrics.build_registry(store, sums_seconds=args.sums_seconds)
         seconds, size = [], 0

@@ -3,7 +3,7 @@
 What a call needs (permission, scope), what it costs, what it may do to groups and
 partitions, and whether a client may retry it live beside the RPC in the .proto; the
 server's gate, quotas and metrics and both clients read them here, keyed by the method's
-name. A method without its facts fails at import (and in tests/server/test_calls.py)::
+name. A method without its facts fails at import (and in tests/core/test_calls.py)::
 
     >>> FACTS["CommitOffsets"].permission
     <Permission.COMMIT: 2>
@@ -12,7 +12,7 @@ name. A method without its facts fails at import (and in tests/server/test_calls
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -23,7 +23,7 @@ from google.protobuf.descriptor_pb2 import MethodOptions
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import options_pb2
 
-__all__ = ["BY_REQUEST", "FACTS", "SERVICE", "CallFacts", "Cost", "Permission", "Scope", "facts_of"]
+__all__ = ["BY_REQUEST", "FACTS", "SERVICE", "CallFacts", "Cost", "Counted", "Permission", "Scope", "facts_of"]
 
 #: The service whose methods the facts describe.
 SERVICE: ServiceDescriptor = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
@@ -54,6 +54,14 @@ class Cost(enum.Enum):
     PAGE = options_pb2.COST_RULE_PAGE
 
 
+class Counted(enum.Enum):
+    """The store counters a call feeds when it ends (the metrics read it, never a method's name)."""
+
+    NOTHING = options_pb2.COUNTED_UNSPECIFIED
+    COMMITS = options_pb2.COUNTED_COMMITS
+    RESETS = options_pb2.COUNTED_RESETS
+
+
 @dataclass(frozen=True)
 class CallFacts:
     """One RPC's facts (the ``offsetstore.v1.call`` method option and ``idempotency_level``)."""
@@ -72,6 +80,10 @@ class CallFacts:
     preview_field: str
     #: For a write whose answer never came: how to find out what it did ("" for a read).
     unknown_outcome: str
+    #: The repeated field of the partitions the call writes, an entry each ("" for none): empty, it writes none.
+    entries_field: str
+    #: The store counters the call feeds.
+    counted: Counted
     #: NO_SIDE_EFFECTS or IDEMPOTENT: a client retries it on UNAVAILABLE.
     retried: bool
     #: NO_SIDE_EFFECTS: a read; a GET may serve it.
@@ -85,6 +97,10 @@ class CallFacts:
         if field.startswith("!"):
             return not getattr(request, field[1:])
         return bool(getattr(request, field))
+
+    def entries(self, request: Any) -> Sequence[Any]:
+        """The entries ``request`` writes (a commit's offsets); empty for a method without ``entries_field``."""
+        return getattr(request, self.entries_field) if self.entries_field else ()
 
     def writes(self, request: Any) -> bool:
         """Whether ``request`` may change the store: a write that is not a preview."""
@@ -104,7 +120,7 @@ def facts_of(method: MethodDescriptor) -> CallFacts:
     if not (call.permission and call.scope and call.cost):
         raise ValueError(f"{method.full_name}'s (offsetstore.v1.call) option needs permission, scope and cost")
     request = method.input_type
-    for name in (call.cost_field, call.preview_field.lstrip("!")):
+    for name in (call.cost_field, call.preview_field.lstrip("!"), call.entries_field):
         if name and name not in request.fields_by_name:
             raise ValueError(f"{method.full_name}'s option names {name!r}, which {request.name} does not have")
     if call.cost == options_pb2.COST_RULE_SELECTION and "topics" not in request.fields_by_name:
@@ -127,6 +143,8 @@ def facts_of(method: MethodDescriptor) -> CallFacts:
         removes_groups=call.removes_groups,
         preview_field=call.preview_field,
         unknown_outcome=call.unknown_outcome,
+        entries_field=call.entries_field,
+        counted=Counted(call.counted),
         retried=level in (MethodOptions.NO_SIDE_EFFECTS, MethodOptions.IDEMPOTENT),
         read_only=not writes,
     )

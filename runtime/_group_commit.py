@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
-from offsetstore.storage._calls import Bound, lock_wait_ran_out, one_requests_fault
+from offsetstore.runtime._calls import Bound, lock_wait_ran_out, one_requests_fault
 from offsetstore.storage.writes import WriteOutcome, WriteRequest
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 :class:`~offsetstore.runtime.async_store.AsyncStore` drives the storage core's steps
 (:func:`storage.write_batch_steps`, :func:`storage.fetch_offsets_steps`) here, without
-SQLAlchemy's layers; what each statement carries and why is :func:`run_hot`'s docstring.
+SQLAlchemy's layers; what each statement carries and why is :func:`drive_steps_async`'s docstring.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.steps import is_wide
 
-__all__ = ["FETCH_SLICE", "bounded_read", "on_primary", "run_hot"]
+__all__ = ["FETCH_SLICE", "bounded_read", "on_primary", "drive_steps_async"]
 
 R = TypeVar("R")
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 FETCH_SLICE = 200
 
 
-async def run_hot(
+async def drive_steps_async(
     conn: psycopg.AsyncConnection,
     steps: storage.HotSteps[R],
     settings: SessionSettings,

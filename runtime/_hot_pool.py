@@ -23,8 +23,9 @@ import psycopg
 import psycopg_pool
 import sqlalchemy.exc
 
+from offsetstore.runtime._connect import admit_async
 from offsetstore.storage import database_url
-from offsetstore.storage.engine import SessionSettings, admit_async
+from offsetstore.storage.engine import SessionSettings
 
 __all__ = ["IDLE_CHECK_SECONDS", "QuietCheck", "connection_lost", "create_async_pool"]
 

@@ -11,7 +11,7 @@ tasks: :mod:`._flushers`, as the group commit's). A batch is of one kind, and th
 kinds' reads keep their places, so no more statements are in the database at once than
 there are tasks. A lone read is one statement and one round trip, as before; a batch of n is
 one statement too: the kind's batched statement runs the very page query once per group,
-side by side (``LEFT JOIN LATERAL`` over the groups' parameters, :func:`batched`), in one
+side by side (``LEFT JOIN LATERAL`` over the groups' parameters, storage/batched_pages.py), in one
 snapshot. Each caller then goes on with its own steps and its own rows (a page token's
 generation checked, the result built) in its own task: bad input of one caller fails that
 caller alone. What its steps ask for next, the batch answers where it can (FetchOffsets'
@@ -37,19 +37,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
+from offsetstore.runtime._calls import Bound, caller_bound
 from offsetstore.runtime._flushers import Flushers
 from offsetstore.storage import describe, reads
-from offsetstore.storage._calls import Bound, caller_bound
-from offsetstore.storage.steps import int_array, text_array
+from offsetstore.storage.batched_pages import batch_params
+from offsetstore.storage.reads import BATCHED_FETCH
 
 __all__ = [
     "BATCHED_FETCH",
@@ -58,7 +58,6 @@ __all__ = [
     "ReadBatcher",
     "ReadKind",
     "Rows",
-    "batched",
     "describe_kinds",
     "resumed",
 ]
@@ -69,54 +68,6 @@ log = logging.getLogger(__name__)
 
 #: Up to this many reads ride one statement (below :data:`storage.steps.WIDE`: the statement stays prepared).
 MAX_BATCH_READS = 128
-
-# The page query's parameters, each a column of the batch's rows instead.
-_COLUMNS = {
-    "%(group)s::VARCHAR": "b.group_id",
-    "%(after_topic)s::VARCHAR": "b.after_topic",
-    "%(after_partition)s::INTEGER": "b.after_partition",
-    "%(rows)s::INTEGER": "b.row_limit",
-    "%(budget)s::BIGINT": "b.budget",
-}
-_PER_GROUP = frozenset(("group", "after_topic", "after_partition", "rows", "budget"))
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-
-#: The batch's parameters: each an array literal of one page parameter (joined at C speed, see :mod:`.steps`).
-_PARAMS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("groups", "group", text_array),
-    ("after_topics", "after_topic", text_array),
-    ("after_partitions", "after_partition", int_array),
-    ("row_limits", "rows", int_array),
-    ("budgets", "budget", int_array),
-)
-
-
-def _per_group(sql: str, fixed: Collection[str] = ()) -> str:
-    """``sql`` with each of the caller's parameters a column of ``b``; those left must be among ``fixed``."""
-    for placeholder, column in _COLUMNS.items():
-        sql = sql.replace(placeholder, column)
-    unmapped = set(_PLACEHOLDER.findall(sql)) - (set(fixed) - _PER_GROUP)
-    if unmapped:  # the page query gained a parameter of its own, or renders one otherwise
-        raise AssertionError(f"unmapped parameters {sorted(unmapped)} in the page query: {sql}")
-    return sql
-
-
-def batched(page: str, alias: str, leading: str = "", fixed: Collection[str] = ()) -> str:
-    """The page query ``page`` once per group of a batch, in one statement.
-
-    A row: the caller's index (from 1), the ``leading`` columns, the page's row as ``alias``
-    (NULLs where the group's page has none: LEFT JOIN). ``fixed``: the names of the page's
-    parameters that are the same for every group, passed once.
-    """
-    return (
-        f"SELECT b.n, {leading}{alias}.* "
-        "FROM unnest(%(groups)s::VARCHAR[], %(after_topics)s::VARCHAR[], %(after_partitions)s::INTEGER[], "
-        "%(row_limits)s::INTEGER[], %(budgets)s::BIGINT[]) "
-        "WITH ORDINALITY AS b(group_id, after_topic, after_partition, row_limit, budget, n) "
-        f"LEFT JOIN LATERAL ({_per_group(page, fixed)}) AS {alias} ON true "
-        f"ORDER BY b.n, {alias}.topic, {alias}.partition"
-    )
-
 
 #: A statement's rows.
 Rows = list[tuple[Any, ...]]
@@ -145,19 +96,14 @@ def _split_fetch(rows: Rows, count: int) -> list[Share]:
     shares: list[Share] = [([], ()) for _ in range(count)]
     for n, generation, *row in rows:
         if row[1] is None:  # no page rows: the group's generation, for the caller's steps to ask for
-            shares[n - 1] = ([], ((reads._FETCH_GENERATION, [(generation,)]),))
+            shares[n - 1] = ([], ((reads.FETCH_GENERATION, [(generation,)]),))
         else:
             shares[n - 1][0].append(tuple(row))
     return shares
 
 
-#: The page query of :func:`storage.fetch_offsets_steps` for each group of the batch, in one statement.
-#: A row: the caller's index (from 1), the generation where the group's page has no rows, the page's row.
-BATCHED_FETCH = batched(
-    reads._FETCH_ALL, "f", "CASE WHEN f.topic IS NULL THEN (" + _per_group(reads._FETCH_GENERATION) + ") END, "
-)
 #: FetchOffsets of all of a group's topics.
-FETCH = ReadKind("fetch_offsets", reads._FETCH_ALL, BATCHED_FETCH, {}, _split_fetch)
+FETCH = ReadKind("fetch_offsets", reads.FETCH_PAGE, BATCHED_FETCH, {}, _split_fetch)
 
 
 def _split_describe(rows: Rows, count: int) -> list[Share]:
@@ -177,10 +123,8 @@ def describe_kinds(window: float) -> tuple[ReadKind, ...]:
     """
     kinds = []
     for lag_history in (False, True):
-        first, compiled = describe.page_statement(window, lag_history)
-        fixed = {name: value for name, value in compiled.items() if name not in _PER_GROUP}
-        assert not fixed.keys() & {name for name, _, _ in _PARAMS}, "a fixed parameter shadows the batch's"
-        kinds.append(ReadKind("describe_group", first, batched(first, "d", fixed=fixed), fixed, _split_describe))
+        first, many, fixed = describe.batched_page_statement(window, lag_history)
+        kinds.append(ReadKind("describe_group", first, many, fixed, _split_describe))
     return tuple(kinds)
 
 
@@ -326,9 +270,7 @@ class ReadBatcher:
         try:
             kind = batch[0].kind
             ms = self._batch_ms(batch)
-            params = dict(kind.fixed)
-            for name, key, literal in _PARAMS:
-                params[name] = literal([read.params[key] for read in batch])
+            params = {**kind.fixed, **batch_params([read.params for read in batch])}
             try:
                 rows = await self._execute(kind.name, kind.batched, params, ms)
             except Exception as error:

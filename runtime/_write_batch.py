@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, NamedTuple, Protocol, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 
 from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
+from offsetstore.runtime._calls import Bound, caller_bound
 from offsetstore.runtime._flushers import Flushers
-from offsetstore.runtime._hot_async import run_hot
-from offsetstore.storage._calls import Bound, caller_bound
+from offsetstore.runtime._hot_async import drive_steps_async
+from offsetstore.runtime.config import Carry
 from offsetstore.storage.engine import SessionSettings
 
 __all__ = ["AsyncWriteBatcher", "Carry", "Runtime"]
@@ -38,17 +39,6 @@ class Runtime(Protocol):
     async def attempts(
         self, name: str, body: Callable[[], Awaitable[R]], *, unapplied: Callable[[], bool] | None = None
     ) -> R: ...
-
-
-class Carry(NamedTuple):
-    """What a batch carries of its callers' context (the server's tracing sets it: server/tracing.py).
-
-    ``capture`` runs in each caller's task when it queues its request; ``enter`` gets what was
-    captured of the batch's callers and is entered around the batch's transaction.
-    """
-
-    capture: Callable[[], object]
-    enter: Callable[[list[object]], AbstractContextManager[object]]
 
 
 class _Write(gc.Waiting):
@@ -143,7 +133,7 @@ class AsyncWriteBatcher:
             # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
             # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
             async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
-                outcomes = await run_hot(
+                outcomes = await drive_steps_async(
                     conn,
                     storage.write_batch_steps(requests),
                     self.store.settings,

@@ -8,7 +8,7 @@ SQLAlchemy's asyncio engine through ``AsyncConnection.run_sync``: a greenlet, no
 The hot path (the group commit's batch, FetchOffsets, DescribeGroup, watermark reports) is
 the storage core's steps driven on psycopg's ``AsyncConnection`` with none of SQLAlchemy's
 layers (:mod:`._hot_async`). Failures are classified as the Store classifies them, and the
-caller's deadline (:func:`~offsetstore.storage._calls.deadline`) bounds the work.
+caller's deadline (:func:`~offsetstore.runtime._calls.deadline`) bounds the work.
 
 Group commit (:class:`AsyncWriteBatcher`) and coalesced reads (:mod:`._read_batch`) are a
 few asyncio tasks each: a task takes whatever is queued when it is free, so the next batch
@@ -21,15 +21,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg_pool
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from offsetstore import storage
 from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
@@ -47,22 +45,17 @@ from offsetstore.core.types import (
     TopicPartition,
     Watermark,
 )
-from offsetstore.runtime._hot_async import bounded_read, on_primary, run_hot
+from offsetstore.runtime._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
+from offsetstore.runtime._connect import admit_async, create_async_engine
+from offsetstore.runtime._hot_async import bounded_read, drive_steps_async, on_primary
 from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
 from offsetstore.runtime._read_batch import FETCH, ReadBatcher, Rows, describe_kinds
-from offsetstore.runtime._write_batch import AsyncWriteBatcher, Carry
-from offsetstore.storage._calls import ATTEMPTS, Bound, caller_bound, caller_gone, classify, retryable, timeout_ms
-from offsetstore.storage.engine import (
-    NotThePrimary,
-    admit_async,
-    create_async_engine,
-    session_settings,
-)
+from offsetstore.runtime._write_batch import AsyncWriteBatcher
+from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
+from offsetstore.storage.engine import NotThePrimary
 from offsetstore.storage.retention import expiry
-from offsetstore.storage.status import DEFAULT_RULES, StatusRules
-from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
-__all__ = ["AsyncStore", "AsyncWriteBatcher", "Carry", "StoreObserver"]
+__all__ = ["AsyncStore", "AsyncWriteBatcher", "Carry", "StoreConfig", "StoreObserver"]
 
 R = TypeVar("R")
 
@@ -70,79 +63,65 @@ R = TypeVar("R")
 DOWN_WAIT_SECONDS = 0.2
 
 
-@dataclass(frozen=True)
-class StoreObserver:
-    """What a store reports as it runs (the metrics' seam); each hook may be None.
-
-    Give it to the constructor (``Store(engine, observer=StoreObserver(...))``), or, for a
-    registry built over a store that exists already, to :meth:`AsyncStore.observe_with`.
-    """
-
-    #: Called with each operation's name and duration in seconds, failures included.
-    operation: Callable[[str, float], None] | None = None
-    #: Called with the number of groups each expiry removed.
-    expired: Callable[[int], None] | None = None
-
-
 class AsyncStore:
-    r"""Runs each storage operation in its own transaction on ``engine``'s database, classifying failures.
+    """Runs each storage operation in its own transaction on ``config``'s database, classifying failures.
 
-    ``engine`` (of :func:`~offsetstore.storage.engine.create_engine`) lends its URL and
-    session settings; the store opens connections of its own, in the event loop it is
-    :meth:`open`\ ed in: ``hot_pool_size`` (default: the engine's pool size) for the batches
-    and fetches (psycopg's pool), ``pool_size`` for everything else (SQLAlchemy's asyncio
-    engine), and one for the health probe. ``write_flushers`` tasks write the batches of
-    commits and joins (:class:`AsyncWriteBatcher`), each holding one hot connection while it writes;
-    ``read_flushers`` tasks coalesce concurrent fetches and descriptions (:mod:`._read_batch`).
+    Made from plain data (:class:`~offsetstore.runtime.config.StoreConfig`) and opened in the
+    event loop that will use it, as psycopg_pool's pools are: ``async with AsyncStore(config)
+    as store:``, or :meth:`open` and :meth:`close`. It holds ``config.hot_pool_size``
+    connections for the batches and fetches (psycopg's pool), ``config.cold_pool`` for
+    everything else (SQLAlchemy's asyncio engine), and one for the health probe.
+    ``write_flushers`` tasks write the batches of commits and joins (:class:`AsyncWriteBatcher`),
+    each holding one hot connection while it writes; ``read_flushers`` tasks coalesce concurrent
+    fetches and descriptions (:mod:`._read_batch`).
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        statement_timeout_ms: int = 5000,
-        observer: StoreObserver = StoreObserver(),
-        write_flushers: int = 2,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        hot_pool_size: int | None = None,
-        pool_size: int | None = None,
-        status_rules: StatusRules = DEFAULT_RULES,
-        carry: Carry | None = None,
-        read_flushers: int = 2,
-    ) -> None:
-        size = getattr(engine.pool, "size", None)
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
         #: Connections the hot pool holds at most.
-        self.pool_size: int = hot_pool_size or (size() if callable(size) else 8)
-        self.statement_timeout_ms = statement_timeout_ms
+        self.pool_size: int = config.hot_pool_size
+        self.statement_timeout_ms = config.statement_timeout_ms
         #: The most one FetchOffsets or DescribeGroup answer may hold; larger ones come in pages.
-        self.max_response_bytes = max_response_bytes
-        self.observer = observer
-        url, self.settings = session_settings(engine)  # the very settings of the engine
-        self.engine: AsyncEngine = create_async_engine(
-            url, self.settings, pool_size=pool_size or max(2, self.pool_size // 4)
-        )
-        self.hot = create_async_pool(url, self.settings, size=self.pool_size)
+        self.max_response_bytes = config.max_response_bytes
+        self.observer = config.observer
+        self.settings = config.session
+        self.engine: AsyncEngine = create_async_engine(config.url, self.settings, pool_size=config.cold_pool)
+        self.hot = create_async_pool(config.url, self.settings, size=self.pool_size)
         self._conninfo = cast(str, self.hot.conninfo)  # the pool was made with a string (create_async_pool)
         self._connect_timeout = self.settings.connect_timeout_s
         self._health: psycopg.AsyncConnection | None = None
         self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
         self._health_lock: asyncio.Lock | None = None
-        self.status_rules = status_rules
-        self.write_flushers = write_flushers
-        self.writes = AsyncWriteBatcher(self, flushers=write_flushers, carry=carry)
-        kinds = (FETCH, *describe_kinds(status_rules.window))  # the first statements concurrent reads share
+        self.status_rules = config.status_rules
+        self.write_flushers = config.write_flushers
+        self.writes = AsyncWriteBatcher(self, flushers=config.write_flushers, carry=config.carry)
+        kinds = (FETCH, *describe_kinds(config.status_rules.window))  # the first statements concurrent reads share
         statement_ms = self.settings.statement_timeout_ms
-        self.reads = ReadBatcher(self._read_rows, self.timeout_ms, statement_ms, kinds=kinds, flushers=read_flushers)
+        self.reads = ReadBatcher(
+            self._read_rows, self.timeout_ms, statement_ms, kinds=kinds, flushers=config.read_flushers
+        )
+
+    async def __aenter__(self) -> AsyncStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     def observe_with(
         self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
     ) -> None:
-        """Replaces the hooks given, the others stay: how a metrics registry built over this store attaches.
+        """Replaces the hooks given, the others stay: how a metrics registry built over a store already open attaches.
 
         A second registry built over the same store takes the hooks it gives over.
         """
         self.observer = StoreObserver(operation or self.observer.operation, expired or self.observer.expired)
+
+    def pool_in_use(self) -> int:
+        """Hot connections checked out now (the metrics' gauge; safe to read from any thread)."""
+        stats = self.hot.get_stats()
+        return stats.get("pool_size", 0) - stats.get("pool_available", 0)
 
     def timeout_ms(self, bound: Bound | None) -> int | None:
         """The statement timeout ``bound``'s deadline asks for; None where the store's own is shorter.
@@ -232,7 +211,7 @@ class AsyncStore:
         async def once() -> R:
             ms = self.timeout_ms(caller_bound())
             async with self.hot_connection(ms) as conn:
-                return await run_hot(conn, steps(), self.settings, ms, read_only=read_only)
+                return await drive_steps_async(conn, steps(), self.settings, ms, read_only=read_only)
 
         return await self.attempts(name, once, unapplied=(lambda: True) if read_only else None)
 
@@ -248,6 +227,12 @@ class AsyncStore:
     async def _read(self, name: str, make: Callable[[], storage.HotSteps[R]]) -> R:
         """The read ``make()`` of the hot path; its first statement rides a batch where it may (:mod:`._read_batch`)."""
         return await self._timed(name, self.reads.run(make, lambda once: self._hot(name, once, read_only=True)))
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of the colder pool held across transactions (the maintenance's advisory lock); each begins with the settings."""
+        async with self.engine.connect() as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def hot_connection(self, timeout_ms: int | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -304,7 +289,7 @@ class AsyncStore:
                 return False
 
     async def renew_connections(self) -> None:
-        """Drops every pooled connection (they may be on a server that is no longer the primary, or predate tracing)."""
+        """Drops every pooled connection (they may be on a server that is no longer the primary)."""
         with contextlib.suppress(Exception):
             await self.hot.drain()
         with contextlib.suppress(Exception):

@@ -1,19 +1,21 @@
-"""The maintenance loop: a round every interval makes and drops history partitions and expires idle groups."""
+"""The maintenance task: a round every interval makes and drops history partitions and expires idle groups."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-import psycopg
-import sqlalchemy.exc
 from sqlalchemy import Connection, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from offsetstore.core.errors import OffsetStoreError
+from offsetstore.runtime._calls import lock_wait_ran_out
+from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.storage.advisory_locks import describe_holder
 from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.retention.expiry import ACTOR
@@ -23,9 +25,6 @@ from offsetstore.storage.retention.partitions import (
     make_history_partitions,
     oldest_history_time,
 )
-
-if TYPE_CHECKING:
-    from offsetstore.runtime.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +55,6 @@ class RoundResult:
     deferred: list[str] = field(default_factory=list)
 
 
-def _lock_unavailable(error: BaseException) -> bool:
-    return isinstance(getattr(error, "orig", None), psycopg.errors.LockNotAvailable)
-
-
 class _Histogram(Protocol):
     def observe(self, amount: float) -> None: ...
 
@@ -86,15 +81,17 @@ class MaintenanceMetrics(Protocol):
 
 
 class Maintenance:
-    """Runs maintenance rounds every ``interval`` seconds in a thread; :meth:`run_once` runs one now.
+    """Maintenance rounds every ``interval`` seconds, a task on the store's loop (:meth:`run`); :meth:`run_once` runs one now.
 
-    ``store`` is the server's :class:`~offsetstore.runtime.store.Store`: expiry goes through
-    it (one transaction per group, counted by its hook), DDL through its engine.
+    ``store`` is the process's :class:`~offsetstore.runtime.async_store.AsyncStore`, its one
+    path to the database: expiry goes through it (one transaction per group, counted by its
+    hook), DDL through its transactions, and the advisory lock that lets one server of a
+    database run a round at a time is held on one of its connections for the round.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: AsyncStore,
         *,
         history_retention: float,
         offsets_retention: float,
@@ -110,62 +107,49 @@ class Maintenance:
         self.clock = clock
         #: Rounds skipped in a row (the lock taken each time).
         self.skipped = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="offsetstore-maintenance", daemon=True)
 
-    def start(self) -> Maintenance:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _loop(self) -> None:
+    async def run(self) -> None:
+        """A round every interval, until cancelled."""
         while True:
             try:
-                self.run_once()
+                await self.run_once()
             except Exception:
                 # The database may be away; the next round tries again.
                 log.exception("maintenance round failed")
-            if self._stop.wait(self.interval):
-                return
+            await asyncio.sleep(self.interval)
 
-    def _ddl(self, step: str, result: RoundResult, operation: Callable[[Connection], list[T]]) -> list[T]:
+    async def _ddl(self, step: str, result: RoundResult, operation: Callable[[Connection], list[T]]) -> list[T]:
         try:
-            with self.store.engine.begin() as conn:
-                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-                return operation(conn)
-        except sqlalchemy.exc.DBAPIError as error:
-            if not _lock_unavailable(error):
+            return await self.store.run(_with_short_lock_wait, operation)
+        except OffsetStoreError as error:
+            if not lock_wait_ran_out(error):
                 raise
             result.deferred.append(step)
             log.info("maintenance step deferred: its lock is busy", extra={"step": step})
             return []
 
-    def run_once(self) -> RoundResult | None:
+    async def run_once(self) -> RoundResult | None:
         """One round; None when another server of the database is running one."""
-        self._observe_oldest()
-        with self.store.engine.connect() as lock_conn:
-            got = lock_conn.execute(select(func.pg_try_advisory_lock(MAINTENANCE_LOCK_ID))).scalar_one()
-            lock_conn.commit()
+        await self._observe_oldest()
+        async with self.store.connection() as lock_conn:
+            got = await lock_conn.scalar(select(func.pg_try_advisory_lock(MAINTENANCE_LOCK_ID)))
+            await lock_conn.commit()
             if not got:
-                self._skipped(lock_conn)
+                await self._skipped(lock_conn)
                 return None
             if self.skipped >= SKIPPED_ROUNDS_WARNING:
                 log.warning("maintenance runs again after %d skipped rounds", self.skipped)
             self.skipped = 0
             try:
                 started = time.perf_counter()
-                result = self._round()
+                result = await self._round()
                 seconds = time.perf_counter() - started
                 if self.metrics is not None:
                     self.metrics.maintenance_seconds.observe(seconds)
             finally:
-                lock_conn.execute(select(func.pg_advisory_unlock(MAINTENANCE_LOCK_ID)))
-                lock_conn.commit()
-        self._observe_oldest()
+                await lock_conn.execute(select(func.pg_advisory_unlock(MAINTENANCE_LOCK_ID)))
+                await lock_conn.commit()
+        await self._observe_oldest()
         log.info(
             "maintenance round",
             extra={
@@ -179,7 +163,7 @@ class Maintenance:
         )
         return result
 
-    def _skipped(self, conn: Connection) -> None:
+    async def _skipped(self, conn: AsyncConnection) -> None:
         self.skipped += 1
         if self.metrics is not None:
             self.metrics.maintenance_skipped.inc()
@@ -187,25 +171,26 @@ class Maintenance:
             log.debug("maintenance round skipped: another server runs it")
             return
         # Retention stopping in silence lets history and watermarks grow without bound.
+        holder = await conn.run_sync(describe_holder, MAINTENANCE_LOCK_ID)
+        await conn.commit()
         log.warning(
             "maintenance (history retention, expiry) skipped %d rounds in a row: its lock (advisory lock %d) is held by %s",
             self.skipped,
             MAINTENANCE_LOCK_ID,
-            describe_holder(conn, MAINTENANCE_LOCK_ID),
+            holder,
         )
-        conn.commit()
 
-    def _round(self) -> RoundResult:
+    async def _round(self) -> RoundResult:
         result = RoundResult()
         now = self.clock()
-        result.made = self._ddl("make partitions", result, lambda c: make_history_partitions(c, now.date()))
+        result.made = await self._ddl("make partitions", result, lambda c: make_history_partitions(c, now.date()))
         for name in result.made:
             log.info("history partition made", extra={"partition": name})
         if self.history_retention > 0:
             cutoff = now - timedelta(seconds=self.history_retention)
             # One partition a transaction: each DROP holds the table's lock only for itself.
             while True:
-                dropped = self._ddl("drop partitions", result, lambda c: drop_history_before(c, cutoff))
+                dropped = await self._ddl("drop partitions", result, lambda c: drop_history_before(c, cutoff))
                 if not dropped:
                     break
                 for part in dropped:
@@ -215,25 +200,31 @@ class Maintenance:
                     )
                     result.dropped.append(part.name)
             retention = timedelta(seconds=self.history_retention)
-            result.watermarks = self.store.run(drop_stale_watermarks, retention)
+            result.watermarks = await self.store.run(drop_stale_watermarks, retention)
             if result.watermarks:
                 log.info("stale watermarks dropped", extra={"watermarks": result.watermarks})
             # After the watermarks: their samples go with them (and any older than the retention).
-            samples = self.store.run(expire_samples, retention)
+            samples = await self.store.run(expire_samples, retention)
             if samples:
                 log.info("watermark samples dropped", extra={"samples": samples})
         if self.offsets_retention > 0:
             idle_for = timedelta(seconds=self.offsets_retention)
-            expired = self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)
+            expired = await self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)
             result.expired = [g.group_id for g in expired]
         return result
 
-    def _observe_oldest(self) -> None:
+    async def _observe_oldest(self) -> None:
         if self.metrics is None:
             return
         try:
-            oldest = self.store.run(oldest_history_time)
+            oldest = await self.store.run(oldest_history_time)
         except Exception:
             log.warning("cannot read the oldest history time", exc_info=True)
             return
         self.metrics.oldest_history = oldest
+
+
+def _with_short_lock_wait(conn: Connection, operation: Callable[[Connection], list[T]]) -> list[T]:
+    """``operation(conn)``, its locks waited for no longer than :data:`LOCK_TIMEOUT_MS` (a busy table waits for the next round)."""
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+    return operation(conn)

@@ -1,28 +1,28 @@
-"""The store's sync face: :class:`~offsetstore.runtime.async_store.AsyncStore`'s operations, for callers in threads.
+"""The store's sync face: a portal onto :class:`~offsetstore.runtime.async_store.AsyncStore`, for callers in threads.
 
-There is one runtime store, the asyncio one. :class:`Store` owns it and the event loop it
-runs on (a thread of its own, ``offsetstore-db``): each method submits the async store's
-coroutine to that loop and waits for it, in the caller's context, so a caller's
-:func:`deadline` bounds the work as it does on the server. The server (``server/app.py``)
-serves on the same loop and awaits the same object, so a process has one set of pools,
-one group-commit queue and one health probe, whoever calls.
+There is one runtime store, the asyncio one, and whoever runs the program owns its loop: a
+serving process runs it with ``asyncio.run`` and awaits the store; its threads (the metrics'
+scrapes, the Kafka watermark reader) reach the same store through :class:`Store`, whose
+methods submit the async store's coroutines to that loop and wait, in the caller's context,
+so a caller's :func:`deadline` bounds the work as it does on the server. A test or a tool
+that runs no loop of its own opens one with :meth:`Store.open` (a
+:class:`~offsetstore.runtime.loop_thread.LoopThread` and the store on it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Engine
-
-from offsetstore.runtime.async_store import AsyncStore, AsyncWriteBatcher, StoreObserver
-from offsetstore.storage._calls import deadline
+from offsetstore.runtime._calls import deadline
+from offsetstore.runtime.async_store import AsyncStore, AsyncWriteBatcher
+from offsetstore.runtime.config import StoreConfig, StoreObserver
+from offsetstore.runtime.loop_thread import LoopThread, run_on
 from offsetstore.storage.status import StatusRules
 
 # ``deadline`` too: the server and the tests bound their calls with it from here.
-__all__ = ["Store", "StoreObserver", "deadline"]
+__all__ = ["Store", "StoreConfig", "StoreObserver", "deadline"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,30 +40,43 @@ def _waited(method: Callable[Concatenate[AsyncStore, P], Coroutine[Any, Any, R]]
 
 
 class Store:
-    """The :class:`AsyncStore` on ``engine``'s database, with the loop it runs on, for callers in threads.
+    """A portal onto ``aio``, which runs on ``loop`` (another thread's), for callers in threads.
 
-    The arguments are the async store's. Calling a method from the store's own loop is a
-    bug (it would wait for itself): it raises ``RuntimeError``; code on the loop awaits :attr:`aio`.
+    Calling a method from ``loop`` itself is a bug (it would wait for itself): it raises
+    ``RuntimeError``; code on the loop awaits :attr:`aio`.
     """
 
-    def __init__(self, engine: Engine, **options: Any) -> None:
-        #: The engine the store was made from: its URL and settings; the maintenance's own sessions.
-        self.engine = engine
-        #: The runtime store (``options`` are its own); await it on :attr:`loop`.
-        self.aio = AsyncStore(engine, **options)
-        #: The event loop the store runs on; the server serves on it too.
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="offsetstore-db", daemon=True)
-        self._thread.start()
-        self.wait(self.aio.open())
+    def __init__(self, aio: AsyncStore, loop: asyncio.AbstractEventLoop) -> None:
+        #: The runtime store; await it on :attr:`loop`.
+        self.aio = aio
+        #: The event loop the store runs on, someone else's.
+        self.loop = loop
+        self._owned: LoopThread | None = None
+
+    @classmethod
+    def open(cls, config: StoreConfig) -> Store:
+        """The store of ``config``, opened on a :class:`LoopThread` of its own; :meth:`dispose` closes both.
+
+        For tests and tools that run no loop; a serving process opens the :class:`AsyncStore` on its own.
+        """
+        thread = LoopThread("offsetstore-db")
+        aio = AsyncStore(config)
+        try:
+            thread.run(aio.open())
+        except BaseException:
+            thread.close()
+            raise
+        store = cls(aio, thread.loop)
+        store._owned = thread
+        return store
 
     def wait(self, coroutine: Coroutine[Any, Any, R]) -> R:
         """Runs ``coroutine`` on the store's loop, in the caller's context (its deadline), and waits for it."""
-        if threading.current_thread() is self._thread:
-            coroutine.close()
-            raise RuntimeError("a Store method called on the store's own loop: await store.aio instead")
-        # The loop's callback, hence the task, runs in a copy of this thread's context.
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return run_on(self.loop, coroutine)
+
+    @property
+    def config(self) -> StoreConfig:
+        return self.aio.config
 
     # Settings and hooks live on the runtime store.
     @property
@@ -99,6 +112,9 @@ class Store:
     ) -> None:
         self.aio.observe_with(operation=operation, expired=expired)
 
+    def pool_in_use(self) -> int:
+        return self.aio.pool_in_use()
+
     def run(self, operation: Callable[..., R], *args: object, **kwargs: object) -> R:
         """Runs ``operation(conn, *args, **kwargs)`` of the storage core in a transaction of its own."""
         return self.wait(self.aio.run(operation, *args, **kwargs))
@@ -121,10 +137,10 @@ class Store:
     expire_groups = _waited(AsyncStore.expire_groups)
 
     def dispose(self) -> None:
-        """Writes what is queued, closes every connection and ends the loop; the engine's too."""
-        if not self.loop.is_closed():
-            self.wait(self.aio.close())
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join()
-            self.loop.close()
-        self.engine.dispose()
+        """Of a store :meth:`open` made: writes what is queued, closes every connection and ends its loop."""
+        thread, self._owned = self._owned, None
+        if thread is not None and not thread.loop.is_closed():
+            try:
+                thread.run(self.aio.close())
+            finally:
+                thread.close()

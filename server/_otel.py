@@ -168,7 +168,9 @@ class CallTracer(HandlerInterceptor):
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour | None:
+    def wrap(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
         service, _, name = method.lstrip("/").partition("/")
         attributes = {"rpc.service": service, "rpc.method": name}
         if handler.response_streaming:

@@ -29,10 +29,10 @@ import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
-from offsetstore.core.calls import FACTS, Cost
+from offsetstore.core.calls import Cost
 from offsetstore.core.errors import ResourceExhaustedError
+from offsetstore.server.call import Call
 from offsetstore.storage import validate as check
 
 __all__ = ["DEFAULT_READ_COST", "Admission", "cost_of"]
@@ -52,13 +52,12 @@ ACTIVE_SECONDS = 1.0
 DEFAULT_READ_COST = 1000
 
 
-def cost_of(method: str, request: Any) -> int:
-    """What a call of ``method`` with ``request`` costs, in partitions (rows) touched; at least 1.
+def cost_of(call: Call) -> int:
+    """What ``call`` costs, in partitions (rows) touched; at least 1.
 
-    The rule is the method's ``cost`` fact (:mod:`offsetstore.core.calls`); a method without
-    facts is a KeyError, never a silent default.
+    The rule is its method's ``cost`` fact (:mod:`offsetstore.core.calls`).
     """
-    facts = FACTS[method]
+    facts, request = call.facts, call.request
     rule = facts.cost
     if rule is Cost.ENTRIES:
         return max(1, len(getattr(request, facts.cost_field)))

@@ -15,9 +15,9 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
-from offsetstore.runtime.store import Store
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AuthInterceptor
+from offsetstore.server.auth.callers import CallerContext
 from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
@@ -29,7 +29,6 @@ from offsetstore.server.scan_cost import ScanCost
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
 from offsetstore.server.tracing import server_interceptors as tracing_interceptors
-from offsetstore.server.tracing import write_carry
 from offsetstore.v1 import offset_store_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -70,20 +69,22 @@ class StreamGuard(HandlerInterceptor):
         self,
         limit: int,
         seconds: float,
-        authenticate: Callable[[grpc.aio.ServicerContext], object] | None = None,
+        authenticate: Callable[[CallerContext], object] | None = None,
     ) -> None:
         self.limit = limit
         self.seconds = seconds
         self.authenticate = authenticate
         self._open = 0
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour | None:
+    def wrap(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
         if kind != "bidi_stream" or method == _HEALTH_WATCH:
             return None  # the offset store's methods and health's are not streams that idle
         return self._guard(behaviour)
 
     def _guard(self, behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             try:
                 if self.authenticate is not None:
                     self.authenticate(context)
@@ -152,12 +153,13 @@ class HealthWatcher:
 
 
 class OffsetStoreServer:
-    """A gRPC server (grpc.aio) over ``store``, served on the store's event loop.
+    """A gRPC server (grpc.aio) over ``store``, on the event loop of whoever runs it.
 
-    ``listen`` may use port 0 (see ``port``); the port is bound when it is made, calls are
-    served from :meth:`start`. Calls await ``store``'s runtime store (:attr:`Store.aio`: its
-    pools, group commit, timeouts and metric hooks) on the loop it runs on; stopping the
-    server leaves the store open (its owner disposes of it).
+    grpc's asyncio examples are the model: made from plain parts, then ``async with
+    OffsetStoreServer(store, listen) as server:`` (or :meth:`start` and :meth:`stop`) inside
+    the loop that runs ``store``. ``listen`` may use port 0 (:attr:`port` is known once
+    started). Calls await ``store`` (its pools, group commit, timeouts and metric hooks);
+    stopping the server leaves the store open (its owner closes it).
 
     Its parts are composed from what it is given: ``limits`` make the gate's admission, the
     quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
@@ -171,7 +173,7 @@ class OffsetStoreServer:
 
     def __init__(
         self,
-        store: Store,
+        store: AsyncStore,
         listen: str = "127.0.0.1:0",
         *,
         limits: Limits = DEFAULT_LIMITS,
@@ -186,7 +188,8 @@ class OffsetStoreServer:
         if limits.reflection == "authenticated" and auth is None:
             raise ValueError("reflection 'authenticated' needs authentication: a tokens file or client certificates")
         self.store = store
-        self.async_store = store.aio
+        self.listen = listen
+        self.credentials = credentials
         self.limits = limits.share()
         self.auth = auth
         self.kafka_mirror = kafka_mirror
@@ -196,36 +199,24 @@ class OffsetStoreServer:
         self.reuse_port = reuse_port
         # OTEL_*: a span of every call (server/tracing.py), innermost, and a gate observer naming its principal and group.
         self.interceptors = (*interceptors, *tracing_interceptors())
-        carry = write_carry()
-        if carry is not None and store.aio.writes.carry is None:
-            # OTEL_*: a group commit's statements in its callers' traces (server/tracing.py); the
-            # store's connections opened before tracing was set up would trace nothing: renewed.
-            store.aio.writes.carry = carry
-            store.wait(store.aio.renew_connections())
-        try:
-            self.port = store.wait(self._bind(listen, credentials))
-            if self.port == 0:
-                raise OSError(f"cannot listen on {listen}")
-        except BaseException:
-            if hasattr(self, "server"):
-                store.wait(self.server.stop(None))
-            raise
-        self._started = self._stopped = False
+        #: The port listened on, once started (``listen``'s, or the one the kernel chose for port 0).
+        self.port = 0
         self.host = listen.rpartition(":")[0].strip("[]")
+        self._started = self._stopped = False
 
     def _gate(self) -> Gate:
         limits, auth = self.limits, self.auth
         quota = partition_quota = None
         if auth is not None and auth.config is not None:
-            quota = GroupQuota(self.async_store, auth, limits.max_groups_per_principal)
+            quota = GroupQuota(self.store, auth, limits.max_groups_per_principal)
             partition_quota = PartitionQuota(
-                self.async_store,
+                self.store,
                 auth,
                 limits.max_partitions_per_principal,
                 history_rows_per_second=limits.principal_history_rows_per_second,
             )
         return Gate(
-            OffsetStoreServicer(self.async_store, self.kafka_mirror.offer if self.kafka_mirror else None),
+            OffsetStoreServicer(self.store, self.kafka_mirror.offer if self.kafka_mirror else None),
             admission=Admission(
                 max_calls=limits.calls_per_principal,
                 # What the sync server queued at most, server-wide; now per anonymous peer.
@@ -235,12 +226,12 @@ class OffsetStoreServer:
             auth=auth,
             quota=quota,
             partition_quota=partition_quota,
-            scan_cost=ScanCost(self.async_store),
+            scan_cost=ScanCost(self.store),
             # The interceptors that want each call's outcome from the gate (the metrics).
             observers=tuple(i for i in self.interceptors if isinstance(i, CallObserver)),
         )
 
-    async def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    def _bind(self) -> int:
         limits = self.limits
         gate = self._gate()
         streams = StreamGuard(
@@ -274,10 +265,10 @@ class OffsetStoreServer:
             grpc_reflection.enable_server_reflection(
                 (SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), self.server
             )
-        self.health = HealthWatcher(self.async_store, self.health_servicer, self.health_interval)
-        if credentials is None:
-            return self.server.add_insecure_port(listen)
-        return self.server.add_secure_port(listen, credentials)
+        self.health = HealthWatcher(self.store, self.health_servicer, self.health_interval)
+        if self.credentials is None:
+            return self.server.add_insecure_port(self.listen)
+        return self.server.add_secure_port(self.listen, self.credentials)
 
     @property
     def address(self) -> str:
@@ -285,33 +276,37 @@ class OffsetStoreServer:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
-    def start(self) -> OffsetStoreServer:
-        async def start() -> None:
+    async def start(self) -> OffsetStoreServer:
+        """Binds ``listen`` and serves; ``OSError`` (or grpc's ``RuntimeError``) when it cannot listen there."""
+        try:
+            self.port = self._bind()
+            if self.port == 0:
+                raise OSError(f"cannot listen on {self.listen}")
             await self.health.start()
             await self.server.start()
             if self.http is not None:
                 await self.http.start()
-
-        self.store.wait(start())
+        except BaseException:
+            if hasattr(self, "server"):
+                await self.server.stop(None)
+            if hasattr(self, "health"):
+                await self.health.stop()
+            raise
         self._started = True
         return self
 
-    def stop(self, grace: float | None = 0) -> None:
+    async def stop(self, grace: float | None = 0) -> None:
         """Refuses new calls, lets in-flight ones finish within ``grace`` seconds, then stops."""
-
-        async def stop() -> None:
-            await self.health.stop()
-            if self.http is not None:
-                await self.http.stop(grace)
-            await self.server.stop(grace)
-
-        if self._stopped or self.store.loop.is_closed():
+        if self._stopped or not self._started:
             return
         self._stopped = True
-        self.store.wait(stop())
+        await self.health.stop()
+        if self.http is not None:
+            await self.http.stop(grace)
+        await self.server.stop(grace)
 
-    def __enter__(self) -> OffsetStoreServer:
-        return self.start()
+    async def __aenter__(self) -> OffsetStoreServer:
+        return await self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

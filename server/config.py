@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from offsetstore.core.durations import parse_duration
+from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
 from offsetstore.server.limits import MAX_MESSAGE_BYTES, REFLECTION_MODES, Limits
 from offsetstore.storage import database_url
+from offsetstore.storage.engine import SessionSettings
+from offsetstore.storage.status import StatusRules
 from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 
@@ -255,6 +258,38 @@ class Settings:
             max_message_bytes=self.max_message_bytes,
             reflection=self.reflection,
             processes=self.processes,
+        )
+
+    def store_config(
+        self,
+        url: str,
+        *,
+        pool_size: int | None = None,
+        cold_pool_size: int | None = None,
+        application_name: str = "offsetstore",
+        observer: StoreObserver | None = None,
+        carry: Carry | None = None,
+    ) -> StoreConfig:
+        """The runtime store's config on ``url``: a serving process's (``pool_size`` None), or the supervisor's smaller one.
+
+        ``observer`` (the metrics) and ``carry`` (the traces) are the process's own, made before the store opens.
+        """
+        size = self.pool_size if pool_size is None else pool_size
+        return StoreConfig(
+            url,
+            SessionSettings(
+                statement_timeout_ms=self.statement_timeout_ms,
+                application_name=application_name,
+                prepare=self.database_prepare == "on",
+                require_synchronous_replication=self.require_synchronous_replication,
+            ),
+            hot_pool_size=size,
+            cold_pool_size=cold_pool_size,
+            write_flushers=min(self.write_flushers, size),
+            max_response_bytes=self.max_response_bytes,
+            status_rules=StatusRules(window=self.status_window),
+            observer=observer or StoreObserver(),
+            carry=carry,
         )
 
     @property

@@ -38,10 +38,12 @@ from typing import Any, Protocol, runtime_checkable
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from offsetstore.core.calls import FACTS, CallFacts
 from offsetstore.core.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
 from offsetstore.runtime.store import deadline
 from offsetstore.server.admission import Admission, cost_of
 from offsetstore.server.auth import AuthInterceptor, Principal, current_principal
+from offsetstore.server.call import Call
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
 from offsetstore.server.scan_cost import ScanCost
@@ -63,14 +65,19 @@ READ_SECONDS = 30.0
 class CallOutcome:
     """What one offsetstore.v1 call came to, told to the gate's observers when it ends."""
 
-    method: str
+    #: The method's facts (:mod:`offsetstore.core.calls`): what an observer needs of the call, never its name.
+    facts: CallFacts
     #: The decoded request; None for a call refused (or failed) before it was read.
-    request: Message | None
+    request: Any
     code: grpc.StatusCode
     #: The typed error the call ended with; None for a success, a crash (INTERNAL) or a cancel.
     error: OffsetStoreError | None = None
     #: Who made the call: the authenticated principal, or the peer's address without authentication.
     principal: str | None = None
+
+    @property
+    def method(self) -> str:
+        return self.facts.method
 
     @property
     def reason(self) -> str:
@@ -129,20 +136,22 @@ class Gate:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler of every method of the service."""
-        handlers = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in self.service.methods:
             request_class = getattr(pb, method.input_type.name)
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
-                self._serve(method.name, request_class, getattr(self.servicer, method.name)),
+                self._serve(FACTS[method.name], request_class, getattr(self.servicer, method.name)),
                 # None: the call failed (see status.fail()); nothing is sent but its status.
                 response_serializer=lambda response: b"" if response is None else response.SerializeToString(),
             )
         return grpc.method_handlers_generic_handler(self.service.full_name, handlers)
 
     def _serve(
-        self, method: str, request_class: type[Message], run: Callable[[Any, Any], Awaitable[Message]]
-    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[Message | None]]:
-        async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Message | None:
+        self, facts: CallFacts, request_class: type[Message], run: Callable[[Any, Any], Awaitable[Message]]
+    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext[Any, Any]], Awaitable[Message | None]]:
+        method = facts.method
+
+        async def serve(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]) -> Message | None:
             started = time.perf_counter()
             name: str | None = None
             principal: Principal | None = None
@@ -159,18 +168,20 @@ class Gate:
                     raise
                 if principal is not None:
                     assert self.auth is not None
-                    self.auth.authorize_method(principal, method)  # before a byte of the request is read
+                    self.auth.authorize_method(principal, facts)  # before a byte of the request is read
                 request = await self._read(requests, request_class, method)
+                # The call, bound once: every policy below takes it whole.
+                call = Call(facts, request, principal.name if principal is not None else None)
                 if principal is not None:
                     assert self.auth is not None
-                    self.auth.authorize(principal, method, request)
+                    self.auth.authorize(principal, call)
                     if self.quota is not None:
-                        await self.quota.check(method, request, principal.name)
+                        await self.quota.check(call)
                     if self.partition_quota is not None:
-                        await self.partition_quota.check(method, request, principal.name)
-                cost = cost_of(method, request)
+                        await self.partition_quota.check(call)
+                cost = cost_of(call)
                 if self.scan_cost is not None:  # a one-row page that aggregates a huge group is not one row
-                    cost = max(cost, await self.scan_cost.of(method, request))
+                    cost = max(cost, await self.scan_cost.of(call))
                 admitted = await self.admission.run(name, cost)
                 token = current_principal.set(principal.name if principal is not None else None)
                 try:
@@ -181,36 +192,38 @@ class Gate:
                     self.admission.done(name, cost, admitted)
                     current_principal.reset(token)
                 if self.quota is not None:
-                    self.quota.after(method, request, response)
-                if self.partition_quota is not None and principal is not None:
-                    self.partition_quota.after(method, request, principal.name)
+                    self.quota.after(call, response)
+                if self.partition_quota is not None:
+                    self.partition_quota.after(call)
                 if principal is not None and self.admission.rate > 0:
                     size = response.ByteSize()
                 log.debug("rpc", extra=_fields(method, request, "OK", started, name))
-                outcome = CallOutcome(method, request, grpc.StatusCode.OK, principal=name)
+                outcome = CallOutcome(facts, request, grpc.StatusCode.OK, principal=name)
                 return response
             except OffsetStoreError as error:
                 log.info(
                     "rpc refused" if request is None else "rpc failed",
                     extra={**_fields(method, request, error.code.name, started, name), "reason": error.reason},
                 )
-                outcome = CallOutcome(method, request, error.code, error, name)
-                return fail(context, error)
+                outcome = CallOutcome(facts, request, error.code, error, name)
+                fail(context, error)
+                return None
             except asyncio.CancelledError:
-                outcome = CallOutcome(method, request, grpc.StatusCode.CANCELLED, principal=name)
+                outcome = CallOutcome(facts, request, grpc.StatusCode.CANCELLED, principal=name)
                 raise
             except Exception as error:
                 # The traceback goes to the log, never to the client.
                 log.exception("rpc crashed", extra=_fields(method, request, "INTERNAL", started, name))
-                outcome = CallOutcome(method, request, grpc.StatusCode.INTERNAL, principal=name)
-                return fail(context, error)
+                outcome = CallOutcome(facts, request, grpc.StatusCode.INTERNAL, principal=name)
+                fail(context, error)
+                return None
             finally:
                 if name is not None:
                     self.admission.leave(name, size, limited=principal is not None)
                 if outcome is not None:
                     self._tell(outcome)
 
-        return call
+        return serve
 
     def _tell(self, outcome: CallOutcome) -> None:
         for observer in self.observers:
@@ -230,14 +243,14 @@ class Gate:
                 f"the {method} request did not arrive within {self.read_seconds:g} s of the call's start"
             ) from None
         # Counted before it is decoded: 20 million empty entries decode into gigabytes.
-        check_entries(request_class.DESCRIPTOR, data, method)
+        check_entries(request_class.DESCRIPTOR, data, method)  # type: ignore[arg-type]  # upb's Descriptor, the same API
         try:
             return request_class.FromString(data)
         except (DecodeError, RuntimeError, ValueError):
             raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
 
 
-def _active(context: grpc.aio.ServicerContext) -> Callable[[], bool]:
+def _active(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], bool]:
     return lambda: not (context.cancelled() or context.done())
 
 

@@ -32,7 +32,7 @@ def rpc_kind(client_streaming: bool, server_streaming: bool) -> str:
     return "server_stream" if server_streaming else "unary"
 
 
-def handler_kind(handler: grpc.RpcMethodHandler) -> str:
+def handler_kind(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
     """The :func:`rpc_kind` of a method handler."""
     return rpc_kind(handler.request_streaming, handler.response_streaming)
 
@@ -46,15 +46,15 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
         if handler is None:
             return None
         kind = handler_kind(handler)
         factory, attribute = _FACTORIES[kind]
-        wrapped = self.wrap(details.method, kind, handler, getattr(handler, attribute))  # type: ignore[attr-defined]
+        wrapped = self.wrap(details.method, kind, handler, getattr(handler, attribute))
         if wrapped is None:
             return handler
         return factory(
@@ -63,6 +63,8 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour | None:
+    def wrap(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
         """The behaviour to serve ``method`` with instead of ``behaviour``; None leaves the handler as it is."""
         raise NotImplementedError

@@ -80,7 +80,7 @@ class KafkaMirror:
         self.prefixes = tuple(prefixes)
         self.interval = interval
         self.request_seconds = request_seconds
-        self._settings = {
+        self._settings: dict[str, str | int | float | bool] = {
             "bootstrap.servers": bootstrap,
             "socket.timeout.ms": int(request_seconds * 1000),
             # librdkafka would print every failed connection to stderr, once a second while a
@@ -177,6 +177,7 @@ class KafkaMirror:
                 continue
             try:
                 # One group a request: what the admin API takes.
+                assert self._admin is not None, "start() first"
                 (futures[group_id],) = self._admin.alter_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(group_id, partitions)], request_timeout=self.request_seconds
                 ).values()

@@ -272,14 +272,15 @@ class KafkaWatermarks:
     def _ask(self, partitions: Sequence[TopicPartition]) -> list[Watermark]:
         from confluent_kafka import IsolationLevel
         from confluent_kafka import TopicPartition as KafkaPartition
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # exported, not declared so
 
         assert self._admin is not None, "start() first"
         answers: dict[str, dict[TopicPartition, int]] = {}
         asked = (
-            ("start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
-            ("stable", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED),
-            ("high", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
+            # confluent-kafka leaves OffsetSpec unannotated.
+            ("start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),  # type: ignore[no-untyped-call]
+            ("stable", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED),  # type: ignore[no-untyped-call]
+            ("high", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),  # type: ignore[no-untyped-call]
         )
         for name, spec, isolation in asked:
             try:

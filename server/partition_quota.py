@@ -29,10 +29,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from offsetstore.core.calls import FACTS, Cost, Scope
+from offsetstore.core.calls import Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
+from offsetstore.server.call import Call
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.quotas import count_partitions, count_watermarks
@@ -49,11 +50,11 @@ def topic_prefixes(principal: Principal) -> tuple[str, ...]:
     return tuple(p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes))
 
 
-def _partitions(method: str, request: Any) -> list[tuple[str, int]]:
-    """The partitions a call may add: a commit's, or those a reset names."""
-    facts = FACTS[method]
-    if facts.cost is Cost.ENTRIES:  # a commit's offsets
-        return sorted({(o.topic, o.partition) for o in getattr(request, facts.cost_field)})
+def _partitions(call: Call) -> list[tuple[str, int]]:
+    """The partitions a call may add: the entries it writes (a commit's offsets), or those a reset names."""
+    facts, request = call.facts, call.request
+    if facts.entries_field:
+        return sorted({(o.topic, o.partition) for o in facts.entries(request)})
     if facts.previews(request):
         return []
     return sorted({(s.topic, p) for s in request.topics for p in s.partitions})
@@ -107,13 +108,13 @@ class PartitionQuota:
                 metadata={"limit": "history_rows", "rows_per_second": f"{self.history_rate:g}"},
             )
 
-    def _charge_history(self, method: str, request: Any, principal: str) -> None:
+    def _charge_history(self, call: Call, principal: str) -> None:
         # Calls that append to the history, one row a partition: the history budget counts them.
-        facts = FACTS[method]
+        facts, request = call.facts, call.request
         if self.history_rate <= 0 or not facts.appends_history or facts.previews(request):
             return
-        if facts.cost is Cost.ENTRIES:  # a commit's offsets
-            rows = len(getattr(request, facts.cost_field))
+        if facts.entries_field:  # a row an entry written (a commit's offsets)
+            rows = len(facts.entries(request))
         else:
             rows = sum(max(1, len(t.partitions)) for t in request.topics) or 1
         now = time.monotonic()
@@ -133,9 +134,11 @@ class PartitionQuota:
         digest = hashlib.blake2b(repr(pairs).encode(), digest_size=16).hexdigest()
         return f"{digest}:{group}"
 
-    async def check(self, method: str, request: Any, principal: str) -> None:
-        """Raises PartitionQuotaError when the call would store partitions beyond ``principal``'s quota."""
-        facts = FACTS[method]
+    async def check(self, call: Call) -> None:
+        """Raises PartitionQuotaError when ``call`` would store partitions beyond its principal's quota."""
+        facts, request, principal = call.facts, call.request, call.principal
+        if principal is None:
+            return
         if facts.scope is Scope.TOPICS:
             await self._check_watermarks(request, principal)
             return
@@ -146,7 +149,7 @@ class PartitionQuota:
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
             return  # before looking at the partitions: 10,000 of them are milliseconds of work
-        pairs = _partitions(method, request)
+        pairs = _partitions(call)
         if not pairs or self._key(request.group_id, pairs) in self.known:
             return
         new, stored = await self.store.read(count_partitions, request.group_id, pairs, prefixes)
@@ -186,17 +189,19 @@ class PartitionQuota:
                 },
             )
 
-    def after(self, method: str, request: Any, principal: str) -> None:
-        """Remembers a partition set that a call of ``principal`` which succeeded stored."""
-        facts = FACTS[method]
+    def after(self, call: Call) -> None:
+        """Remembers a partition set that ``call``, which succeeded, stored."""
+        facts, request, principal = call.facts, call.request, call.principal
+        if principal is None:
+            return
         if facts.appends_history and self.quota_of(principal)[0] != 0:
-            self._charge_history(method, request, principal)
+            self._charge_history(call, principal)
         if facts.scope is Scope.TOPICS and self.quota_of(principal)[0] != 0:
             pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
             if pairs:
                 self.known.add(self._key("", pairs))
             return
         if facts.adds_partitions and self.quota_of(principal)[0] != 0:
-            pairs = _partitions(method, request)
+            pairs = _partitions(call)
             if pairs:
                 self.known.add(self._key(request.group_id, pairs))

@@ -27,10 +27,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from offsetstore.core.calls import FACTS, Cost, Scope
+from offsetstore.core.calls import Scope
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AuthInterceptor, Permission, Principal
+from offsetstore.server.call import Call
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.quotas import count_groups
 
@@ -39,11 +40,14 @@ __all__ = ["GroupQuota", "creation_prefixes"]
 log = logging.getLogger(__name__)
 
 
-def _creates(method: str, request: Any) -> bool:
+def _creates(call: Call) -> bool:
     # A call that can make a group live (a new id, or one deleted or expired), unless it is a
-    # preview: a reset that is not a dry run creates the group of an unknown id.
-    facts = FACTS[method]
-    return facts.creates_group and not facts.previews(request)
+    # preview (a reset that is not a dry run creates the group of an unknown id), or writes
+    # entries and has none: a commit of no offsets only checks the generation.
+    facts = call.facts
+    if facts.entries_field and not facts.entries(call.request):
+        return False
+    return facts.creates_group and not facts.previews(call.request)
 
 
 def creation_prefixes(principal: Principal) -> tuple[str, ...]:
@@ -80,14 +84,14 @@ class GroupQuota:
         limit = self.max_groups if principal.max_groups is None else principal.max_groups
         return limit, creation_prefixes(principal)
 
-    async def check(self, method: str, request: Any, principal: str) -> None:
-        """Raises GroupQuotaError when the call would create a group beyond ``principal``'s quota."""
-        if not _creates(method, request):
+    async def check(self, call: Call) -> None:
+        """Raises GroupQuotaError when ``call`` would create a group beyond its principal's quota."""
+        principal = call.principal
+        if principal is None or not _creates(call):
             return
-        group = request.group_id
-        # A commit of no offsets creates nothing; a bad group id is the servicer's to refuse.
-        empty_commit = FACTS[method].cost is Cost.ENTRIES and not getattr(request, FACTS[method].cost_field)
-        if group in self.known or empty_commit or not checkable_group_id(group):
+        group = call.request.group_id
+        # A bad group id is the servicer's to refuse.
+        if group in self.known or not checkable_group_id(group):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
@@ -103,10 +107,10 @@ class GroupQuota:
                 metadata={"limit": "max_groups", "max_groups": str(limit), "groups": str(count)},
             )
 
-    def after(self, method: str, request: Any, response: Any) -> None:
-        """Remembers what a call that succeeded did to the live groups."""
-        facts = FACTS[method]
-        if _creates(method, request):
+    def after(self, call: Call, response: Any) -> None:
+        """Remembers what ``call``, which succeeded, did to the live groups."""
+        facts, request = call.facts, call.request
+        if _creates(call):
             self.known.add(request.group_id)  # created (or found)
         elif not facts.removes_groups or facts.previews(request):
             return

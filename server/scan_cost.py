@@ -11,9 +11,8 @@ time, each followed by its rest (:mod:`.admission`) while others are active.
 
 from __future__ import annotations
 
-from typing import Any
-
 from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.server.call import Call
 from offsetstore.storage import validate as check
 from offsetstore.storage.scans import group_partitions, listed_partitions
 
@@ -27,7 +26,8 @@ class ScanCost:
         self.store = store
         self.cap = cap
 
-    async def of(self, method: str, request: Any) -> int:
+    async def of(self, call: Call) -> int:
+        method, request = call.method, call.request
         if method == "DescribeGroup" and not request.page_token or method == "ListTopics":
             return await self.store.read(group_partitions, request.group_id, self.cap)
         if method == "ListGroups":

@@ -16,6 +16,8 @@ processes, :mod:`offsetstore.server.security` reads what the settings ask of sec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -32,11 +34,13 @@ import sqlalchemy.pool
 
 from offsetstore.core.durations import format_duration
 from offsetstore.runtime import migrate
+from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.store import Store
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor
 from offsetstore.server.config import Settings, split_host_port
 from offsetstore.server.security import security, tenant_prefixes
-from offsetstore.server.workers import StartError, Workers, open_store
+from offsetstore.server.workers import StartError, Workers
 from offsetstore.storage.database_url import display
 from offsetstore.storage.engine import plain_engine, shares_sessions
 from offsetstore.storage.replication import Replication, ReplicationRefused, check, replication_of
@@ -114,87 +118,108 @@ def _supervise(
     reload: threading.Event,
     embedded: Any,
 ) -> int:
-    from offsetstore.runtime.maintenance import Maintenance
-    from offsetstore.server import metrics
-
-    metrics.use_multiprocess(directory)
+    """The supervisor's one event loop, its one store on it, until ``stopping``."""
     host, port = reservation.getsockname()[:2]
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    store = open_store(settings, database_url, pool_size=2)
-    # Scrapes get a connection of their own and reuse a query's rows for a few seconds: no
-    # number of /metrics connections can take the connections the RPCs need (issue 14).
-    # Two: the sums of groups beyond their share of series are read by a thread of their own.
-    scrape_store = open_store(settings, database_url, pool_size=2, application_name="offsetstore-metrics")
-    registry = metrics.build_registry(
-        store,
-        group_limit=settings.group_metrics_limit,
-        series_limit=settings.metrics_series_limit,
-        scrape_store=scrape_store,
-        cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
-        sums_seconds=metrics.SUMS_SECONDS,
-        tenant_prefixes=tenant_prefixes(auth),
-        multiprocess_dir=directory,
-    )
-    workers = Workers(settings, database_url, listen, directory)
-    metrics_server = None
-    maintenance = None
-    reader = None
-    try:
-        if settings.metrics_listen:
-            # Before the serving processes: a port taken since the probe stops the start before
-            # anything reports SERVING.
-            tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
+    supervisor = _Supervisor(settings, database_url, listen, auth, directory, stopping, reload, embedded)
+    return asyncio.run(supervisor.run())
+
+
+@dataclasses.dataclass
+class _Supervisor:
+    settings: Settings
+    database_url: str
+    listen: str
+    auth: AuthInterceptor | None
+    directory: str
+    stopping: threading.Event
+    reload: threading.Event
+    embedded: Any
+
+    async def run(self) -> int:
+        from offsetstore.runtime.maintenance import Maintenance
+        from offsetstore.server import metrics
+
+        settings = self.settings
+        metrics.use_multiprocess(self.directory)
+        # Its store serves the maintenance task, the scrapes' and the watermark reader's threads;
+        # no RPCs. The colder pool holds the maintenance's lock and its work, and the scrapes'
+        # two queries (the sums are read by a thread of their own) beside the reader's.
+        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=6)
+        async with AsyncStore(config) as aio:
+            store = Store(aio, asyncio.get_running_loop())  # the portal the threads call through
+            registry = metrics.build_registry(
+                store,
+                group_limit=settings.group_metrics_limit,
+                series_limit=settings.metrics_series_limit,
+                cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+                sums_seconds=metrics.SUMS_SECONDS,
+                tenant_prefixes=tenant_prefixes(self.auth),
+                multiprocess_dir=self.directory,
+            )
+            workers = Workers(settings, self.database_url, self.listen, self.directory)
+            metrics_server = None
+            maintenance: asyncio.Task[None] | None = None
+            reader = None
             try:
-                metrics_server = metrics.serve_http(
-                    registry,
-                    settings.metrics_listen,
-                    certfile=settings.tls_cert_file if tls else None,
-                    keyfile=settings.tls_key_file if tls else None,
-                    client_cafile=settings.tls_client_ca_file if tls else None,
-                    cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+                if settings.metrics_listen:
+                    # Before the serving processes: a port taken since the probe stops the start before
+                    # anything reports SERVING.
+                    tls = settings.tls if settings.metrics_tls is None else settings.metrics_tls
+                    try:
+                        metrics_server = metrics.serve_http(
+                            registry,
+                            settings.metrics_listen,
+                            certfile=settings.tls_cert_file if tls else None,
+                            keyfile=settings.tls_key_file if tls else None,
+                            client_cafile=settings.tls_client_ca_file if tls else None,
+                            cache_seconds=metrics.SCRAPE_CACHE_SECONDS,
+                        )
+                    except OSError as error:
+                        raise _taken(settings.metrics_listen, "--metrics-listen", error) from None
+                await asyncio.to_thread(workers.start)
+                rounds = Maintenance(
+                    aio,
+                    history_retention=settings.history_retention,
+                    offsets_retention=settings.offsets_retention,
+                    interval=settings.maintenance_interval,
+                    metrics=metrics.retention_metrics(registry),
                 )
-            except OSError as error:
-                raise _taken(settings.metrics_listen, "--metrics-listen", error) from None
-        workers.start()
-        maintenance = Maintenance(
-            store,
-            history_retention=settings.history_retention,
-            offsets_retention=settings.offsets_retention,
-            interval=settings.maintenance_interval,
-            metrics=metrics.retention_metrics(registry),
-        ).start()
-        reader = _watermarks_reader(settings, store, registry)
-        log.info(
-            "serving",
-            extra={
-                "listen": listen,
-                "processes": settings.processes,
-                "metrics": metrics_server.url if metrics_server is not None else "off",
-                "http": settings.http_listen or "off",
-                "embedded": embedded is not None,
-                "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
-                "tokens": settings.tokens_file is not None,
-                "history_retention": format_duration(settings.history_retention),
-                "offsets_retention": format_duration(settings.offsets_retention),
-            },
-        )
-        while not stopping.wait(0.2):
-            if reload.is_set():
-                reload.clear()
-                _reload(settings, workers)
-            workers.replace_dead()
-    finally:
-        if reader is not None:
-            reader.stop()
-        if maintenance is not None:
-            maintenance.stop()
-        clean = workers.stop(settings.grace_seconds)
-        if metrics_server is not None:
-            metrics_server.shutdown()
-        store.dispose()
-        scrape_store.dispose()
-    log.info("stopped")
-    return 0 if clean else 1
+                maintenance = asyncio.create_task(rounds.run(), name="offsetstore-maintenance")
+                reader = _watermarks_reader(settings, store, registry)
+                log.info(
+                    "serving",
+                    extra={
+                        "listen": self.listen,
+                        "processes": settings.processes,
+                        "metrics": metrics_server.url if metrics_server is not None else "off",
+                        "http": settings.http_listen or "off",
+                        "embedded": self.embedded is not None,
+                        "tls": "mutual" if settings.tls_client_ca_file else "on" if settings.tls else "off",
+                        "tokens": settings.tokens_file is not None,
+                        "history_retention": format_duration(settings.history_retention),
+                        "offsets_retention": format_duration(settings.offsets_retention),
+                    },
+                )
+                # The signal handlers set threading events (they run between the loop's steps).
+                while not self.stopping.is_set():
+                    await asyncio.sleep(0.2)
+                    if self.reload.is_set():
+                        self.reload.clear()
+                        _reload(settings, workers)
+                    await asyncio.to_thread(workers.replace_dead)
+            finally:
+                if reader is not None:
+                    await asyncio.to_thread(reader.stop)
+                if maintenance is not None:
+                    maintenance.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await maintenance
+                clean = await asyncio.to_thread(workers.stop, settings.grace_seconds)
+                if metrics_server is not None:
+                    await asyncio.to_thread(metrics_server.shutdown)
+        log.info("stopped")
+        return 0 if clean else 1
 
 
 def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:

@@ -12,6 +12,7 @@ stream guard of reflection) hands its error to :func:`fail`, which asks :func:`s
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import grpc
 
@@ -45,7 +46,7 @@ def status_of(error: BaseException) -> grpc.Status:
     return Status(grpc.StatusCode.INTERNAL, INTERNAL_DETAILS, ())
 
 
-def fail(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+def fail(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> None:
     """Ends the call with ``error``'s status when the handler returns; nothing is sent before.
 
     Not ``context.abort``: under grpc.aio that sends the status at once, before the

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from offsetstore.runtime.store import Store
+from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
 from offsetstore.server.security import reloader, security
-from offsetstore.storage.engine import create_engine
-from offsetstore.storage.status import StatusRules
+from offsetstore.server.tracing import write_carry
 
 if TYPE_CHECKING:  # aiohttp and the listener load in a serving process only
     from offsetstore.server.http import HttpConfig
 
-__all__ = ["RESTART_PAUSE_SECONDS", "START_SECONDS", "StartError", "Workers", "open_store", "serving_process"]
+__all__ = ["RESTART_PAUSE_SECONDS", "START_SECONDS", "StartError", "Workers", "serve", "serving_process"]
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +34,6 @@ RESTART_PAUSE_SECONDS = 1.0
 
 class StartError(Exception):
     """The server cannot start; the message says why and what to do (one line, exit code 2)."""
-
-
-def open_store(
-    settings: Settings, database_url: str, *, pool_size: int, application_name: str = "offsetstore"
-) -> Store:
-    """A Store on ``database_url`` with the settings' timeouts and limits; the supervisor and each serving process open theirs."""
-    return Store(
-        create_engine(
-            database_url,
-            pool_size=pool_size,
-            statement_timeout_ms=settings.statement_timeout_ms,
-            application_name=application_name,
-            prepare=settings.database_prepare == "on",
-            require_synchronous_replication=settings.require_synchronous_replication,
-        ),
-        statement_timeout_ms=settings.statement_timeout_ms,
-        write_flushers=min(settings.write_flushers, pool_size),
-        max_response_bytes=settings.max_response_bytes,
-        status_rules=StatusRules(window=settings.status_window),
-    )
 
 
 class Workers:
@@ -131,55 +110,73 @@ def mark_dead(pid: int | None) -> None:
     from prometheus_client import multiprocess
 
     if pid is not None:
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
 def serving_process(
     settings: Settings, database_url: str, listen: str, directory: str, index: int, parent: int, ready: Any
 ) -> None:
-    """The body of one serving process: the gRPC server until SIGTERM (or its supervisor's death)."""
+    """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
     configure_logging(settings.log_level, settings.log_format)
+    code = asyncio.run(serve(settings, database_url, listen, directory, index, parent, ready))
+    if code:
+        raise SystemExit(code)
+
+
+async def serve(
+    settings: Settings, database_url: str, listen: str, directory: str, index: int, parent: int, ready: Any
+) -> int:
+    """One serving process's loop: its one store and its gRPC server on it, ``async with`` both; the exit code."""
     from offsetstore.server import metrics, tracing
     from offsetstore.server.app import OffsetStoreServer
 
     metrics.use_multiprocess(directory)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stopping.set())
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    loop.add_signal_handler(signal.SIGINT, stopping.set)
     credentials, auth = security(settings)
     if auth is not None and settings.tokens_file is not None:
-        signal.signal(signal.SIGHUP, reloader(auth, settings.tokens_file))
-    tracing.setup(trust_callers=settings.trace_trust_callers)  # before the server asks for its interceptors
-    store = open_store(settings, database_url, pool_size=settings.pool_size)
-    registry = metrics.worker_registry(store)
+        loop.add_signal_handler(signal.SIGHUP, reloader(auth, settings.tokens_file), signal.SIGHUP, None)
+    registry, observer = metrics.worker_metrics()
+    # Tracing (OTEL_*) is set up before the store opens: its connections are traced from the first.
+    tracing.setup(trust_callers=settings.trace_trust_callers)
+    config = settings.store_config(database_url, observer=observer, carry=write_carry())
     mirror = _kafka_mirror(settings, registry)
     try:
-        server = OffsetStoreServer(
-            store,
-            listen,
-            limits=settings.limits(),
-            http=http_config(settings),
-            interceptors=metrics.interceptors(registry),
-            auth=auth,
-            credentials=credentials,
-            reuse_port=True,
-            kafka_mirror=mirror,
-        ).start()
-    except (RuntimeError, OSError) as error:
-        log.error("serving process cannot listen on %s: %s", listen, error)
-        store.dispose()
-        raise SystemExit(2) from None
-    quiet_garbage_collector()
-    ready.set()
-    log.info("serving process ready", extra={"index": index})
-    while not stopping.wait(1.0):
-        if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
-            log.error("supervisor gone; stopping")
-            break
-    server.stop(settings.grace_seconds)
-    if mirror is not None:
-        mirror.stop()
-    store.dispose()
+        async with AsyncStore(config) as store:
+            server = OffsetStoreServer(
+                store,
+                listen,
+                limits=settings.limits(),
+                http=http_config(settings),
+                interceptors=metrics.interceptors(registry),
+                auth=auth,
+                credentials=credentials,
+                reuse_port=True,
+                kafka_mirror=mirror,
+            )
+            try:
+                await server.start()
+            except (RuntimeError, OSError) as error:
+                log.error("serving process cannot listen on %s: %s", listen, error)
+                return 2
+            try:
+                quiet_garbage_collector()
+                ready.set()
+                log.info("serving process ready", extra={"index": index})
+                while not stopping.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), 1.0)
+                    if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
+                        log.error("supervisor gone; stopping")
+                        break
+            finally:
+                await server.stop(settings.grace_seconds)
+    finally:
+        if mirror is not None:
+            mirror.stop()
+    return 0
 
 
 def http_config(settings: Settings) -> HttpConfig | None:

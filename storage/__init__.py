@@ -41,7 +41,7 @@ from offsetstore.storage.reads import (
     list_topics,
 )
 from offsetstore.storage.resets import delete_offsets, reset_offsets
-from offsetstore.storage.steps import PAUSE, HotSteps, Statement, run_hot
+from offsetstore.storage.steps import PAUSE, HotSteps, Statement, drive_steps
 from offsetstore.storage.watermarks import read_watermarks, report_watermarks, report_watermarks_steps
 from offsetstore.storage.writes import (
     CommitRequest,
@@ -94,7 +94,7 @@ __all__ = [
     "report_watermarks_steps",
     "reset_count",
     "reset_offsets",
-    "run_hot",
+    "drive_steps",
     "token_key",
     "write_batch",
     "write_batch_steps",

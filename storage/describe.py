@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 from offsetstore.core.errors import GroupNotFoundError
 from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
 from offsetstore.storage import validate as check
+from offsetstore.storage.batched_pages import PER_GROUP, batched
 from offsetstore.storage.lag import lag_seconds_status
 from offsetstore.storage.lag_columns import (
     FACTS_CHUNK,
@@ -46,7 +47,7 @@ from offsetstore.storage.pages import (
 )
 from offsetstore.storage.schema import groups, offsets, watermarks
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
-from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, run_hot
+from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
 
 _GROUP = bindparam("group", type_=Text)
 _DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
@@ -168,6 +169,13 @@ def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any
     return query.sql, query.fixed
 
 
+def batched_page_statement(window: float, lag_history: bool) -> tuple[str, str, dict[str, Any]]:
+    """:func:`page_statement` (its SQL), the same page for each group of a batch in one statement (:mod:`.batched_pages`), and the batch's fixed parameters."""
+    first, compiled = page_statement(window, lag_history)
+    fixed = {name: value for name, value in compiled.items() if name not in PER_GROUP}
+    return first, batched(first, "d", fixed=fixed), fixed
+
+
 def describe_group(
     conn: Connection,
     group_id: str,
@@ -181,7 +189,7 @@ def describe_group(
     deleted group's error carries the generation and reset count its id keeps. The group's
     verdict is over all its partitions: a second statement on a first page that has more after it.
     """
-    return run_hot(conn, describe_group_steps(group_id, page, rules, lag_history))
+    return drive_steps(conn, describe_group_steps(group_id, page, rules, lag_history))
 
 
 def describe_group_steps(

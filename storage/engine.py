@@ -16,15 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as _sqlalchemy_engine
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engine
 from sqlalchemy.pool import NullPool
 
 from offsetstore.storage import database_url
@@ -33,7 +30,6 @@ from offsetstore.storage.replication import (
     ReplicationRefused,
     check,
     read_replication,
-    read_replication_async,
 )
 
 log = logging.getLogger(__name__)
@@ -42,17 +38,17 @@ __all__ = [
     "NotThePrimary",
     "SessionSettings",
     "admit",
-    "admit_async",
-    "create_async_engine",
+    "DIALECT",
+    "apply_per_transaction",
+    "drop_read_only_connections",
     "create_engine",
     "libpq_conninfo",
     "plain_engine",
-    "session_settings",
     "shares_sessions",
 ]
 
 #: SQLAlchemy's name for the dialect; the connection itself comes from libpq's reading of the URL.
-_DIALECT = "postgresql+psycopg://"
+DIALECT = "postgresql+psycopg://"
 
 
 @dataclass(frozen=True)
@@ -122,7 +118,7 @@ class SessionSettings:
 def plain_engine(url: str, **kwargs: Any) -> Engine:
     """A SQLAlchemy engine on ``url`` (any spelling libpq accepts) with none of the store's settings, for migrations."""
     connect = database_url.psycopg_connector(url, prepare_threshold=None)
-    return _sqlalchemy_engine(_DIALECT, creator=connect, **kwargs)
+    return _sqlalchemy_engine(DIALECT, creator=connect, **kwargs)
 
 
 def create_engine(
@@ -140,10 +136,11 @@ def create_engine(
 
     ``pool_size`` bounds the pool (no overflow; waiting longer than the connect
     timeout fails); ``None`` opens a connection per use, for a process that writes
-    rarely, like a Spark driver between batches. ``prepare`` is for the asyncio
-    server's hot pool over this engine (:class:`SessionSettings`); the engine itself
-    never prepares. Each new connection is checked (:func:`admit`): a standby, or a primary
-    without the synchronous replication required, is refused.
+    rarely, like a Spark driver between batches. The engine never prepares (``prepare``
+    is kept for callers that passed it). The asyncio runtime connects through no engine:
+    it is made from a :class:`~offsetstore.runtime.config.StoreConfig` holding the same
+    :class:`SessionSettings`. Each new connection is checked (:func:`admit`): a standby,
+    or a primary without the synchronous replication required, is refused.
     """
     settings = SessionSettings(
         statement_timeout_ms,
@@ -155,33 +152,27 @@ def create_engine(
     )
     connect = _checked_connector(url, settings)
     if pool_size is None:
-        engine = _sqlalchemy_engine(_DIALECT, creator=connect, poolclass=NullPool)
+        engine = _sqlalchemy_engine(DIALECT, creator=connect, poolclass=NullPool)
     else:
         engine = _sqlalchemy_engine(
-            _DIALECT, creator=connect, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s
+            DIALECT, creator=connect, pool_size=pool_size, max_overflow=0, pool_timeout=connect_timeout_s
         )
-    _apply_per_transaction(engine, settings.sql())
-    _drop_read_only_connections(engine)
-    _ENGINES[engine] = (url, settings)
+    apply_per_transaction(engine, settings.sql())
+    drop_read_only_connections(engine)
     return engine
 
 
-#: The URL and settings of each engine :func:`create_engine` made: the asyncio server's connections copy them.
-_ENGINES: weakref.WeakKeyDictionary[Engine, tuple[str, SessionSettings]] = weakref.WeakKeyDictionary()
+def apply_per_transaction(engine: Engine, sql: str) -> None:
+    """Runs ``sql`` (:meth:`SessionSettings.sql`) at the start of every transaction of ``engine``."""
 
-
-def session_settings(engine: Engine) -> tuple[str, SessionSettings]:
-    """The URL and :class:`SessionSettings` an engine of :func:`create_engine` was made with."""
-    return _ENGINES[engine]
-
-
-def _apply_per_transaction(engine: Engine, sql: str) -> None:
     @event.listens_for(engine, "begin")
     def begin(conn: Connection) -> None:
         conn.exec_driver_sql(sql)
 
 
-def _drop_read_only_connections(engine: Engine) -> None:
+def drop_read_only_connections(engine: Engine) -> None:
+    """Makes a statement refused as read-only (a demoted primary) close its connection."""
+
     # A connection to a server that became a standby (a failover demoted it) takes no write
     # ever again: drop it, so the pool connects anew and libpq finds the new primary
     # (target_session_attrs=read-write), instead of retrying against it forever.
@@ -189,39 +180,6 @@ def _drop_read_only_connections(engine: Engine) -> None:
     def handle_error(context: Any) -> None:
         if isinstance(context.original_exception, psycopg.errors.ReadOnlySqlTransaction):
             context.is_disconnect = True
-
-
-def create_async_engine(url: str, settings: SessionSettings, *, pool_size: int = 4) -> AsyncEngine:
-    """An asyncio engine like :func:`create_engine`'s, for the server's colder operations.
-
-    They run the storage core's sync functions under ``AsyncConnection.run_sync``: the same
-    code as the sinks, and no thread.
-    """
-    target = database_url.conninfo(url)
-    kwargs = settings.connect_kwargs()
-
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        conn = await psycopg.AsyncConnection.connect(target, autocommit=True, **kwargs)
-        try:
-            await admit_async(conn, settings)
-            await conn.set_autocommit(False)
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
-
-    engine = _sqlalchemy_async_engine(
-        _DIALECT,
-        async_creator=connect,
-        pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=settings.connect_timeout_s,
-        # As the hot pool's check: a connection killed while idle is replaced, not handed out.
-        pool_pre_ping=True,
-    )
-    _apply_per_transaction(engine.sync_engine, settings.sql())
-    _drop_read_only_connections(engine.sync_engine)
-    return engine
 
 
 def _checked_connector(url: str, settings: SessionSettings) -> Any:
@@ -275,11 +233,6 @@ def admit(replication: Replication, settings: SessionSettings) -> None:
         check(replication, require_synchronous=settings.require_synchronous_replication)
     except ReplicationRefused as refused:
         raise NotThePrimary(str(refused)) from None
-
-
-async def admit_async(conn: psycopg.AsyncConnection[Any], settings: SessionSettings) -> None:
-    """:func:`admit` for a new asyncio connection (autocommit)."""
-    admit(await read_replication_async(conn), settings)
 
 
 def libpq_conninfo(url: str, **settings: Any) -> str:

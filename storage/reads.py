@@ -42,6 +42,7 @@ from offsetstore.core.types import (
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import SelectionArg, or_no_offset, where_selected
+from offsetstore.storage.batched_pages import batched, per_group
 from offsetstore.storage.lag_columns import (
     lag_columns,
     with_watermarks,
@@ -58,7 +59,7 @@ from offsetstore.storage.pages import (
     sized_page_params,
 )
 from offsetstore.storage.schema import groups, offset_history, offsets
-from offsetstore.storage.steps import HotSteps, run_hot
+from offsetstore.storage.steps import HotSteps, drive_steps
 
 # A page of offsets is one statement of the hot path, driven on psycopg alone with no
 # SQLAlchemy compile at each call: the query is built once, by the page builder that
@@ -87,7 +88,7 @@ _STORED = select(
     offsets.c.commit_time,
     _fetch_size(offsets.c.topic, func.octet_length(offsets.c.metadata)).label("size"),
 ).where(offsets.c.group_id == _GROUP)
-_FETCH_ALL = _compiled(_STORED)
+FETCH_PAGE = _compiled(_STORED)
 # Named partitions without an offset come back as -1 (Kafka's convention), in their place
 # in key order, so that they are paged like the others.
 _named = (
@@ -118,7 +119,11 @@ _FETCH_SELECTED = _compiled(
     )
 )
 #: The generation alone, for a page without rows.
-_FETCH_GENERATION = str(select(_GENERATION).compile(dialect=_DIALECT))
+FETCH_GENERATION = str(select(_GENERATION).compile(dialect=_DIALECT))
+#: :data:`FETCH_PAGE` for each group of a batch, in one statement (:mod:`.batched_pages`): what the
+#: runtime's coalesced reads send. A row: the caller's index (from 1), the generation where the
+#: group's page has no rows, the page's row.
+BATCHED_FETCH = batched(FETCH_PAGE, "f", "CASE WHEN f.topic IS NULL THEN (" + per_group(FETCH_GENERATION) + ") END, ")
 
 
 def fetch_offsets(
@@ -128,7 +133,7 @@ def fetch_offsets(
 
     One statement, so the page's offsets and the generation come from one snapshot.
     """
-    return run_hot(conn, fetch_offsets_steps(group_id, topics, page))
+    return drive_steps(conn, fetch_offsets_steps(group_id, topics, page))
 
 
 def fetch_offsets_steps(
@@ -152,9 +157,9 @@ def fetch_offsets_steps(
         )
         rows = (yield _FETCH_SELECTED, params) or []
     else:
-        rows = (yield _FETCH_ALL, params) or []
+        rows = (yield FETCH_PAGE, params) or []
     # Each row carries the generation, read in the same statement; a page without rows asks for it.
-    generation: int = rows[0][0] if rows else ((yield _FETCH_GENERATION, {"group": group_id}) or [(0,)])[0][0]
+    generation: int = rows[0][0] if rows else ((yield FETCH_GENERATION, {"group": group_id}) or [(0,)])[0][0]
     check_same_generation(group_id, seen, generation)
     listed, more = cut_page(rows, limit, page, f"the offsets of group {group_id!r}")
     offsets = {

@@ -15,11 +15,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-__all__ = ["Replication", "ReplicationRefused", "check", "read_replication", "read_replication_async", "replication_of"]
+__all__ = [
+    "Replication",
+    "ReplicationRefused",
+    "check",
+    "read_replication",
+    "REPLICATION_SQL",
+    "replication_from",
+    "replication_of",
+]
 
 # Connected synchronous standbys are visible to a superuser or a member of pg_read_all_stats
 # only (others see sync_state as NULL): then the count is unknown (-1), the setting is not.
-_SQL = """
+REPLICATION_SQL = """
 SELECT pg_is_in_recovery(),
        current_setting('synchronous_standby_names'),
        CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
@@ -71,21 +79,20 @@ class ReplicationRefused(Exception):
 
 def replication_of(conn: Connection) -> Replication:
     """:func:`read_replication` in the caller's transaction (SQLAlchemy ``Connection``), e.g. through ``Store.run``."""
-    in_recovery, names, standbys = conn.exec_driver_sql(_SQL).one()
+    in_recovery, names, standbys = conn.exec_driver_sql(REPLICATION_SQL).one()
     return Replication(bool(in_recovery), str(names or ""), int(standbys))
 
 
 def read_replication(cursor: Any) -> Replication:
     """Reads the replication of the server under ``cursor`` (a psycopg or DB-API cursor, sync)."""
-    cursor.execute(_SQL)
+    cursor.execute(REPLICATION_SQL)
     in_recovery, names, standbys = cursor.fetchone()
     return Replication(bool(in_recovery), str(names or ""), int(standbys))
 
 
-async def read_replication_async(conn: Any) -> Replication:
-    """:func:`read_replication` on a psycopg ``AsyncConnection``."""
-    cursor = await conn.execute(_SQL, prepare=False)
-    in_recovery, names, standbys = await cursor.fetchone()
+def replication_from(row: Any) -> Replication:
+    """The :class:`Replication` of :data:`REPLICATION_SQL`'s row (a runtime reads it on its own connections)."""
+    in_recovery, names, standbys = row
     return Replication(bool(in_recovery), str(names or ""), int(standbys))
 
 

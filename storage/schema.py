@@ -84,7 +84,7 @@ offsets = Table(
 # Range-partitioned by change_time, one partition a day (offset_history_pYYYYMMDD), an
 # offset_history_before_YYYYMMDD partition for everything older and a DEFAULT partition
 # that catches rows when maintenance is behind; retention drops whole partitions
-# (storage/retention.py). The primary key must hold the partition key.
+# (storage/retention/partitions.py). The primary key must hold the partition key.
 offset_history = Table(
     "offset_history",
     metadata,

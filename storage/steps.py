@@ -60,7 +60,7 @@ def is_wide(params: Mapping[str, object]) -> bool:
     return any(isinstance(v, (list, tuple)) and len(v) > WIDE for v in params.values())
 
 
-def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
+def drive_steps(conn: Connection, steps: HotSteps[R]) -> R:
     """Drives ``steps`` on ``conn`` (sync) on the psycopg connection under it, unprepared (poolers: engine.py).
 
     It skips SQLAlchemy's compile and result layers (most of a small call's cost), yet
@@ -95,7 +95,7 @@ def run_hot(conn: Connection, steps: HotSteps[R]) -> R:
 
 
 class _AwaitedConnection:
-    """The part of a sync psycopg connection :func:`run_hot` uses, over an async one, inside SQLAlchemy's greenlet."""
+    """The part of a sync psycopg connection :func:`drive_steps` uses, over an async one, inside SQLAlchemy's greenlet."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._conn = conn

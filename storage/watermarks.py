@@ -20,7 +20,7 @@ from offsetstore.storage import validate as check
 from offsetstore.storage._groups import among
 from offsetstore.storage.lag import NOW, with_samples
 from offsetstore.storage.schema import watermarks
-from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, int_array, run_hot, text_array
+from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, drive_steps, int_array, text_array
 
 
 def report_watermarks(conn: Connection, values: Sequence[Watermark], *, at: datetime | None = None) -> None:
@@ -32,7 +32,7 @@ def report_watermarks(conn: Connection, values: Sequence[Watermark], *, at: date
     statement's. The newer observation wins: a report older than the stored one changes
     nothing (a consumer's and the server's reader's reports coexist).
     """
-    run_hot(conn, report_watermarks_steps(values, at=at))
+    drive_steps(conn, report_watermarks_steps(values, at=at))
 
 
 # One statement whatever the number of watermarks, in key order, so that concurrent

@@ -25,7 +25,7 @@ from offsetstore.core.types import (
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import stale_error
 from offsetstore.storage.schema import groups
-from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, int_array, run_hot, text_array
+from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, drive_steps, int_array, text_array
 
 # --- commit and join: one server-side function writes a batch of them ------------
 
@@ -106,14 +106,14 @@ def write_batch(conn: Connection, requests: Sequence[WriteRequest]) -> list[Writ
     :func:`commit_offsets`). Row locks of the groups are held until the caller's
     transaction ends; they are taken in group-id order.
     """
-    outcomes: list[WriteOutcome] = run_hot(conn, write_batch_steps(requests))
+    outcomes: list[WriteOutcome] = drive_steps(conn, write_batch_steps(requests))
     return outcomes
 
 
 def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOutcome]]:
     """:func:`write_batch` as steps: it yields its one statement, is sent the rows, returns the outcomes.
 
-    The sync path (:func:`run_hot`) and the server's asyncio path drive the same steps,
+    The sync path (:func:`drive_steps`) and the server's asyncio path drive the same steps,
     so the batch's parameters and the decoding of its outcomes exist once. Between slices
     of a wide batch's work it yields :data:`PAUSE`, where the asyncio path lets other calls run.
     """

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
-import grpc
-
-from offsetstore.core.calls import FACTS, Scope
+from offsetstore.core.calls import CallFacts, Scope
 from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.server.auth.principals import RPC_PERMISSIONS, Grant, Permission, Principal
 from offsetstore.server.auth.tls import certificate_identities
 from offsetstore.server.auth.tokens_file import AuthConfig
+from offsetstore.server.call import Call
 
 __all__ = ["AuthInterceptor"]
 
@@ -19,6 +18,14 @@ __all__ = ["AuthInterceptor"]
 _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
 
 _VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
+
+
+class CallerContext(Protocol):
+    """What authentication reads of a call: its metadata and its TLS peer (grpc.aio's context, the HTTP listener's)."""
+
+    def invocation_metadata(self) -> Any: ...
+
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
 
 class AuthInterceptor:
@@ -41,36 +48,37 @@ class AuthInterceptor:
         self.config = config
         self.mtls = mtls
 
-    def authorize_method(self, principal: Principal, method: str) -> None:
-        """Raises PermissionDeniedError unless some grant of ``principal`` could allow ``method`` at all.
+    def authorize_method(self, principal: Principal, facts: CallFacts) -> None:
+        """Raises PermissionDeniedError unless some grant of ``principal`` could allow the method of ``facts`` at all.
 
         Decided from the metadata, before the request is read: a caller without a grant that
         could cover the call gets no body read or decoded (issue 34).
         """
-        permission = RPC_PERMISSIONS.get(method)
+        permission = RPC_PERMISSIONS.get(facts.method)
         if permission is None:
-            raise PermissionDeniedError(f"{method} is not open to any principal")
-        topics = FACTS[method].scope is Scope.TOPICS
+            raise PermissionDeniedError(f"{facts.method} is not open to any principal")
+        topics = facts.scope is Scope.TOPICS
         if not any(g.permission >= permission and g.topic == topics for g in principal.grants) and not (
             topics and principal.may(Permission.ADMIN, "")
         ):
             what = "report watermarks of any topic" if topics else f"{_VERBS[permission]} any group"
             raise PermissionDeniedError(f"{principal.name} may not {what}")
 
-    def authorize(self, principal: Principal, method: str, request: Any) -> None:
-        """Raises PermissionDeniedError unless ``principal`` may call ``method`` with ``request``."""
-        permission = RPC_PERMISSIONS.get(method)
+    def authorize(self, principal: Principal, call: Call) -> None:
+        """Raises PermissionDeniedError unless ``principal`` may make ``call`` (its method, with its request)."""
+        facts, request = call.facts, call.request
+        permission = RPC_PERMISSIONS.get(facts.method)
         if permission is None:
-            raise PermissionDeniedError(f"{method} is not open to any principal")
-        if FACTS[method].scope is Scope.TOPICS:
+            raise PermissionDeniedError(f"{facts.method} is not open to any principal")
+        if facts.scope is Scope.TOPICS:
             for topic in sorted({w.topic for w in request.watermarks}):
                 if not principal.may_report(topic):
                     shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
                     raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
             return
-        scope = _scope(method, request)
+        scope = request.prefix if facts.scope is Scope.PREFIX else request.group_id
         if not principal.may(permission, scope):
-            raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(method, scope)}")
+            raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(facts, scope)}")
 
     def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
         """The token's principal; None when the call has no token and may yet pass by its certificate.
@@ -95,7 +103,7 @@ class AuthInterceptor:
             )
         return None
 
-    def authenticate(self, context: grpc.ServicerContext) -> Principal:
+    def authenticate(self, context: CallerContext) -> Principal:
         """The caller of ``context``, or UnauthenticatedError."""
         principal = self._by_metadata(context.invocation_metadata())
         if principal is not None:
@@ -113,12 +121,8 @@ class AuthInterceptor:
         raise AssertionError("unreachable: without mTLS, _by_metadata finds a principal or raises")
 
 
-def _what(method: str, scope: str) -> str:
+def _what(facts: CallFacts, scope: str) -> str:
     # Echo a bounded part only: the group id is the caller's, and it may be megabytes long.
-    shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
-    return f"every group starting with {shown}" if FACTS[method].scope is Scope.PREFIX else f"group {shown}"
-
-
-def _scope(method: str, request: Any) -> str:
     # A prefix RPC reaches every group whose id starts with the request's prefix.
-    return request.prefix if FACTS[method].scope is Scope.PREFIX else request.group_id
+    shown = repr(scope) if len(scope) <= 100 else repr(scope[:100]) + "..."
+    return f"every group starting with {shown}" if facts.scope is Scope.PREFIX else f"group {shown}"

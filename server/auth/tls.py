@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
@@ -13,7 +13,7 @@ from offsetstore.server.auth.principals import CERT_PREFIX, AuthConfigError
 __all__ = ["certificate_identities", "server_credentials", "ssl_context"]
 
 
-def certificate_identities(auth_context: Mapping[str, list[bytes]]) -> list[str]:
+def certificate_identities(auth_context: Mapping[str, Iterable[bytes]]) -> list[str]:
     """The ``cert:`` names of a verified peer certificate, URI SANs (SPIFFE IDs) first, then its CN.
 
     gRPC reports a certificate without a CN as the empty CN; that names no one.

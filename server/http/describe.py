@@ -122,12 +122,15 @@ def _is_map(field: FieldDescriptor) -> bool:
 
 def _field(field: FieldDescriptor, schemas: dict[str, Any]) -> dict[str, Any]:
     if _is_map(field):
+        assert field.message_type is not None
         value = field.message_type.fields_by_name["value"]
         return {"type": "object", "additionalProperties": _field(value, schemas)}
     kind = field.type
     if kind == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None
         return _ref(field.message_type, schemas)
     if kind == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None
         return _enum(field.enum_type)
     if kind in _INT32:
         return {"type": "integer", "format": "int32"}

@@ -36,7 +36,7 @@ from offsetstore.server.metrics.registry import (
     retention_metrics,
     server_metrics,
     use_multiprocess,
-    worker_registry,
+    worker_metrics,
 )
 from offsetstore.server.metrics.rpc import (
     GRPC_CODES,
@@ -77,5 +77,5 @@ __all__ = [
     "server_metrics",
     "share_series",
     "use_multiprocess",
-    "worker_registry",
+    "worker_metrics",
 ]

@@ -56,7 +56,7 @@ class _Watch:
         self.complete = False
         self.connection_seconds = connection_seconds - request_seconds
         self._lock = threading.Lock()
-        self._timer = threading.Timer(request_seconds, self._expire)
+        self._timer: threading.Timer | None = threading.Timer(request_seconds, self._expire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -182,7 +182,8 @@ def _cached_app(registry: CollectorRegistry, seconds: float) -> Callable[..., An
 
     def cached(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         if environ.get("REQUEST_METHOD") != "GET":
-            return app(environ, start_response)
+            answer: list[bytes] = app(environ, start_response)
+            return answer
         key = (
             "application/openmetrics-text" in environ.get("HTTP_ACCEPT", ""),
             "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""),

@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from offsetstore.runtime.config import StoreObserver
 from offsetstore.runtime.store import Store
 from offsetstore.server.metrics.groups import SERIES_LIMIT, GroupCollector
 from offsetstore.server.metrics.replication import ReplicationCollector
@@ -32,7 +33,7 @@ __all__ = [
     "retention_metrics",
     "server_metrics",
     "use_multiprocess",
-    "worker_registry",
+    "worker_metrics",
 ]
 
 # Store operations get zero-valued latency series at start (the names Store.run sees).
@@ -62,12 +63,8 @@ def _observe_store(store: Store, *, query_seconds: Histogram | None = None, expi
 
     A second registry built over the same store takes the hooks it gives over.
     """
-    store.observe_with(
-        operation=(lambda operation, seconds: query_seconds.labels(operation).observe(seconds))
-        if query_seconds is not None
-        else None,
-        expired=expired.inc if expired is not None else None,
-    )
+    hooks = _observer(query_seconds, expired)
+    store.observe_with(operation=hooks.operation, expired=hooks.expired)
 
 
 _SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
@@ -162,19 +159,28 @@ def use_multiprocess(directory: str) -> None:
     them (prometheus-client's multiprocess mode).
     """
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()
+    prometheus_values.ValueClass = prometheus_values.MultiProcessValue()  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
-def worker_registry(store: Store) -> CollectorRegistry:
-    """The metrics a serving process records (gRPC, store counters, query times), for :func:`interceptors`.
+def worker_metrics() -> tuple[CollectorRegistry, StoreObserver]:
+    """The metrics a serving process records: the registry (gRPC, store counters) for :func:`interceptors`, and the store's observer (query times, expiries).
 
-    Never served itself: under :func:`use_multiprocess` the values go to files that the
-    supervising process's registry (:func:`build_registry` with ``multiprocess_dir``) sums.
+    Made before the store, whose config takes the observer. Never served itself: under
+    :func:`use_multiprocess` the values go to files that the supervising process's registry
+    (:func:`build_registry` with ``multiprocess_dir``) sums.
     """
     registry = CollectorRegistry()
     server_metrics(registry)
-    _observe_store(store, query_seconds=_query_seconds(registry), expired=RetentionMetrics(registry).groups_expired)
-    return registry
+    return registry, _observer(_query_seconds(registry), RetentionMetrics(registry).groups_expired)
+
+
+def _observer(query_seconds: Histogram | None, expired: Counter | None) -> StoreObserver:
+    return StoreObserver(
+        operation=(lambda operation, seconds: query_seconds.labels(operation).observe(seconds))
+        if query_seconds is not None
+        else None,
+        expired=expired.inc if expired is not None else None,
+    )
 
 
 def _query_seconds(registry: CollectorRegistry) -> Histogram:
@@ -216,22 +222,16 @@ def build_registry(
     if multiprocess_dir is None:
         values = registry
         server_metrics(registry)
-        hot = store.aio.hot
-
-        def in_use() -> float:
-            stats = hot.get_stats()
-            return float(stats.get("pool_size", 0) - stats.get("pool_available", 0))
-
         registry.register(
             _Callback(
                 "offsetstore_database_pool_in_use",
                 "Database connections checked out of the pool.",
-                in_use,
+                lambda: float(store.pool_in_use()),
             )
         )
     else:
         values = CollectorRegistry()  # never served: its values are in the files the collector sums
-        MultiProcessCollector(registry, path=multiprocess_dir)
+        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
     query_seconds = _query_seconds(values)
     if scrape_store is not None and scrape_store is not store:
         _observe_store(scrape_store, query_seconds=query_seconds)

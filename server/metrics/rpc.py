@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from offsetstore.core.calls import Counted
 from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, rpc_kind
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -165,14 +166,15 @@ class ServerMetrics:
         """Counts one ended call of the offset store: its error by reason, and commits, rejections and resets."""
         if outcome.code != grpc.StatusCode.OK:
             self.errors.labels(outcome.method, outcome.reason, outcome.limit).inc()
-        if outcome.method == "CommitOffsets":
+        facts = outcome.facts  # what the call counts is declared in the .proto, never read off its name
+        if facts.counted is Counted.COMMITS:
             if outcome.code == grpc.StatusCode.OK:
                 self.commits.inc()
-                self.offsets_committed.inc(len(outcome.request.offsets))  # type: ignore[union-attr]
+                self.offsets_committed.inc(len(facts.entries(outcome.request)))
             elif outcome.code != grpc.StatusCode.CANCELLED:
                 self.rejections.labels(outcome.reason).inc()
-        elif outcome.method == "ResetOffsets" and outcome.code == grpc.StatusCode.OK:
-            if not outcome.request.dry_run:  # type: ignore[union-attr]
+        elif facts.counted is Counted.RESETS and outcome.code == grpc.StatusCode.OK:
+            if not facts.previews(outcome.request):
                 self.resets.inc()
 
 
@@ -188,10 +190,10 @@ class MethodMetrics:
         self.seconds.observe(time.perf_counter() - started_at)
 
 
-def _final_code(context: grpc.aio.ServicerContext, raised: bool) -> grpc.StatusCode:
+def _final_code(context: grpc.aio.ServicerContext[Any, Any], raised: bool) -> grpc.StatusCode:
     # abort()/abort_with_status() set the code and then raise; an exception without
     # a code set becomes UNKNOWN on the wire, and a return without one is OK.
-    code = context.code()
+    code: grpc.StatusCode | int | None = context.code()
     if isinstance(code, int):  # some grpc versions keep the raw integer
         code = next((c for c in grpc.StatusCode if c.value[0] == code), None)
     if code is None:
@@ -217,7 +219,7 @@ class MetricsInterceptor(HandlerInterceptor):
         """The gate's report of one offsetstore.v1 call."""
         self.metrics.record_outcome(outcome)
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> Behaviour:
+    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour) -> Behaviour:
         m = self.metrics.method(method, self.metrics.kind_of(method) or kind)
         if kind in ("unary", "client_stream"):
             return self._unary(m, behaviour)
@@ -225,10 +227,10 @@ class MetricsInterceptor(HandlerInterceptor):
 
     @staticmethod
     def _unary(m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
-        async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             m.started.inc()
             started_at = time.perf_counter()
-            raised = True
+            raised: bool | None = True  # None: the call was cancelled, already counted
             try:
                 response = await behaviour(request, context)
                 raised = False
@@ -245,7 +247,7 @@ class MetricsInterceptor(HandlerInterceptor):
 
     @staticmethod
     def _streaming(m: MethodMetrics, behaviour: Behaviour) -> Behaviour:
-        async def run(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             m.started.inc()
             started_at = time.perf_counter()
             code: grpc.StatusCode | None = None

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 
 from offsetstore.cli import groups as cli
 from offsetstore.client import Boundary, OffsetStoreClient, StaleGenerationError
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
+from tests.fixtures.fix_server import ServerHandle
 
 
 def offsets_of(client: OffsetStoreClient, group_id: str) -> dict[tuple[str, int], int]:
@@ -251,11 +252,11 @@ def test_a_call_past_its_deadline_points_to_timeout(
 ) -> None:
     # A busy server: a commit of 10,000 partitions (this peer's whole cost share) waits for a
     # row lock held by another session, so the CLI's call queues behind it until its deadline.
-    store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=60_000), statement_timeout_ms=60_000)
+    store = Store.open(StoreConfig(database_url, SessionSettings(statement_timeout_ms=60_000), hot_pool_size=2))
     conninfo = sa.make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
     wide = {("cli-orders", p): 2 for p in range(10_000)}
     with (
-        OffsetStoreServer(store, limits=Limits(max_workers=1)) as busy,
+        ServerHandle(store, limits=Limits(max_workers=1)) as busy,
         OffsetStoreClient(busy.address, timeout=30) as client,
     ):
         client.commit_offsets(group_id, {("cli-orders", 0): 1})

@@ -9,13 +9,13 @@ import pytest
 
 from offsetstore.cli import groups as cli
 from offsetstore.cli._profile import PROFILE_ENV
-from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.fix_server import ServerHandle
 
 NOWHERE = "127.0.0.1:1"  # nothing listens there
 
 
 @pytest.fixture
-def profile(tmp_path: Path, server: OffsetStoreServer) -> Path:
+def profile(tmp_path: Path, server: ServerHandle) -> Path:
     path = tmp_path / "offsetstore.properties"
     path.write_text(f"# the team's store\nserver = {server.address}\noutput=json\ntimeout=20\n")
     return path

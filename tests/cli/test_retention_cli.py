@@ -15,9 +15,9 @@ from offsetstore.client import (
     OffsetCommit,
     OffsetStoreClient,
 )
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.storage import retention
 from offsetstore.storage.engine import create_engine
+from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.retention import fresh, midnight
 from tests.fixtures.waits import wait_for
 
@@ -25,7 +25,7 @@ from tests.fixtures.waits import wait_for
 
 
 def test_cli_lists_what_would_expire_and_expires_only_with_execute(
-    server: OffsetStoreServer, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
+    server: ServerHandle, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The session's server and database: every call is confined to this test's prefix.
     prefix = fresh("cli-")

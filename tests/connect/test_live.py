@@ -26,11 +26,11 @@ import pytest
 
 from offsetstore.cli import groups as cli
 from offsetstore.connect_integration import change_table_sql
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
 from tests.fixtures.fix_pg_cluster import PgNode
+from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.processes import free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -69,8 +69,8 @@ class Process:
 
 @pytest.fixture
 def cdc_server(cdc_node: PgNode) -> Iterator[str]:
-    store = Store(create_engine(cdc_node.url(), pool_size=4))
-    server = OffsetStoreServer(store, f"127.0.0.1:{free_port()}", limits=Limits(max_workers=4)).start()
+    store = Store.open(StoreConfig(cdc_node.url(), hot_pool_size=4))
+    server = ServerHandle(store, f"127.0.0.1:{free_port()}", limits=Limits(max_workers=4)).start()
     try:
         yield server.address
     finally:

@@ -10,9 +10,10 @@ from google.protobuf.descriptor_pb2 import MethodOptions
 
 from offsetstore.client._base import unknown_outcome
 from offsetstore.client._channel import RETRIED_METHODS
-from offsetstore.core.calls import BY_REQUEST, FACTS, SERVICE, Cost, Permission, Scope, facts_of
+from offsetstore.core.calls import BY_REQUEST, FACTS, SERVICE, Cost, Counted, Permission, Scope, facts_of
 from offsetstore.server.admission import cost_of
 from offsetstore.server.auth import RPC_PERMISSIONS
+from offsetstore.server.call import Call
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import options_pb2
 
@@ -24,7 +25,7 @@ def test_every_method_of_the_service_declares_its_facts() -> None:
     for method in SERVICE.methods:
         assert method.GetOptions().HasExtension(options_pb2.call), method.name
         request = getattr(pb, method.input_type.name)()
-        cost_of(method.name, request)  # every cost rule applies to its own request
+        cost_of(Call(FACTS[method.name], request))  # every cost rule applies to its own request
 
 
 def _method_without_facts() -> descriptor_pb2.MethodDescriptorProto:
@@ -100,6 +101,18 @@ def test_a_preview_has_no_unknown_outcome_and_a_write_says_how_to_find_out() -> 
     assert "list the groups" in (unknown_outcome(pb.ExpireGroupsRequest(execute=True)) or "")
 
 
-def test_a_method_without_facts_has_no_cost() -> None:
+def test_a_method_without_facts_has_no_call() -> None:
     with pytest.raises(KeyError):
-        cost_of("NoSuchMethod", pb.JoinGroupRequest())
+        Call(FACTS["NoSuchMethod"], pb.JoinGroupRequest())
+
+
+def test_what_a_call_writes_and_counts_is_declared_not_inferred() -> None:
+    # The entries a call writes (an empty list: it creates nothing) and the store counters it
+    # feeds are facts of the .proto: the quotas and the metrics read them, not a method's name
+    # or its cost rule.
+    assert {m: f.entries_field for m, f in FACTS.items() if f.entries_field} == {"CommitOffsets": "offsets"}
+    counted = {m: f.counted for m, f in FACTS.items() if f.counted is not Counted.NOTHING}
+    assert counted == {"CommitOffsets": Counted.COMMITS, "ResetOffsets": Counted.RESETS}
+    commit = FACTS["CommitOffsets"]
+    assert len(commit.entries(pb.CommitOffsetsRequest(offsets=[pb.OffsetCommit(topic="t")] * 3))) == 3
+    assert FACTS["JoinGroup"].entries(pb.JoinGroupRequest()) == ()

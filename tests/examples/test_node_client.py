@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.node_example import npm_installed
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node"
@@ -25,7 +25,7 @@ def node_modules() -> Path:
     return npm_installed(EXAMPLE, "@grpc/grpc-js")
 
 
-def run_example(server: OffsetStoreServer, group_id: str) -> tuple[dict, str]:
+def run_example(server: ServerHandle, group_id: str) -> tuple[dict, str]:
     result = subprocess.run(
         [str(NODE), str(EXAMPLE / "commit_loop.js"), "--target", server.address, "--group", group_id],
         capture_output=True,
@@ -37,9 +37,7 @@ def run_example(server: OffsetStoreServer, group_id: str) -> tuple[dict, str]:
 
 
 @needs_node
-def test_node_commit_loop(
-    node_modules: Path, server: OffsetStoreServer, client: OffsetStoreClient, group_id: str
-) -> None:
+def test_node_commit_loop(node_modules: Path, server: ServerHandle, client: OffsetStoreClient, group_id: str) -> None:
     summary, log = run_example(server, group_id)
 
     # member-a committed two batches at generation 1, then member-b joined: a's third

@@ -23,10 +23,10 @@ import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthInterceptor, server_credentials
 from offsetstore.server.http import ConnectionLimits, HttpConfig, http_ssl_context
 from tests.fixtures.fix_auth import PKI
+from tests.fixtures.fix_server import ServerHandle
 
 QUICK = ConnectionLimits(request_seconds=1, connection_seconds=60)
 CAPPED = ConnectionLimits(max_connections=3, max_per_peer=2, request_seconds=60, connection_seconds=120)
@@ -34,9 +34,9 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
-def serve(store: Store, limits: ConnectionLimits, pki: PKI | None = None) -> OffsetStoreServer:
+def serve(store: Store, limits: ConnectionLimits, pki: PKI | None = None) -> ServerHandle:
     tls = pki is not None
-    return OffsetStoreServer(
+    return ServerHandle(
         store,
         credentials=server_credentials(pki.server.cert, pki.server.key) if pki else None,
         http=HttpConfig(
@@ -48,7 +48,7 @@ def serve(store: Store, limits: ConnectionLimits, pki: PKI | None = None) -> Off
 
 
 @pytest.fixture(scope="module", params=["plain", "tls"])
-def quick(request: pytest.FixtureRequest, store: Store, pki: PKI) -> Iterator[tuple[OffsetStoreServer, PKI | None]]:
+def quick(request: pytest.FixtureRequest, store: Store, pki: PKI) -> Iterator[tuple[ServerHandle, PKI | None]]:
     with_tls = pki if request.param == "tls" else None
     server = serve(store, QUICK, with_tls)
     try:
@@ -57,7 +57,7 @@ def quick(request: pytest.FixtureRequest, store: Store, pki: PKI) -> Iterator[tu
         server.stop()
 
 
-def connect(server: OffsetStoreServer, pki: PKI | None = None, source: str = "127.0.0.1") -> socket.socket:
+def connect(server: ServerHandle, pki: PKI | None = None, source: str = "127.0.0.1") -> socket.socket:
     assert server.http is not None
     raw = socket.create_connection(("127.0.0.1", server.http.port), timeout=30, source_address=(source, 0))
     if pki is None:
@@ -94,7 +94,7 @@ def answer(sock: socket.socket) -> bytes | None:
     return body
 
 
-def test_a_silent_connection_is_closed_at_the_request_deadline(quick: tuple[OffsetStoreServer, PKI | None]) -> None:
+def test_a_silent_connection_is_closed_at_the_request_deadline(quick: tuple[ServerHandle, PKI | None]) -> None:
     server, pki = quick
     with connect(server, pki) as silent:  # under TLS: after the handshake
         assert closed_by_server(silent)
@@ -110,7 +110,7 @@ def test_a_stalled_tls_handshake_is_closed_at_the_request_deadline(store: Store,
 
 
 def test_a_request_dribbled_a_byte_at_a_time_is_dropped_at_its_deadline(
-    quick: tuple[OffsetStoreServer, PKI | None],
+    quick: tuple[ServerHandle, PKI | None],
 ) -> None:
     server, pki = quick
     sent = []
@@ -131,7 +131,7 @@ def test_a_request_dribbled_a_byte_at_a_time_is_dropped_at_its_deadline(
     dribbler.join()
 
 
-def test_an_idle_keep_alive_connection_is_closed(quick: tuple[OffsetStoreServer, PKI | None]) -> None:
+def test_an_idle_keep_alive_connection_is_closed(quick: tuple[ServerHandle, PKI | None]) -> None:
     server, pki = quick
     with connect(server, pki) as kept:
         assert b"openapi" in (answer(kept) or b"")
@@ -190,7 +190,7 @@ def test_malformed_requests_are_one_warning_line_not_an_error_each(
 def test_a_client_certificate_names_the_caller_through_the_listeners_own_handshake(store: Store, pki: PKI) -> None:
     # The listener runs TLS itself (to count a connection before its handshake): the
     # certificate must still reach the gate, which names the cert: principal by it.
-    server = OffsetStoreServer(
+    server = ServerHandle(
         store,
         auth=AuthInterceptor(None, mtls=True),
         credentials=server_credentials(pki.server.cert, pki.server.key, pki.ca.cert),

@@ -16,16 +16,16 @@ import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.http import HttpConfig
+from tests.fixtures.fix_server import ServerHandle
 
 SERVICE_PATH = "/offsetstore.v1.OffsetStoreService"
 
 
 @pytest.fixture(scope="module")
-def open_server(store: Store) -> Iterator[OffsetStoreServer]:
+def open_server(store: Store) -> Iterator[ServerHandle]:
     """No tokens, HTTP on loopback, one extra name allowed (as OFFSETSTORE_HTTP_ALLOWED_HOSTS would)."""
-    server = OffsetStoreServer(
+    server = ServerHandle(
         store, http=HttpConfig("127.0.0.1:0", allowed_hosts=("offsets.internal", ".corp.example"))
     ).start()
     try:
@@ -35,7 +35,7 @@ def open_server(store: Store) -> Iterator[OffsetStoreServer]:
 
 
 def request(
-    server: OffsetStoreServer, path: str, host: str, body: dict[str, Any] | None = None, origin: str | None = None
+    server: ServerHandle, path: str, host: str, body: dict[str, Any] | None = None, origin: str | None = None
 ) -> tuple[int, dict[str, Any]]:
     """(status, JSON answer or {}) of one request to the listener with the given Host (and Origin)."""
     assert server.http is not None
@@ -59,20 +59,20 @@ def request(
 
 
 @pytest.fixture
-def group(open_server: OffsetStoreServer) -> Iterator[str]:
+def group(open_server: ServerHandle) -> Iterator[str]:
     group_id = f"rebind-{uuid.uuid4().hex[:10]}"
     with OffsetStoreClient(open_server.address, timeout=20) as client:
         client.commit_offsets(group_id, {("orders", 0): 42})
         yield group_id
 
 
-def offsets(server: OffsetStoreServer, group_id: str) -> dict[Any, int]:
+def offsets(server: ServerHandle, group_id: str) -> dict[Any, int]:
     with OffsetStoreClient(server.address, timeout=20) as client:
         return {tp: o.offset for tp, o in client.fetch_offsets(group_id).offsets.items()}
 
 
 @pytest.mark.parametrize("host", ["attacker.example:PORT", "attacker.example", "localhost.attacker.example:PORT"])
-def test_a_foreign_host_gets_421_and_changes_nothing(open_server: OffsetStoreServer, group: str, host: str) -> None:
+def test_a_foreign_host_gets_421_and_changes_nothing(open_server: ServerHandle, group: str, host: str) -> None:
     wipe = {"groupId": group, "allTopics": True}
     status, answer = request(open_server, f"{SERVICE_PATH}/DeleteOffsets", host, wipe)
     assert (status, answer["code"]) == (421, "permission_denied"), answer
@@ -88,14 +88,14 @@ def test_a_foreign_host_gets_421_and_changes_nothing(open_server: OffsetStoreSer
     + ["eu.corp.example"],
 )
 def test_addresses_loopback_names_and_allowed_names_are_answered(
-    open_server: OffsetStoreServer, group: str, host: str
+    open_server: ServerHandle, group: str, host: str
 ) -> None:
     status, answer = request(open_server, f"{SERVICE_PATH}/FetchOffsets", host, {"groupId": group})
     assert status == 200, answer
     assert request(open_server, "/", host)[0] == 200
 
 
-def test_a_call_from_another_origin_gets_403_and_changes_nothing(open_server: OffsetStoreServer, group: str) -> None:
+def test_a_call_from_another_origin_gets_403_and_changes_nothing(open_server: ServerHandle, group: str) -> None:
     wipe = {"groupId": group, "allTopics": True}
     for origin in ("http://attacker.example", "null", "http://localhost:PORT", "http://127.0.0.1:1"):
         status, answer = request(open_server, f"{SERVICE_PATH}/DeleteOffsets", "127.0.0.1:PORT", wipe, origin)

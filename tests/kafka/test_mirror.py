@@ -15,10 +15,9 @@ from prometheus_client import CollectorRegistry
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import CommittedOffset, OffsetCommit
 from offsetstore.kafka_integration import ExactlyOnceWriter, consumer_config
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.kafka_mirror import KafkaMirror
 from tests.fixtures.fix_db import stored_offsets
-from tests.fixtures.fix_server import free_port
+from tests.fixtures.fix_server import ServerHandle, free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -57,9 +56,9 @@ def eventually(read: Callable[[], object], expected: object, timeout: float = 20
 
 
 @pytest.fixture
-def mirrored_server(broker, store) -> Iterator[tuple[OffsetStoreServer, KafkaMirror, OffsetStoreClient]]:
+def mirrored_server(broker, store) -> Iterator[tuple[ServerHandle, KafkaMirror, OffsetStoreClient]]:
     mirror = KafkaMirror(broker.bootstrap, ["mirror-"], 0.2, registry=CollectorRegistry(), request_seconds=5).start()
-    server = OffsetStoreServer(store, "127.0.0.1:0", kafka_mirror=mirror).start()
+    server = ServerHandle(store, "127.0.0.1:0", kafka_mirror=mirror).start()
     client = OffsetStoreClient(server.address)
     try:
         yield server, mirror, client
@@ -158,7 +157,7 @@ def test_a_broker_that_is_down_neither_fails_nor_slows_commits(store, engine, gr
     mirror = KafkaMirror(
         f"127.0.0.1:{free_port()}", ["g-"], 0.2, registry=CollectorRegistry(), request_seconds=2
     ).start()
-    server = OffsetStoreServer(store, "127.0.0.1:0", kafka_mirror=mirror).start()
+    server = ServerHandle(store, "127.0.0.1:0", kafka_mirror=mirror).start()
     client = OffsetStoreClient(server.address)
     try:
         started = time.monotonic()

@@ -18,16 +18,18 @@ from offsetstore import storage
 from offsetstore.core.errors import GroupNotFoundError, InvalidArgumentError, OffsetMismatchError, StaleGenerationError
 from offsetstore.core.types import Boundary, OffsetCommit, Watermark
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.storage import schema
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
 from tests.fixtures.fix_metrics import (
     METHODS,
     SERVICE,
     Metered,
     count_statements,
 )
+from tests.fixtures.storage import engine_of
 
 # --- gRPC metrics ---------------------------------------------------------------------
 
@@ -226,9 +228,9 @@ def test_lag_resolves_sentinels_and_age_is_the_newest_commit(
 
 def test_the_group_cap_and_two_statements_per_scrape(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
-    store = Store(create_engine(scratch_database_url, pool_size=2))
+    store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=2))
     try:
-        with store.engine.begin() as conn:
+        with engine_of(store).begin() as conn:
             for group, offset in (("b", 2), ("a", 1), ("c", 3)):
                 storage.commit_offsets(
                     conn, group, [OffsetCommit("orders", 0, offset), OffsetCommit("orders", 1, offset)]
@@ -277,9 +279,9 @@ def test_the_group_cap_and_two_statements_per_scrape(scratch_database_url: str) 
 
 def test_thousands_of_groups_are_still_two_fast_statements(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
-    store = Store(create_engine(scratch_database_url, pool_size=2))
+    store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=2))
     try:
-        with store.engine.begin() as conn:
+        with engine_of(store).begin() as conn:
             conn.execute(
                 sa.text(
                     "INSERT INTO offsetstore.groups (group_id) SELECT format('g%s', lpad(i::text, 5, '0')) FROM generate_series(1, 3000) i"
@@ -325,7 +327,9 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = Store(create_engine(f"postgresql://postgres@127.0.0.1:{port}/none", connect_timeout_s=2))
+    store = Store.open(
+        StoreConfig(f"postgresql://postgres@127.0.0.1:{port}/none", SessionSettings(connect_timeout_s=2))
+    )
     try:
         registry = metrics.build_registry(store)
         text = generate_latest(registry).decode()  # one scrape, read as Prometheus would
@@ -344,7 +348,7 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
 
 
 def test_a_scrape_that_times_out_keeps_the_database_up(metrics_database_url: str, metrics_engine: sa.Engine) -> None:
-    store = Store(create_engine(metrics_database_url, pool_size=2, statement_timeout_ms=200))
+    store = Store.open(StoreConfig(metrics_database_url, SessionSettings(statement_timeout_ms=200), hot_pool_size=2))
     try:
         registry = metrics.build_registry(store)
         assert registry.get_sample_value("offsetstore_database_up") == 1
@@ -372,7 +376,7 @@ def test_pool_in_use_and_build_info(metered: Metered) -> None:
 
 
 def test_building_twice_over_one_store_times_into_the_newest_registry(metrics_database_url: str, group_id: str) -> None:
-    store = Store(create_engine(metrics_database_url, pool_size=2))
+    store = Store.open(StoreConfig(metrics_database_url, hot_pool_size=2))
     try:
         first = metrics.build_registry(store)
         second = metrics.build_registry(store)

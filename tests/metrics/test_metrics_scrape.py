@@ -18,9 +18,9 @@ from sqlalchemy.pool import NullPool
 
 from offsetstore.core.types import Watermark
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.storage.engine import create_engine
 from tests.fixtures.fix_metrics import (
     ROOT,
     SERVICE,
@@ -187,7 +187,7 @@ def group_series(samples: dict[str, float]) -> int:
 def test_one_huge_group_shows_its_sums_and_every_other_group_keeps_its_partitions(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
     fill_huge_and_small(scratch_database_url, 5000)
-    store = Store(create_engine(scratch_database_url, pool_size=2))
+    store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=2))
     http = None
     try:
         registry = metrics.build_registry(store, series_limit=1000)
@@ -243,7 +243,7 @@ def test_the_series_budget_is_shared_fairly_between_tenants() -> None:
 def test_serve_reads_the_sums_of_huge_groups_in_the_background(scratch_database_url: str) -> None:
     migrate.upgrade(scratch_database_url)
     fill_huge_and_small(scratch_database_url, 3000)
-    store = Store(create_engine(scratch_database_url, pool_size=2))
+    store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=2))
     try:
         registry = metrics.build_registry(store, series_limit=500, sums_seconds=60)
         summed_here: list[list[str]] = []  # the groups whose sums the scrape's own call read

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.fix_server import ServerHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -133,7 +133,7 @@ def test_client_only_cli_answers_version_and_help(client_only: Venv) -> None:
 
 
 def test_client_only_cli_reads_a_real_server(
-    client_only: Venv, server: OffsetStoreServer, client: OffsetStoreClient, group_id: str
+    client_only: Venv, server: ServerHandle, client: OffsetStoreClient, group_id: str
 ) -> None:
     client.commit_offsets(group_id, {("orders", 0): 42})
     done = client_only.run(

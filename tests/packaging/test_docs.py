@@ -19,9 +19,9 @@ import grpc
 import pytest
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.doc_snippets import snippets
+from tests.fixtures.fix_server import ServerHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -30,7 +30,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 PENDING = {"docs/performance.md"}
 
 
-def local(code: str, server: OffsetStoreServer, group_id: str) -> str:
+def local(code: str, server: ServerHandle, group_id: str) -> str:
     """A snippet pointed at the test's server and group."""
     return (
         code.replace("127.0.0.1:50051", server.address)
@@ -53,7 +53,7 @@ def test_python_snippets_parse(path: Path) -> None:
         ast.parse(code)
 
 
-def test_readme_python_client_runs(server: OffsetStoreServer, client: OffsetStoreClient, group_id: str) -> None:
+def test_readme_python_client_runs(server: ServerHandle, client: OffsetStoreClient, group_id: str) -> None:
     (code,) = snippets(ROOT / "README.md", "python")
     run(local(code, server, group_id), {})
     fetched = client.fetch_offsets(group_id)
@@ -81,7 +81,7 @@ class ListSource:
         return self.batches.pop(0) if self.batches else []
 
 
-def test_python_guide_snippets_run(server: OffsetStoreServer, client: OffsetStoreClient, group_id: str) -> None:
+def test_python_guide_snippets_run(server: ServerHandle, client: OffsetStoreClient, group_id: str) -> None:
     loop, cas, reset, stubs, raw_errors = snippets(ROOT / "docs" / "python.md", "python")
 
     namespace: dict[str, object] = {}

@@ -28,14 +28,15 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.runtime._group_commit import BATCH_LOCK_TIMEOUT_MS
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, deadline
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
+from tests.fixtures.fix_server import ServerHandle
 
 TOPIC = "orders"
 # The store's statement timeout in these tests: any wait that ends well before it was
@@ -45,7 +46,7 @@ SLOW_MS = 120_000
 
 @pytest.fixture
 def slow_store(database_url: str) -> Iterator[Store]:
-    store = Store(create_engine(database_url, pool_size=2, statement_timeout_ms=SLOW_MS), statement_timeout_ms=SLOW_MS)
+    store = Store.open(StoreConfig(database_url, SessionSettings(statement_timeout_ms=SLOW_MS), hot_pool_size=2))
     yield store
     store.dispose()
 
@@ -77,7 +78,7 @@ def test_a_deadline_already_past_never_reaches_the_database(slow_store: Store, g
 
 
 def test_no_deadline_leaves_the_stores_own_timeout(database_url: str, group_id: str) -> None:
-    store = Store(create_engine(database_url, pool_size=1, statement_timeout_ms=300), statement_timeout_ms=300)
+    store = Store.open(StoreConfig(database_url, SessionSettings(statement_timeout_ms=300), hot_pool_size=1))
     try:
         store.commit_offsets(group_id, [_commit(1)])
         with group_locked(database_url, group_id), pytest.raises(StoreUnavailableError), deadline(None):
@@ -118,9 +119,8 @@ def test_a_transaction_whose_caller_left_is_rolled_back_not_committed(
 
 def test_waiting_for_a_connection_is_bounded_too(database_url: str, group_id: str) -> None:
     """A pool used up by slow calls answers the next call UNAVAILABLE instead of queueing it forever."""
-    store = Store(
-        create_engine(database_url, pool_size=1, statement_timeout_ms=SLOW_MS, connect_timeout_s=1),
-        statement_timeout_ms=SLOW_MS,
+    store = Store.open(
+        StoreConfig(database_url, SessionSettings(statement_timeout_ms=SLOW_MS, connect_timeout_s=1), hot_pool_size=1)
     )
     try:
         store.commit_offsets(group_id, [_commit(1)])
@@ -166,14 +166,14 @@ class CallEnded(grpc.aio.ServerInterceptor):
 
 
 @pytest.fixture
-def slow_server(slow_store: Store) -> Iterator[tuple[OffsetStoreServer, CallEnded]]:
+def slow_server(slow_store: Store) -> Iterator[tuple[ServerHandle, CallEnded]]:
     ended = CallEnded()
-    with OffsetStoreServer(slow_store, interceptors=(ended,), limits=Limits(max_workers=4)) as server:
+    with ServerHandle(slow_store, interceptors=(ended,), limits=Limits(max_workers=4)) as server:
         yield server, ended
 
 
 def test_the_callers_grpc_deadline_bounds_the_servers_database_work(
-    slow_server: tuple[OffsetStoreServer, CallEnded], slow_store: Store, database_url: str, group_id: str
+    slow_server: tuple[ServerHandle, CallEnded], slow_store: Store, database_url: str, group_id: str
 ) -> None:
     server, _ = slow_server
     with OffsetStoreClient(server.address, timeout=30) as client:
@@ -191,7 +191,7 @@ def test_the_callers_grpc_deadline_bounds_the_servers_database_work(
 
 
 def test_a_call_cancelled_by_its_client_commits_nothing(
-    slow_server: tuple[OffsetStoreServer, CallEnded], slow_store: Store, database_url: str, group_id: str
+    slow_server: tuple[ServerHandle, CallEnded], slow_store: Store, database_url: str, group_id: str
 ) -> None:
     server, ended = slow_server
     slow_store.commit_offsets(group_id, [_commit(1)])
@@ -211,7 +211,8 @@ def test_a_call_cancelled_by_its_client_commits_nothing(
             wait_until(lambda: lock.waiting() == 0)
         with pytest.raises(grpc.FutureCancelledError):
             call.result()
-    wait_until(lambda: slow_store.engine.pool.checkedout() == 0)  # type: ignore[attr-defined]
+    # Every hot connection back in the pool: the cancelled commit's transaction has ended.
+    wait_until(lambda: (stats := slow_store.aio.hot.get_stats())["pool_available"] == stats["pool_size"])
     assert offset_of(slow_store, group_id) == 1
     assert [c.new_offset for c in slow_store.list_offset_history(group_id).items] == [1]
 
@@ -276,7 +277,7 @@ def test_the_async_client_says_so_too(mute_server: str) -> None:
 
 
 def test_the_cli_prints_that_a_change_may_have_been_applied(
-    slow_server: tuple[OffsetStoreServer, CallEnded],
+    slow_server: tuple[ServerHandle, CallEnded],
     database_url: str,
     group_id: str,
     capsys: pytest.CaptureFixture[str],
@@ -310,7 +311,7 @@ def test_the_cli_says_nothing_of_a_change_when_only_a_read_went_unanswered(
 
 
 def test_a_commit_the_database_did_not_answer_in_time_says_so(
-    slow_server: tuple[OffsetStoreServer, CallEnded], database_url: str, group_id: str
+    slow_server: tuple[ServerHandle, CallEnded], database_url: str, group_id: str
 ) -> None:
     server, _ = slow_server
     with OffsetStoreClient(server.address, timeout=30) as client:

@@ -28,6 +28,7 @@ from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.status import DEFAULT_RULES
 from tests.fixtures.coalesced_reads import TableLock, executions, until_queued, with_store
+from tests.fixtures.storage import engine_of
 
 #: The coalesced description (the same text with lag history or without).
 BATCHED_DESCRIBE = describe_kinds(DEFAULT_RULES.window)[0].batched
@@ -62,7 +63,7 @@ def alone(store: Store, call: Call) -> GroupDescription | OffsetStoreError:
     """The description by itself: the storage core's statements on a connection of their own."""
     group_id, page_size, page_token, lag_history = call
     page = storage.PageRequest(page_size, page_token, store.max_response_bytes, store.token_key())
-    with store.engine.connect() as conn:
+    with engine_of(store).connect() as conn:
         try:
             return storage.describe_group(conn, group_id, page, DEFAULT_RULES, lag_history)
         except OffsetStoreError as error:
@@ -205,7 +206,7 @@ def test_fetches_and_descriptions_queued_together_ride_batches_of_their_own(
     fetched, described, fetch_statements, describe_statements = with_store(
         store, scenario, hot_pool_size=1, read_flushers=1
     )
-    with store.engine.connect() as conn:
+    with engine_of(store).connect() as conn:
         page = storage.PageRequest(0, "", store.max_response_bytes, store.token_key())
         assert fetched == [storage.fetch_offsets(conn, g, None, page) for g in (groups["one"], *fetches)]
     assert [answer(d) for d in described] == [answer(alone(store, call)) for call in describes]

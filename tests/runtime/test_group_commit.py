@@ -36,8 +36,9 @@ from offsetstore.client import (
 )
 from offsetstore.runtime._group_commit import GONE, CallersLeft
 from offsetstore.runtime.async_store import Carry
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, deadline
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
 from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
 
@@ -171,8 +172,14 @@ def batches() -> Batches:
 
 @pytest.fixture
 def one_flusher(database_url: str, batches: Batches) -> Iterator[Store]:
-    store = Store(
-        create_engine(database_url, pool_size=4, statement_timeout_ms=60_000), write_flushers=1, carry=batches.carry()
+    store = Store.open(
+        StoreConfig(
+            database_url,
+            SessionSettings(statement_timeout_ms=60_000),
+            hot_pool_size=4,
+            write_flushers=1,
+            carry=batches.carry(),
+        )
     )
     yield store
     store.dispose()

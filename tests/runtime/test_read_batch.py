@@ -19,6 +19,7 @@ from offsetstore.runtime._read_batch import BATCHED_FETCH
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store, deadline
 from tests.fixtures.coalesced_reads import TableLock, executions, with_store
+from tests.fixtures.storage import engine_of
 
 
 def fresh(tag: str) -> str:
@@ -46,7 +47,7 @@ def groups(store: Store) -> Iterator[dict[str, str]]:
 def alone(store: Store, group_id: str, page_size: int = 0, page_token: str = "") -> FetchResult:
     """The read by itself: the storage core's statement on a connection of its own."""
     page = storage.PageRequest(page_size, page_token, store.max_response_bytes, store.token_key())
-    with store.engine.connect() as conn:
+    with engine_of(store).connect() as conn:
         return storage.fetch_offsets(conn, group_id, None, page)
 
 

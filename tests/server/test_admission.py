@@ -7,21 +7,27 @@ import asyncio
 import pytest
 
 from offsetstore.client import ResourceExhaustedError
+from offsetstore.core.calls import FACTS
 from offsetstore.server.admission import WIDE_COST, Admission, cost_of
+from offsetstore.server.call import Call
 from offsetstore.v1 import offset_store_pb2 as pb
+
+
+def _call(method: str, request: object) -> Call:
+    return Call(FACTS[method], request)
 
 
 def test_a_call_costs_what_it_touches() -> None:
     wide = pb.CommitOffsetsRequest(offsets=[pb.OffsetCommit(topic="t", partition=p) for p in range(10_000)])
-    assert cost_of("CommitOffsets", wide) == 10_000
-    assert cost_of("CommitOffsets", pb.CommitOffsetsRequest()) == 1
+    assert cost_of(_call("CommitOffsets", wide)) == 10_000
+    assert cost_of(_call("CommitOffsets", pb.CommitOffsetsRequest())) == 1
     named = pb.FetchOffsetsRequest(topics=[pb.TopicSelection(topic="t", partitions=[0, 1, 2])])
-    assert cost_of("FetchOffsets", named) == 3
-    assert cost_of("FetchOffsets", pb.FetchOffsetsRequest()) == 1000  # a whole group, before it is read
-    assert cost_of("FetchOffsets", pb.FetchOffsetsRequest(page_size=50)) == 50
+    assert cost_of(_call("FetchOffsets", named)) == 3
+    assert cost_of(_call("FetchOffsets", pb.FetchOffsetsRequest())) == 1000  # a whole group, before it is read
+    assert cost_of(_call("FetchOffsets", pb.FetchOffsetsRequest(page_size=50))) == 50
     report = pb.ReportWatermarksRequest(watermarks=[pb.Watermark(topic="t", partition=p) for p in range(7)])
-    assert cost_of("ReportWatermarks", report) == 7
-    assert cost_of("JoinGroup", pb.JoinGroupRequest()) == 1
+    assert cost_of(_call("ReportWatermarks", report)) == 7
+    assert cost_of(_call("JoinGroup", pb.JoinGroupRequest())) == 1
 
 
 def test_one_principal_waits_behind_its_own_share_and_not_another() -> None:

@@ -31,7 +31,6 @@ from offsetstore.client import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import (
     RPC_PERMISSIONS,
     AuthConfig,
@@ -46,7 +45,7 @@ from offsetstore.server.config import Settings
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import PKI, SERVICE, TOKENS, bearer, call, fresh
 from tests.fixtures.fix_db import nothing_written
-from tests.fixtures.fix_server import free_port
+from tests.fixtures.fix_server import ServerHandle, free_port
 from tests.fixtures.waits import wait_until_serving
 
 # --- the requests of the raw calls ------------------------------------------------------
@@ -115,7 +114,7 @@ def test_watermarks_need_a_topic_grant_or_admin_on_every_group() -> None:
 
 
 def test_a_principal_with_a_group_grant_cannot_move_another_tenants_resets(
-    token_server: OffsetStoreServer, engine: sa.Engine
+    token_server: ServerHandle, engine: sa.Engine
 ) -> None:
     # The committer may commit to t-* groups; payments' watermarks steer every group's resets.
     topic = fresh("payments-")
@@ -180,7 +179,7 @@ def test_a_bad_tokens_file_is_refused_with_what_is_wrong(text: str, complaint: s
 # --- tokens -------------------------------------------------------------------------
 
 
-def test_health_and_reflection_need_no_credentials(token_server: OffsetStoreServer) -> None:
+def test_health_and_reflection_need_no_credentials(token_server: ServerHandle) -> None:
     with grpc.insecure_channel(token_server.address) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=20)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
@@ -207,7 +206,7 @@ def test_health_and_reflection_need_no_credentials(token_server: OffsetStoreServ
     ids=["missing", "unknown", "not-bearer", "empty", "twice"],
 )
 def test_missing_or_wrong_tokens_are_unauthenticated_and_write_nothing(
-    token_server: OffsetStoreServer, engine: sa.Engine, method: str, metadata: tuple[tuple[str, str], ...]
+    token_server: ServerHandle, engine: sa.Engine, method: str, metadata: tuple[tuple[str, str], ...]
 ) -> None:
     group = fresh()
     code, reason, message = call(token_server.address, method, REQUESTS[method](group), metadata)
@@ -219,7 +218,7 @@ def test_missing_or_wrong_tokens_are_unauthenticated_and_write_nothing(
 @pytest.mark.parametrize("method", sorted(REQUESTS))
 @pytest.mark.parametrize("principal", sorted(GRANTED))
 def test_each_principal_may_do_what_its_grant_allows_on_its_prefix_only(
-    token_server: OffsetStoreServer, engine: sa.Engine, method: str, principal: str
+    token_server: ServerHandle, engine: sa.Engine, method: str, principal: str
 ) -> None:
     allowed = LEVEL[GRANTED[principal]] >= LEVEL[NEEDS[method]]
     inside = fresh("t-")
@@ -238,14 +237,14 @@ def test_each_principal_may_do_what_its_grant_allows_on_its_prefix_only(
     assert nothing_written(engine, outside)
 
 
-def test_a_refusal_does_not_echo_a_huge_group_id(token_server: OffsetStoreServer) -> None:
+def test_a_refusal_does_not_echo_a_huge_group_id(token_server: ServerHandle) -> None:
     request = pb.FetchOffsetsRequest(group_id="u-" + "x" * 1_000_000)
     code, reason, message = call(token_server.address, "FetchOffsets", request, bearer("reader"))
     assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
     assert len(message) < 300
 
 
-def test_list_groups_needs_read_on_the_whole_prefix(token_server: OffsetStoreServer) -> None:
+def test_list_groups_needs_read_on_the_whole_prefix(token_server: ServerHandle) -> None:
     for prefix, expected in (
         ("t-", grpc.StatusCode.OK),
         ("t-abc", grpc.StatusCode.OK),
@@ -258,7 +257,7 @@ def test_list_groups_needs_read_on_the_whole_prefix(token_server: OffsetStoreSer
     assert code == grpc.StatusCode.OK
 
 
-def test_the_history_names_the_principal(token_server: OffsetStoreServer) -> None:
+def test_the_history_names_the_principal(token_server: ServerHandle) -> None:
     group = fresh()
     with OffsetStoreClient(token_server.address, token=TOKENS["committer"]) as committer:
         committer.commit_offsets(group, {("orders", 0): 5})
@@ -270,7 +269,7 @@ def test_the_history_names_the_principal(token_server: OffsetStoreServer) -> Non
     assert [(c.new_offset, c.actor) for c in history] == [(1, "admin"), (6, "committer"), (5, "committer")]
 
 
-def test_the_client_raises_typed_errors(token_server: OffsetStoreServer) -> None:
+def test_the_client_raises_typed_errors(token_server: ServerHandle) -> None:
     group = fresh()
     with OffsetStoreClient(token_server.address) as anonymous, pytest.raises(UnauthenticatedError):
         anonymous.fetch_offsets(group)
@@ -283,7 +282,7 @@ def test_the_client_raises_typed_errors(token_server: OffsetStoreServer) -> None
         OffsetStoreClient(token_server.address, token="two words")
 
 
-def test_the_asyncio_client_sends_its_token_too(tls_server: OffsetStoreServer, pki: PKI) -> None:
+def test_the_asyncio_client_sends_its_token_too(tls_server: ServerHandle, pki: PKI) -> None:
     group = fresh()
 
     async def run() -> list[str]:
@@ -298,7 +297,7 @@ def test_the_asyncio_client_sends_its_token_too(tls_server: OffsetStoreServer, p
 # --- TLS ----------------------------------------------------------------------------
 
 
-def test_tls_with_a_token_round_trips(tls_server: OffsetStoreServer, pki: PKI) -> None:
+def test_tls_with_a_token_round_trips(tls_server: ServerHandle, pki: PKI) -> None:
     group = fresh()
     with OffsetStoreClient(
         tls_server.address, credentials=pki.channel_credentials(), token=TOKENS["committer"]
@@ -312,7 +311,7 @@ def test_tls_with_a_token_round_trips(tls_server: OffsetStoreServer, pki: PKI) -
             anonymous.fetch_offsets(group)
 
 
-def test_tls_refuses_plaintext_and_clients_trusting_another_ca(tls_server: OffsetStoreServer, pki: PKI) -> None:
+def test_tls_refuses_plaintext_and_clients_trusting_another_ca(tls_server: ServerHandle, pki: PKI) -> None:
     # No TLS handshake, no gRPC status from the server: the transport reports UNAVAILABLE.
     for credentials in (None, pki.channel_credentials(ca=pki.rogue_ca)):
         with OffsetStoreClient(tls_server.address, credentials=credentials, token=TOKENS["root"], timeout=10) as client:
@@ -321,7 +320,7 @@ def test_tls_refuses_plaintext_and_clients_trusting_another_ca(tls_server: Offse
 
 
 def test_mtls_refuses_clients_without_a_certificate_of_its_ca(
-    mtls_server: OffsetStoreServer, pki: PKI, engine: sa.Engine
+    mtls_server: ServerHandle, pki: PKI, engine: sa.Engine
 ) -> None:
     group = fresh()
     for client_cert in (None, pki.rogue_alice):
@@ -334,7 +333,7 @@ def test_mtls_refuses_clients_without_a_certificate_of_its_ca(
     assert nothing_written(engine, group)
 
 
-def test_mtls_the_certificate_names_the_principal(mtls_server: OffsetStoreServer, pki: PKI, engine: sa.Engine) -> None:
+def test_mtls_the_certificate_names_the_principal(mtls_server: ServerHandle, pki: PKI, engine: sa.Engine) -> None:
     group = fresh()
     with OffsetStoreClient(mtls_server.address, credentials=pki.channel_credentials(pki.alice)) as alice:
         alice.commit_offsets(group, {("orders", 0): 3})
@@ -356,7 +355,7 @@ def test_mtls_the_certificate_names_the_principal(mtls_server: OffsetStoreServer
     assert [c.actor for c in history] == ["admin", "cert:CN=alice"]
 
 
-def test_mtls_alone_admits_every_client_of_the_ca(mtls_only_server: OffsetStoreServer, pki: PKI) -> None:
+def test_mtls_alone_admits_every_client_of_the_ca(mtls_only_server: ServerHandle, pki: PKI) -> None:
     group = fresh("anything-")
     with OffsetStoreClient(mtls_only_server.address, credentials=pki.channel_credentials(pki.mallory)) as mallory:
         mallory.commit_offsets(group, {("orders", 0): 1})
@@ -417,8 +416,8 @@ def groups(*argv: str) -> int:
 
 
 def test_the_groups_cli_speaks_tls_and_tokens(
-    tls_server: OffsetStoreServer,
-    mtls_server: OffsetStoreServer,
+    tls_server: ServerHandle,
+    mtls_server: ServerHandle,
     pki: PKI,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

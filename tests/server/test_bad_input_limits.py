@@ -132,17 +132,17 @@ def test_shifts_beyond_int64_saturate(client, group_id, topic):
 
 def test_errors_from_database_failures_carry_no_database_text(database_url, engine, group_id, topic):
     # Real database failures, each answered STORE_UNAVAILABLE without what the database said.
+    from offsetstore.runtime.config import StoreConfig
     from offsetstore.runtime.store import Store
-    from offsetstore.server.app import OffsetStoreServer
-    from offsetstore.storage.engine import create_engine
+    from offsetstore.storage.engine import SessionSettings
+    from tests.fixtures.fix_server import ServerHandle
 
     name = f"offsetstore-failing-{group_id}"
-    store = Store(
-        create_engine(database_url, pool_size=2, statement_timeout_ms=300, application_name=name),
-        statement_timeout_ms=300,
+    store = Store.open(
+        StoreConfig(database_url, SessionSettings(statement_timeout_ms=300, application_name=name), hot_pool_size=2)
     )
     failures = []
-    with OffsetStoreServer(store, "127.0.0.1:0", limits=Limits(max_workers=4)) as server:
+    with ServerHandle(store, "127.0.0.1:0", limits=Limits(max_workers=4)) as server:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.OffsetStoreServiceStub(channel)
             stub.CommitOffsets(commit(group_id, oc(topic)), timeout=10)

@@ -6,13 +6,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import bearer, call, fresh
+from tests.fixtures.fix_server import ServerHandle
 
 
 def test_concurrent_reads_of_callers_with_different_scopes_each_get_their_own_answer(
-    token_server: OffsetStoreServer,
+    token_server: ServerHandle,
 ) -> None:
     mine, foreign, shared = fresh("t-"), fresh("u-"), fresh("shared-")
     stored = {mine: 1, foreign: 2, shared: 3}

@@ -8,11 +8,11 @@ import ssl
 import pytest
 
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.workers import http_config
 from tests.fixtures.fix_auth import PKI
+from tests.fixtures.fix_server import ServerHandle
 
 
 def test_every_limit_is_taken_from_the_setting_of_its_name() -> None:
@@ -86,8 +86,8 @@ def test_the_http_listener_is_composed_only_when_configured(pki: PKI) -> None:
 
 
 def test_a_server_without_an_http_config_has_no_listener(store: Store) -> None:
-    with OffsetStoreServer(store, limits=Limits(max_workers=4)) as server:
+    with ServerHandle(store, limits=Limits(max_workers=4)) as server:
         assert server.http is None
         assert server.limits.calls_per_principal == 1
     with pytest.raises(ValueError, match="needs authentication"):
-        OffsetStoreServer(store, limits=Limits(reflection="authenticated"))
+        ServerHandle(store, limits=Limits(reflection="authenticated"))

@@ -33,11 +33,12 @@ from offsetstore.client import (
     StoreUnavailableError,
 )
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.embedded import EmbeddedPostgres
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings
+from tests.fixtures.fix_server import ServerHandle
 
 pytestmark = pytest.mark.slow
 
@@ -122,9 +123,9 @@ def private_pg() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture
-def faulty_server(private_pg: PrivatePostgres) -> Iterator[OffsetStoreServer]:
-    store = Store(create_engine(private_pg.url, pool_size=8, statement_timeout_ms=2000), statement_timeout_ms=2000)
-    server = OffsetStoreServer(store, health_interval=0.2, limits=Limits(max_workers=16)).start()
+def faulty_server(private_pg: PrivatePostgres) -> Iterator[ServerHandle]:
+    store = Store.open(StoreConfig(private_pg.url, SessionSettings(statement_timeout_ms=2000), hot_pool_size=8))
+    server = ServerHandle(store, health_interval=0.2, limits=Limits(max_workers=16)).start()
     try:
         yield server
     finally:
@@ -235,7 +236,7 @@ def a_commit_succeeds(client: OffsetStoreClient, group: str) -> Callable[[], boo
 
 
 def test_acknowledged_commits_survive_killed_backends_a_restart_and_a_crash(
-    private_pg: PrivatePostgres, faulty_server: OffsetStoreServer
+    private_pg: PrivatePostgres, faulty_server: ServerHandle
 ) -> None:
     group = f"faults-{uuid.uuid4().hex[:8]}"
     probe_group = f"{group}-probe"
@@ -323,7 +324,7 @@ def test_acknowledged_commits_survive_killed_backends_a_restart_and_a_crash(
 
 
 def test_statement_timeout_is_unavailable_and_the_server_goes_on(
-    private_pg: PrivatePostgres, faulty_server: OffsetStoreServer
+    private_pg: PrivatePostgres, faulty_server: ServerHandle
 ) -> None:
     """A database too slow to answer within the statement timeout is a fault of the store, not of the request."""
     group = f"slow-{uuid.uuid4().hex[:8]}"
@@ -351,9 +352,9 @@ def test_health_and_calls_while_the_database_is_down_from_the_start() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="offsetstore-faults-"))
     try:
         url = f"postgresql+psycopg://postgres@/postgres?host={workdir}"  # nothing listens there
-        store = Store(create_engine(url, pool_size=2, connect_timeout_s=2))
+        store = Store.open(StoreConfig(url, SessionSettings(connect_timeout_s=2), hot_pool_size=2))
         with (
-            OffsetStoreServer(store, health_interval=0.2) as server,
+            ServerHandle(store, health_interval=0.2) as server,
             OffsetStoreClient(server.address, timeout=30) as client,
         ):
             assert client.health() == "NOT_SERVING"
@@ -372,7 +373,7 @@ def test_health_and_calls_while_the_database_is_down_from_the_start() -> None:
 
 
 def test_a_database_that_takes_no_writes_is_unavailable_for_writes_only(
-    private_pg: PrivatePostgres, faulty_server: OffsetStoreServer
+    private_pg: PrivatePostgres, faulty_server: ServerHandle
 ) -> None:
     """After a failover onto a standby (read-only until promoted), commits are UNAVAILABLE, never INTERNAL."""
     group = f"ro-{uuid.uuid4().hex[:8]}"

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from offsetstore.client import OffsetCommit, OffsetStoreClient, Watermark
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.fix_server import ServerHandle
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
 METHODS = sorted(m.name for m in SERVICE.methods)
@@ -279,7 +279,7 @@ def snapshot(engine: sa.Engine, request: Any) -> tuple[object, ...]:
 
 
 @pytest.fixture(scope="module")
-def channel(server: OffsetStoreServer) -> Any:
+def channel(server: ServerHandle) -> Any:
     with grpc.insecure_channel(server.address) as channel:
         yield channel
 

@@ -19,16 +19,16 @@ import sqlalchemy as sa
 from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
 from offsetstore.core.errors import GroupQuotaError
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, StoreObserver
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
-from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import call
 from tests.fixtures.fix_db import nothing_written
+from tests.fixtures.fix_server import ServerHandle
 
 FLAG = 3  # --max-groups-per-principal of the servers below
 
@@ -61,11 +61,11 @@ class Tenants:
     def group(self, name: str) -> str:
         return f"{self.prefix(name)}{uuid.uuid4().hex[:8]}"
 
-    def client(self, server: OffsetStoreServer, name: str) -> OffsetStoreClient:
+    def client(self, server: ServerHandle, name: str) -> OffsetStoreClient:
         return OffsetStoreClient(server.address, token=self.tokens[name], timeout=20)
 
 
-Serve = Callable[..., OffsetStoreServer]
+Serve = Callable[..., ServerHandle]
 
 
 @pytest.fixture
@@ -73,9 +73,9 @@ def serve(store: Store) -> Iterator[Serve]:
     """Starts servers with a tokens file and the --max-groups-per-principal flag; stops them after the test."""
     with contextlib.ExitStack() as stack:
 
-        def start(tenants: Tenants, max_groups: int = FLAG, on: Store = store) -> OffsetStoreServer:
+        def start(tenants: Tenants, max_groups: int = FLAG, on: Store = store) -> ServerHandle:
             auth = AuthInterceptor(AuthConfig.load(tenants.file))
-            server = OffsetStoreServer(on, auth=auth, limits=Limits(max_workers=8, max_groups_per_principal=max_groups))
+            server = ServerHandle(on, auth=auth, limits=Limits(max_workers=8, max_groups_per_principal=max_groups))
             return stack.enter_context(server)
 
         yield start
@@ -129,6 +129,24 @@ def test_a_principal_at_its_quota_cannot_create_another_group(serve: Serve, tmp_
     assert live_groups(engine, tenants.prefix("a")) == FLAG
 
 
+def test_an_empty_commit_creates_no_group_and_opens_no_way_past_the_quota(
+    serve: Serve, tmp_path: Path, engine: sa.Engine
+) -> None:
+    # A commit of no offsets only checks the generation (the .proto declares its entries): at
+    # the quota it is not refused, it writes nothing, and the group it named stays unknown, so
+    # a real commit to it afterwards is refused like any other creation.
+    tenants = Tenants(tmp_path, a=None)
+    with tenants.client(serve(tenants), "a") as a:
+        fill(a, tenants, "a", FLAG)
+        unknown = tenants.group("a")
+        assert a.commit_offsets(unknown, {}) == {}
+        assert nothing_written(engine, unknown)
+        with pytest.raises(GroupQuotaError):
+            a.commit_offsets(unknown, {("orders", 0): 1})
+    assert nothing_written(engine, unknown)
+    assert live_groups(engine, tenants.prefix("a")) == FLAG
+
+
 def test_at_the_quota_commits_and_joins_to_existing_groups_still_work(
     serve: Serve, tmp_path: Path, store: Store
 ) -> None:
@@ -149,9 +167,10 @@ def test_commits_to_a_group_the_server_has_seen_do_not_count_groups(
     serve: Serve, tmp_path: Path, database_url: str
 ) -> None:
     operations: list[str] = []
-    watched = Store(
-        create_engine(database_url, pool_size=2),
-        observer=StoreObserver(operation=lambda name, _: operations.append(name)),
+    watched = Store.open(
+        StoreConfig(
+            database_url, hot_pool_size=2, observer=StoreObserver(operation=lambda name, _: operations.append(name))
+        )
     )
     try:
         tenants = Tenants(tmp_path, a=None)
@@ -249,7 +268,7 @@ def test_the_tokens_files_max_groups_wins_over_the_flag(serve: Serve, tmp_path: 
 
 def test_without_authentication_there_is_no_quota(store: Store, engine: sa.Engine) -> None:
     prefix = f"q{uuid.uuid4().hex[:10]}-"
-    with OffsetStoreServer(store, limits=Limits(max_workers=8, max_groups_per_principal=1)) as server:
+    with ServerHandle(store, limits=Limits(max_workers=8, max_groups_per_principal=1)) as server:
         with OffsetStoreClient(server.address, timeout=20) as client:
             for i in range(3):
                 client.commit_offsets(f"{prefix}{i}", {("orders", 0): 1})

@@ -13,10 +13,10 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.core.types import Watermark
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
 from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
+from tests.fixtures.fix_server import ServerHandle
 
 QUOTA = 50
 
@@ -48,7 +48,7 @@ def test_watermarks_of_new_partitions_count_under_the_partition_quota(
     token = _tokens(tmp_path, run)
     auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
     with (
-        OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=8)) as server,
+        ServerHandle(store, auth=auth, limits=Limits(max_workers=8)) as server,
         OffsetStoreClient(server.address, token=token, timeout=20) as client,
     ):
         # A flood of new partitions, 1,000 a call, as a hostile reporter would send.
@@ -90,9 +90,7 @@ def test_history_appended_under_a_partition_quota_keeps_to_the_principals_budget
     auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
     rate = 100.0
     with (
-        OffsetStoreServer(
-            store, auth=auth, limits=Limits(max_workers=8, principal_history_rows_per_second=rate)
-        ) as server,
+        ServerHandle(store, auth=auth, limits=Limits(max_workers=8, principal_history_rows_per_second=rate)) as server,
         OffsetStoreClient(server.address, token=token, timeout=20) as client,
     ):
         # The quota's 50 partitions, committed in a loop: every commit appends 50 history rows.

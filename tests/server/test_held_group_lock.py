@@ -17,8 +17,8 @@ import uuid
 import psycopg
 
 from offsetstore.client import OffsetCommit, OffsetStoreClient, StoreUnavailableError
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.storage.database_url import conninfo
+from tests.fixtures.fix_server import ServerHandle
 
 
 def _p99(latencies: list[float]) -> float:
@@ -40,7 +40,7 @@ def _victim(client: OffsetStoreClient, seconds: float) -> list[float]:
 
 
 def test_a_group_held_by_a_sql_api_transaction_does_not_stall_other_tenants(
-    server: OffsetStoreServer, client: OffsetStoreClient, database_url: str
+    server: ServerHandle, client: OffsetStoreClient, database_url: str
 ) -> None:
     busy = f"busy-{uuid.uuid4().hex[:8]}"
     quiet = _victim(client, 2.0)

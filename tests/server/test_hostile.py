@@ -38,20 +38,20 @@ from offsetstore.client import (
 )
 from offsetstore.core.types import Watermark
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
+from offsetstore.server.app import SERVICE_NAME
 from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
 from offsetstore.server.security import tenant_prefixes as _tenant_prefixes
-from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.dockerfile import healthcheck_command, read_dockerfile
 from tests.fixtures.fix_auth import CA, PKI, TOKENS, Issued, bearer, call, fresh, reason_of
 from tests.fixtures.fix_db import nothing_written
-from tests.fixtures.fix_server import free_port
+from tests.fixtures.fix_server import ServerHandle, free_port
 from tests.fixtures.streams import open_reflection_streams
 from tests.fixtures.waits import wait_for, wait_until_serving
 
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # --- 1. derived figures saturate; absurd watermarks are refused ----------------------------
 
 
-def test_list_groups_survives_watermarks_whose_lag_overflows_int64(token_server: OffsetStoreServer) -> None:
+def test_list_groups_survives_watermarks_whose_lag_overflows_int64(token_server: ServerHandle) -> None:
     topic, victim, attacker = fresh(), fresh(), fresh()
     # Listed between the two: the victim's page holds the attacker's group.
     victim, attacker = "t-lag-" + victim, "t-lag-" + attacker
@@ -83,9 +83,7 @@ def test_list_groups_survives_watermarks_whose_lag_overflows_int64(token_server:
     [(5, 4), (-2, 10), (0, -1), (-1, -1)],
     ids=["end-before-start", "start-below-minus-one", "negative-end", "no-end"],
 )
-def test_absurd_watermarks_are_refused_and_nothing_is_written(
-    token_server: OffsetStoreServer, start: int, end: int
-) -> None:
+def test_absurd_watermarks_are_refused_and_nothing_is_written(token_server: ServerHandle, start: int, end: int) -> None:
     topic = fresh()
     request = pb.ReportWatermarksRequest(
         watermarks=[pb.Watermark(topic=topic, partition=0, log_start_offset=start, log_end_offset=end)]
@@ -168,7 +166,7 @@ SPIFFE_ID = "spiffe://example.org/ns/prod/sa/t-billing"
 
 
 @pytest.fixture(scope="module")
-def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OffsetStoreServer]:
+def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     """Mutual TLS with a tokens file that names a SPIFFE ID next to the test principals."""
     tokens = tmp_path_factory.mktemp("spiffe") / "tokens.toml"
     tokens.write_text(
@@ -177,12 +175,12 @@ def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFacto
     )
     auth = AuthInterceptor(AuthConfig.load(tokens), mtls=True)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
-    with OffsetStoreServer(store, auth=auth, credentials=credentials, limits=Limits(max_workers=8)) as server:
+    with ServerHandle(store, auth=auth, credentials=credentials, limits=Limits(max_workers=8)) as server:
         yield server
 
 
 def test_a_certificate_named_like_a_token_principal_gets_none_of_its_grants(
-    spiffe_server: OffsetStoreServer, pki: PKI, engine: sa.Engine
+    spiffe_server: ServerHandle, pki: PKI, engine: sa.Engine
 ) -> None:
     group = fresh()
     root_credentials = pki.channel_credentials(pki.alice)  # mutual TLS: some certificate; the token decides
@@ -205,7 +203,7 @@ def test_a_certificate_named_like_a_token_principal_gets_none_of_its_grants(
 def test_a_certificate_that_names_no_one_is_unauthenticated(
     request: pytest.FixtureRequest, pki: PKI, engine: sa.Engine, server_name: str
 ) -> None:
-    server: OffsetStoreServer = request.getfixturevalue(server_name)
+    server: ServerHandle = request.getfixturevalue(server_name)
     group = fresh()
     credentials = pki.channel_credentials(issue(pki.ca, "nameless", x509.Name([])))
     commit = pb.CommitOffsetsRequest(group_id=group, offsets=[pb.OffsetCommit(topic="t", partition=0, offset=1)])
@@ -217,7 +215,7 @@ def test_a_certificate_that_names_no_one_is_unauthenticated(
     assert nothing_written(engine, group)
 
 
-def test_a_spiffe_id_names_a_certificate_principal(spiffe_server: OffsetStoreServer, pki: PKI) -> None:
+def test_a_spiffe_id_names_a_certificate_principal(spiffe_server: ServerHandle, pki: PKI) -> None:
     group = fresh()
     # A SPIFFE SVID: no subject at all, one URI SAN; a CN next to it does not decide.
     for stem, subject in (("svid", x509.Name([])), ("svid-with-cn", cn("root"))):
@@ -256,7 +254,7 @@ def list_services(target: str, metadata: tuple[tuple[str, str], ...] = ()) -> li
 
 def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: PKI) -> None:
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=8)) as server:
+    with ServerHandle(store, auth=auth, limits=Limits(max_workers=8)) as server:
         channels, calls, hang = open_reflection_streams(server.address, 20)
         try:
             deadline = time.monotonic() + 10
@@ -278,7 +276,7 @@ def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: 
 
 
 def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
-    with OffsetStoreServer(store, limits=Limits(max_workers=4, stream_seconds=0.5)) as server:
+    with ServerHandle(store, limits=Limits(max_workers=4, stream_seconds=0.5)) as server:
         channels, calls, hang = open_reflection_streams(server.address, 1)
         try:
             started = time.monotonic()
@@ -292,11 +290,11 @@ def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
 
 def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pki: PKI) -> None:
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
-    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=4, reflection="off")) as server:
+    with ServerHandle(store, auth=auth, limits=Limits(max_workers=4, reflection="off")) as server:
         with pytest.raises(grpc.RpcError) as error:
             list_services(server.address, bearer("root"))
         assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=4, reflection="authenticated")) as server:
+    with ServerHandle(store, auth=auth, limits=Limits(max_workers=4, reflection="authenticated")) as server:
         with pytest.raises(grpc.RpcError) as error:
             list_services(server.address)
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -305,7 +303,7 @@ def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pk
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert SERVICE_NAME in list_services(server.address, bearer("reader"))  # any principal
     with pytest.raises(ValueError, match="needs authentication"):
-        OffsetStoreServer(store, limits=Limits(reflection="authenticated"))
+        ServerHandle(store, limits=Limits(reflection="authenticated"))
     with pytest.raises(ValueError, match="needs a tokens file"):
         Settings(reflection="authenticated")
 
@@ -315,11 +313,11 @@ def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pk
 
 def test_a_tenant_flooding_groups_pushes_out_only_its_own(scratch_database_url: str, pki: PKI) -> None:
     migrate.upgrade(scratch_database_url)  # a database of its own: the scrape reads every group
-    store = Store(create_engine(scratch_database_url, pool_size=4))
+    store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=4))
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
     registry = metrics.build_registry(store, group_limit=50, tenant_prefixes=_tenant_prefixes(auth))
     try:
-        with OffsetStoreServer(
+        with ServerHandle(
             store, auth=auth, interceptors=metrics.interceptors(registry), limits=Limits(max_workers=8)
         ) as server:
             victims = [f"v-orders-{i}" for i in range(3)]  # sorted after the attacker's ids
@@ -358,7 +356,7 @@ def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_pat
     command = healthcheck_command(final)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert if mutual else None)
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=mutual)
-    with OffsetStoreServer(store, auth=auth, credentials=credentials, limits=Limits(max_workers=4)) as server:
+    with ServerHandle(store, auth=auth, credentials=credentials, limits=Limits(max_workers=4)) as server:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
             "OFFSETSTORE_LISTEN": f"0.0.0.0:{server.port}",

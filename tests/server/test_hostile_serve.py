@@ -31,13 +31,13 @@ from offsetstore.client import (
 from offsetstore.core.errors import from_rpc_error
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.server.app import SERVICE_NAME, OffsetStoreServer
+from offsetstore.server.app import SERVICE_NAME
 from offsetstore.server.auth import AuthConfig, AuthInterceptor
 from offsetstore.server.limits import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
 from tests.fixtures.fix_auth import PKI, TOKENS, bearer, fresh
-from tests.fixtures.fix_server import free_port
+from tests.fixtures.fix_server import ServerHandle, free_port
 from tests.fixtures.streams import open_reflection_streams
 from tests.fixtures.waits import wait_for, wait_until_serving
 
@@ -259,7 +259,7 @@ def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: 
     group = huge_group(engine)
     auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
     limits = Limits(max_workers=8, max_calls_per_principal=2, principal_bytes_per_second=0)  # concurrency alone
-    with OffsetStoreServer(store, auth=auth, limits=limits) as server:
+    with ServerHandle(store, auth=auth, limits=limits) as server:
 
         def fetch(_: int) -> object:
             big = [("grpc.max_receive_message_length", 64 << 20)]  # the client's default takes 4 MB
@@ -287,7 +287,7 @@ def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
     # Bursts of 8 MiB. A refusal needs pages faster than the refill (one 1 MiB page in 0.5 s):
     # at 8 MiB/s a loaded machine served them slower than that and the budget never ran out.
     rate = 2 * 2**20
-    with OffsetStoreServer(store, auth=auth, limits=Limits(max_workers=8, principal_bytes_per_second=rate)) as server:
+    with ServerHandle(store, auth=auth, limits=Limits(max_workers=8, principal_bytes_per_second=rate)) as server:
         with (
             OffsetStoreClient(server.address, token=TOKENS["reader"], timeout=60) as reader,
             OffsetStoreClient(server.address, token=TOKENS["root"], timeout=60) as root,

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.limits import MAX_MESSAGE_BYTES, Limits
 from offsetstore.storage.validate import MAX_METADATA_BYTES, MAX_PAGE_SIZE, MAX_PARTITIONS, MAX_TOPIC_CHARS
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.fix_server import ServerHandle
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].full_name
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
@@ -47,7 +47,7 @@ def largest_commit(group_id: str) -> pb.CommitOffsetsRequest:
     )
 
 
-def test_the_largest_valid_request_passes_the_size_limit(server: OffsetStoreServer, client: OffsetStoreClient) -> None:
+def test_the_largest_valid_request_passes_the_size_limit(server: ServerHandle, client: OffsetStoreClient) -> None:
     group = f"big-{uuid.uuid4().hex[:8]}"
     request = largest_commit(group)
     assert request.ByteSize() <= MAX_MESSAGE_BYTES
@@ -64,7 +64,7 @@ def test_the_largest_valid_request_passes_the_size_limit(server: OffsetStoreServ
 
 @pytest.mark.parametrize("method", ["CommitOffsets", "FetchOffsets", "ListGroups", "ReportWatermarks"])
 def test_an_oversize_request_is_resource_exhausted_and_the_server_serves_on(
-    server: OffsetStoreServer, client: OffsetStoreClient, method: str
+    server: ServerHandle, client: OffsetStoreClient, method: str
 ) -> None:
     with grpc.insecure_channel(server.address) as channel:
         with pytest.raises(grpc.RpcError) as refused:
@@ -78,7 +78,7 @@ def test_an_oversize_request_is_resource_exhausted_and_the_server_serves_on(
 
 def test_a_smaller_configured_limit_refuses_before_anything_is_written(store: Store) -> None:
     group = f"limit-{uuid.uuid4().hex[:8]}"
-    with OffsetStoreServer(store, limits=Limits(max_workers=2, max_message_bytes=64 * 1024)) as small:
+    with ServerHandle(store, limits=Limits(max_workers=2, max_message_bytes=64 * 1024)) as small:
         with OffsetStoreClient(small.address) as client:
             with pytest.raises(Exception) as refused:
                 client.commit_offsets(group, {("orders", p): 1 for p in range(5000)})
@@ -89,7 +89,7 @@ def test_a_smaller_configured_limit_refuses_before_anything_is_written(store: St
 
 
 def test_garbage_from_many_clients_at_once_is_refused_and_the_server_serves_on(
-    server: OffsetStoreServer, client: OffsetStoreClient
+    server: ServerHandle, client: OffsetStoreClient
 ) -> None:
     codes: list[grpc.StatusCode] = []
     lock = threading.Lock()
@@ -126,13 +126,13 @@ def test_page_sizes_are_capped(client: OffsetStoreClient, group_id: str) -> None
 
 
 @pytest.fixture
-def one_worker_server(store: Store) -> Iterator[OffsetStoreServer]:
-    with OffsetStoreServer(store, limits=Limits(max_workers=1)) as server:
+def one_worker_server(store: Store) -> Iterator[ServerHandle]:
+    with ServerHandle(store, limits=Limits(max_workers=1)) as server:
         yield server
 
 
 def test_calls_beyond_the_queue_are_refused_at_once_not_piled_up(
-    one_worker_server: OffsetStoreServer, database_url: str, group_id: str
+    one_worker_server: ServerHandle, database_url: str, group_id: str
 ) -> None:
     """While a slow database holds the only worker, new calls queue up to a bound, then get RESOURCE_EXHAUSTED."""
     with OffsetStoreClient(one_worker_server.address, timeout=60) as client:

@@ -11,10 +11,10 @@ import pytest
 
 from offsetstore.cli.groups import main as groups_main
 from offsetstore.client import AsyncOffsetStoreClient, InvalidArgumentError, OffsetStoreClient, Watermark
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import bearer, call, fresh
 from tests.fixtures.fix_http import HttpServer
+from tests.fixtures.fix_server import ServerHandle
 
 
 def _name(prefix: str) -> str:
@@ -56,7 +56,7 @@ def test_pages_of_topics_cover_each_topic_once(client: OffsetStoreClient) -> Non
     assert seen == topics
 
 
-def test_the_async_client_lists_the_same_topics(server: OffsetStoreServer, client: OffsetStoreClient) -> None:
+def test_the_async_client_lists_the_same_topics(server: ServerHandle, client: OffsetStoreClient) -> None:
     group, topic = _name("g-"), _name("t-")
     client.commit_offsets(group, {(topic, 3): 7})
 
@@ -85,7 +85,7 @@ def test_bad_input_is_invalid_argument_naming_the_field(
     assert field in [v.field for v in caught.value.violations]
 
 
-def test_it_needs_read_on_the_group(token_server: OffsetStoreServer) -> None:
+def test_it_needs_read_on_the_group(token_server: ServerHandle) -> None:
     mine, theirs = pb.ListTopicsRequest(group_id=fresh()), pb.ListTopicsRequest(group_id="other-group")
     assert call(token_server.address, "ListTopics", mine, bearer("reader"))[0] == grpc.StatusCode.OK
     assert call(token_server.address, "ListTopics", theirs, bearer("reader"))[0] == grpc.StatusCode.PERMISSION_DENIED
@@ -104,7 +104,7 @@ def test_http_json_serves_it_from_the_proto(http_server: HttpServer, client: Off
 
 
 def test_the_cli_lists_a_groups_topics(
-    server: OffsetStoreServer, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
+    server: ServerHandle, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group, topic = _name("g-"), _name("t-")
     client.commit_offsets(group, {(topic, 0): 3, (topic, 1): 4})

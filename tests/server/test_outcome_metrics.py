@@ -10,20 +10,20 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.auth import AuthConfig, AuthInterceptor
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import PKI, SERVICE, bearer, call, fresh
+from tests.fixtures.fix_server import ServerHandle
 
 WAIT_SECONDS = 20.0
 
 
 class Served:
-    def __init__(self, server: OffsetStoreServer, registry: CollectorRegistry) -> None:
+    def __init__(self, server: ServerHandle, registry: CollectorRegistry) -> None:
         self.server, self.registry = server, registry
 
     def errors(self, method: str, reason: str, limit: str = "") -> float:
@@ -41,9 +41,9 @@ class Served:
 @pytest.fixture(scope="module")
 def served(database_url: str, pki: PKI) -> Iterator[Served]:
     """Tokens, a group quota of 1, a partition quota of 1 and one call at a time per principal."""
-    store = Store(create_engine(database_url, pool_size=4))
+    store = Store.open(StoreConfig(database_url, hot_pool_size=4))
     registry = metrics.build_registry(store)
-    server = OffsetStoreServer(
+    server = ServerHandle(
         store,
         interceptors=metrics.interceptors(registry),
         auth=AuthInterceptor(AuthConfig.load(pki.tokens_file)),

@@ -28,13 +28,13 @@ from offsetstore.client import (
     ResourceExhaustedError,
 )
 from offsetstore.core.errors import from_rpc_error
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
-from offsetstore.storage.engine import create_engine
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
+from tests.fixtures.fix_server import ServerHandle
 
 LIMIT = 64 * 1024
 INT64_MAX = 2**63 - 1
@@ -44,22 +44,22 @@ PARTITIONS = 60  # ~260 KB of offsets: five pages of 64 KiB
 
 
 @pytest.fixture(scope="module")
-def small(database_url: str) -> Iterator[OffsetStoreServer]:
-    store = Store(create_engine(database_url, pool_size=4), max_response_bytes=LIMIT)
-    server = OffsetStoreServer(store, limits=Limits(max_workers=8)).start()
+def small(database_url: str) -> Iterator[ServerHandle]:
+    store = Store.open(StoreConfig(database_url, hot_pool_size=4, max_response_bytes=LIMIT))
+    server = ServerHandle(store, limits=Limits(max_workers=8)).start()
     yield server
     server.stop()
     store.dispose()
 
 
 @pytest.fixture(scope="module")
-def stub(small: OffsetStoreServer) -> Iterator[pb_grpc.OffsetStoreServiceStub]:
+def stub(small: ServerHandle) -> Iterator[pb_grpc.OffsetStoreServiceStub]:
     with grpc.insecure_channel(small.address) as channel:
         yield pb_grpc.OffsetStoreServiceStub(channel)
 
 
 @pytest.fixture(scope="module")
-def client(small: OffsetStoreServer) -> Iterator[OffsetStoreClient]:
+def client(small: ServerHandle) -> Iterator[OffsetStoreClient]:
     with OffsetStoreClient(small.address, timeout=20) as client:
         yield client
 
@@ -273,7 +273,7 @@ def test_storage_callers_in_process_read_without_a_limit(client: OffsetStoreClie
         assert len(storage.describe_group(conn, group).partitions) == PARTITIONS
 
 
-def test_the_async_client_merges_the_pages_too(client: OffsetStoreClient, small: OffsetStoreServer) -> None:
+def test_the_async_client_merges_the_pages_too(client: OffsetStoreClient, small: ServerHandle) -> None:
     group = widest(client)
 
     async def read() -> tuple[int, int]:

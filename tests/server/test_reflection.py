@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from offsetstore.server.app import OffsetStoreServer
+from tests.fixtures.fix_server import ServerHandle
 
 SERVICE = "offsetstore.v1.OffsetStoreService"
 RPCS = {
@@ -38,7 +38,7 @@ needs_buf = pytest.mark.skipif(BUF is None, reason="buf not installed (PyPI buf-
 
 
 def grpcurl(
-    server: OffsetStoreServer, *args: str, flags: tuple[str, ...] = (), data: object = None
+    server: ServerHandle, *args: str, flags: tuple[str, ...] = (), data: object = None
 ) -> subprocess.CompletedProcess[str]:
     """grpcurl with reflection (no -proto/-import-path) and a bounded run time."""
     extra = ["-d", json.dumps(data)] if data is not None else []
@@ -50,13 +50,13 @@ def grpcurl(
     )
 
 
-def grpcurl_ok(server: OffsetStoreServer, *args: str, flags: tuple[str, ...] = (), data: object = None) -> str:
+def grpcurl_ok(server: ServerHandle, *args: str, flags: tuple[str, ...] = (), data: object = None) -> str:
     result = grpcurl(server, *args, flags=flags, data=data)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def buf_curl(server: OffsetStoreServer, *args: str, data: object = None) -> subprocess.CompletedProcess[str]:
+def buf_curl(server: ServerHandle, *args: str, data: object = None) -> subprocess.CompletedProcess[str]:
     """buf curl over gRPC with reflection (its default schema source)."""
     extra = ["-d", json.dumps(data)] if data is not None else []
     return subprocess.run(
@@ -67,7 +67,7 @@ def buf_curl(server: OffsetStoreServer, *args: str, data: object = None) -> subp
     )
 
 
-def url(server: OffsetStoreServer, method: str = "") -> str:
+def url(server: ServerHandle, method: str = "") -> str:
     return f"http://{server.address}/{method}".rstrip("/")
 
 
@@ -75,7 +75,7 @@ def url(server: OffsetStoreServer, method: str = "") -> str:
 
 
 @needs_grpcurl
-def test_grpcurl_lists_and_describes(server: OffsetStoreServer) -> None:
+def test_grpcurl_lists_and_describes(server: ServerHandle) -> None:
     services = set(grpcurl_ok(server, "list").split())
     assert {SERVICE, "grpc.health.v1.Health"} <= services
 
@@ -92,7 +92,7 @@ def test_grpcurl_lists_and_describes(server: OffsetStoreServer) -> None:
 
 
 @needs_grpcurl
-def test_grpcurl_commits_and_fetches(server: OffsetStoreServer, group_id: str) -> None:
+def test_grpcurl_commits_and_fetches(server: ServerHandle, group_id: str) -> None:
     joined = json.loads(grpcurl_ok(server, f"{SERVICE}/JoinGroup", data={"group_id": group_id, "member_id": "grpcurl"}))
     generation = joined["generation"]  # int64 travels as a JSON string
     assert generation == "1"
@@ -127,7 +127,7 @@ def test_grpcurl_commits_and_fetches(server: OffsetStoreServer, group_id: str) -
 
 
 @needs_grpcurl
-def test_grpcurl_shows_the_error_reason(server: OffsetStoreServer, group_id: str) -> None:
+def test_grpcurl_shows_the_error_reason(server: ServerHandle, group_id: str) -> None:
     for _ in range(2):
         grpcurl_ok(server, f"{SERVICE}/JoinGroup", data={"group_id": group_id})
     stale = grpcurl(
@@ -146,7 +146,7 @@ def test_grpcurl_shows_the_error_reason(server: OffsetStoreServer, group_id: str
 
 
 @needs_grpcurl
-def test_grpcurl_health_check(server: OffsetStoreServer) -> None:
+def test_grpcurl_health_check(server: ServerHandle) -> None:
     assert json.loads(grpcurl_ok(server, "grpc.health.v1.Health/Check")) == {"status": "SERVING"}
     checked = grpcurl_ok(server, "grpc.health.v1.Health/Check", data={"service": SERVICE})
     assert json.loads(checked) == {"status": "SERVING"}
@@ -156,7 +156,7 @@ def test_grpcurl_health_check(server: OffsetStoreServer) -> None:
 
 
 @needs_buf
-def test_buf_curl_lists_services_and_methods(server: OffsetStoreServer) -> None:
+def test_buf_curl_lists_services_and_methods(server: ServerHandle) -> None:
     listed = buf_curl(server, "--list-services", url(server))
     assert listed.returncode == 0, listed.stderr
     assert {SERVICE, "grpc.health.v1.Health"} <= set(listed.stdout.split())
@@ -167,7 +167,7 @@ def test_buf_curl_lists_services_and_methods(server: OffsetStoreServer) -> None:
 
 
 @needs_buf
-def test_buf_curl_commits_and_fetches(server: OffsetStoreServer, group_id: str) -> None:
+def test_buf_curl_commits_and_fetches(server: ServerHandle, group_id: str) -> None:
     committed = buf_curl(
         server,
         url(server, f"{SERVICE}/CommitOffsets"),
@@ -188,7 +188,7 @@ def test_buf_curl_commits_and_fetches(server: OffsetStoreServer, group_id: str) 
 
 
 @needs_buf
-def test_buf_curl_health_check(server: OffsetStoreServer) -> None:
+def test_buf_curl_health_check(server: ServerHandle) -> None:
     checked = buf_curl(server, url(server, "grpc.health.v1.Health/Check"))
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout) == {"status": "SERVING"}

@@ -19,9 +19,8 @@ from offsetstore.client import (
     StaleGenerationError,
     TopicPartition,
 )
-from offsetstore.server.app import OffsetStoreServer
 from tests.fixtures.concurrency import run_in_threads
-from tests.fixtures.fix_server import Served, all_history, start_serve
+from tests.fixtures.fix_server import Served, ServerHandle, all_history, start_serve
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +36,7 @@ def replica(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture
-def clients(server: OffsetStoreServer, replica: Served) -> Iterator[tuple[OffsetStoreClient, OffsetStoreClient]]:
+def clients(server: ServerHandle, replica: Served) -> Iterator[tuple[OffsetStoreClient, OffsetStoreClient]]:
     with OffsetStoreClient(server.address, timeout=30) as a, OffsetStoreClient(replica.address, timeout=30) as b:
         yield a, b
 

@@ -206,16 +206,19 @@ def test_history_times_are_taken_at_the_writing_statement_not_the_transaction_st
 
 
 def test_health_does_not_wait_for_the_request_pool(database_url):
+    from offsetstore.runtime.config import StoreConfig
     from offsetstore.runtime.store import Store
-    from offsetstore.storage.engine import create_engine
+    from offsetstore.storage.engine import SessionSettings
 
-    store = Store(create_engine(database_url, pool_size=1, connect_timeout_s=1))
-    try:
-        with store.engine.connect() as busy:  # every request connection is in use
-            busy.execute(sa.text("SELECT 1"))
+    store = Store.open(StoreConfig(database_url, SessionSettings(connect_timeout_s=1), hot_pool_size=1))
+
+    async def busy() -> list[bool]:
+        async with store.aio.hot.connection():  # every request connection is in use
             # Borrowing from the pool would time out after 1 s and report the database down.
-            assert store.ping()
-            assert store.ping()
+            return [await store.aio.ping(), await store.aio.ping()]
+
+    try:
+        assert store.wait(busy()) == [True, True]
     finally:
         store.dispose()
 

@@ -10,10 +10,11 @@ import pytest
 
 from offsetstore.core.types import OffsetCommit, TopicPartition
 from offsetstore.runtime import migrate
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.storage import database_url
 from offsetstore.storage.database_url import InvalidDatabaseUrl
-from offsetstore.storage.engine import create_engine, shares_sessions
+from offsetstore.storage.engine import shares_sessions
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_a_multi_host_url_migrates_and_commits_on_the_host_that_answers(
     url = _with_a_dead_host_first(scratch_database_url, form)
     migrate.upgrade(url)
     assert migrate.current(url) is not None
-    store = Store(create_engine(url, pool_size=2))
+    store = Store.open(StoreConfig(url, hot_pool_size=2))
     try:
         store.commit_offsets(group_id, [OffsetCommit("t", 0, 7)])
         assert store.fetch_offsets(group_id).offsets[TopicPartition("t", 0)].offset == 7

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from offsetstore import storage
 from offsetstore.core.types import Boundary, GroupStatus, LagSecondsStatus, OffsetCommit, PartitionStatus, Watermark
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.storage import lag
@@ -165,7 +166,7 @@ def test_describe_over_grpc_carries_lag_seconds(client, engine, group_id, topic)
 
 def test_metrics_show_each_groups_largest_lag_in_seconds(module_database_url, topic):
     engine = create_engine(module_database_url, pool_size=2)
-    store = Store(engine)
+    store = Store.open(StoreConfig(module_database_url, hot_pool_size=2))
     try:
         report(engine, topic, 0, seconds_ago=100)
         report(engine, topic, 100, seconds_ago=50)
@@ -183,3 +184,4 @@ def test_metrics_show_each_groups_largest_lag_in_seconds(module_database_url, to
         assert 75 <= summed[0].lag_seconds <= 75 + SLACK
     finally:
         store.dispose()
+        engine.dispose()

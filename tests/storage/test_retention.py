@@ -6,6 +6,7 @@ and expires idle groups of the whole database, which must not touch other tests'
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -26,20 +27,21 @@ from offsetstore.client import (
 )
 from offsetstore.core.durations import format_duration, parse_duration
 from offsetstore.runtime import maintenance
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.server.app import OffsetStoreServer
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.storage import retention
-from offsetstore.storage.engine import create_engine
+from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.retention import fresh, insert_history, midnight, partition_of, partitions
+from tests.fixtures.storage import engine_of
 from tests.fixtures.waits import wait_for
 
 
 @pytest.fixture(scope="module")
 def rstore(module_database_url: str) -> Iterator[Store]:
-    store = Store(create_engine(module_database_url, pool_size=8))
+    store = Store.open(StoreConfig(module_database_url, hot_pool_size=8))
     yield store
     store.dispose()
 
@@ -51,7 +53,7 @@ def registry(rstore: Store) -> CollectorRegistry:
 
 @pytest.fixture(scope="module")
 def rclient(rstore: Store, registry: CollectorRegistry) -> Iterator[OffsetStoreClient]:
-    server = OffsetStoreServer(
+    server = ServerHandle(
         rstore, "127.0.0.1:0", interceptors=metrics.interceptors(registry), limits=Limits(max_workers=8)
     )
     with server, OffsetStoreClient(server.address, timeout=20) as client:
@@ -102,7 +104,7 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     def day_partition(d: int) -> str:
         return f"offset_history_p{today + timedelta(days=d):%Y%m%d}"
 
-    with rstore.engine.begin() as conn:
+    with engine_of(rstore).begin() as conn:
         insert_history(conn, group, list(times.values()))
         where = partition_of(conn, group)
     # The past and today fall in the "before" partition (the store before partitioning),
@@ -113,7 +115,7 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     assert where[times[6]] == where[times[9]] == where[times[12]] == "offset_history_default"
 
     # Making a day's partition moves its rows out of DEFAULT.
-    with rstore.engine.begin() as conn:
+    with engine_of(rstore).begin() as conn:
         made = retention.make_history_partitions(conn, today.date(), days_ahead=9)
         where = partition_of(conn, group)
     assert made == [day_partition(d) for d in range(4, 10)]
@@ -129,13 +131,13 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     cutoff = later - timedelta(days=5)
     existing = partitions(rstore)
     worker = maintenance.Maintenance(
-        rstore,
+        rstore.aio,
         history_retention=5 * 86400,
         offsets_retention=0,
         metrics=metrics.retention_metrics(registry),
         clock=lambda: later,
     )
-    result = worker.run_once()
+    result = rstore.wait(worker.run_once())
     assert result is not None
     assert result.made == [day_partition(d) for d in range(12, 16)]
     assert sorted(result.dropped) == sorted([before, *(day_partition(d) for d in range(1, 7))])
@@ -143,7 +145,7 @@ def test_history_lands_in_its_days_partition_and_maintenance_drops_exactly_the_o
     left = {p.name: p for p in partitions(rstore)}
     oldest = min(left.values())
     assert oldest.name == day_partition(7) and oldest.lower is not None and oldest.lower <= cutoff < oldest.upper
-    with rstore.engine.begin() as conn:
+    with engine_of(rstore).begin() as conn:
         where = partition_of(conn, group)
         # Only the rows of kept days are left; the DEFAULT row moved into its new day.
         assert where == {times[9]: day_partition(9), times[12]: day_partition(12)}
@@ -182,7 +184,7 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
         # A transaction that wrote history and stays open (a long sink batch) until the round
         # is over: the round's DDL must give up on its lock within LOCK_TIMEOUT_MS, not queue
         # the commits behind it for as long.
-        with rstore.engine.begin() as conn:
+        with engine_of(rstore).begin() as conn:
             insert_history(conn, fresh("long-"), [datetime.now(UTC)])
             holding.set()
             release.wait(60)
@@ -196,9 +198,14 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
         writer.start()
         holding.wait(10)
         try:
-            blocked = maintenance.Maintenance(
-                rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda: start + timedelta(days=19)
-            ).run_once()
+            blocked = rstore.wait(
+                maintenance.Maintenance(
+                    rstore.aio,
+                    history_retention=2 * 86400,
+                    offsets_retention=0,
+                    clock=lambda: start + timedelta(days=19),
+                ).run_once()
+            )
         finally:
             release.set()
         writer.join()
@@ -206,12 +213,12 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
         for day in range(20, 26):
             # Each round is "day" days on: it makes new days ahead and drops the ones behind.
             when = start + timedelta(days=day)
-            with rstore.engine.begin() as conn:
+            with engine_of(rstore).begin() as conn:
                 insert_history(conn, fresh("late-"), [when + timedelta(days=5)])  # into DEFAULT
             worker = maintenance.Maintenance(
-                rstore, history_retention=2 * 86400, offsets_retention=0, clock=lambda w=when: w
+                rstore.aio, history_retention=2 * 86400, offsets_retention=0, clock=lambda w=when: w
             )
-            assert worker.run_once() is not None
+            assert rstore.wait(worker.run_once()) is not None
     finally:
         stop.set()
         for t in threads:
@@ -222,25 +229,27 @@ def test_commits_keep_flowing_while_maintenance_makes_and_drops_partitions(rstor
 
 
 def test_only_one_of_two_servers_runs_a_round_at_a_time(rstore: Store, module_database_url: str) -> None:
-    other = Store(create_engine(module_database_url, pool_size=2))
+    other = Store.open(StoreConfig(module_database_url, hot_pool_size=2))
     inside = threading.Barrier(2, timeout=10)
     running = [0, 0]
     skipped = threading.Event()
 
     class Slow(maintenance.Maintenance):
-        def _round(self) -> maintenance.RoundResult:
+        async def _round(self) -> maintenance.RoundResult:
             running[0] += 1
             running[1] = max(running[1], running[0])
-            skipped.wait(10)  # a round that lasts until the other server has tried its own
+            # A round that lasts until the other server has tried its own.
+            await asyncio.to_thread(skipped.wait, 10)
             running[0] -= 1
             return maintenance.RoundResult()
 
-    workers = [Slow(s, history_retention=0, offsets_retention=0) for s in (rstore, other)]
+    stores = (rstore, other)
+    workers = [Slow(s.aio, history_retention=0, offsets_retention=0) for s in stores]
     results: list[object] = [None, None]
 
     def run(i: int) -> None:
         inside.wait()
-        results[i] = workers[i].run_once()
+        results[i] = stores[i].wait(workers[i].run_once())
         if results[i] is None:
             skipped.set()
 
@@ -254,8 +263,8 @@ def test_only_one_of_two_servers_runs_a_round_at_a_time(rstore: Store, module_da
         assert sorted(r is None for r in results) == [False, True]
         assert running[1] == 1
         # The lock is released after the round: the next one runs.
-        assert workers[0].run_once() is not None
-        assert workers[1].run_once() is not None
+        assert rstore.wait(workers[0].run_once()) is not None
+        assert other.wait(workers[1].run_once()) is not None
     finally:
         other.dispose()
 
@@ -264,11 +273,11 @@ def test_stale_watermarks_of_topics_nobody_reads_are_dropped(rstore: Store) -> N
     orphan, read = fresh("orphan-"), fresh("read-")
     rstore.report_watermarks([Watermark(orphan, 0, 0, 10), Watermark(read, 0, 0, 10)])
     rstore.commit_offsets(fresh(), [OffsetCommit(read, 0, 5)])
-    with rstore.engine.begin() as conn:
+    with engine_of(rstore).begin() as conn:
         conn.execute(sa.text("UPDATE offsetstore.watermarks SET updated_at = now() - interval '3 days'"))
-    worker = maintenance.Maintenance(rstore, history_retention=2 * 86400, offsets_retention=0)
-    assert worker.run_once() is not None
-    with rstore.engine.connect() as conn:
+    worker = maintenance.Maintenance(rstore.aio, history_retention=2 * 86400, offsets_retention=0)
+    assert rstore.wait(worker.run_once()) is not None
+    with engine_of(rstore).connect() as conn:
         topics = set(conn.execute(sa.text("SELECT topic FROM offsetstore.watermarks")).scalars())
     assert read in topics and orphan not in topics
 
@@ -304,8 +313,9 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
     committer = threading.Thread(target=keep_busy)
     committer.start()
     worker = maintenance.Maintenance(
-        rstore, history_retention=0, offsets_retention=2, interval=1, metrics=metrics.retention_metrics(registry)
-    ).start()
+        rstore.aio, history_retention=0, offsets_retention=2, interval=1, metrics=metrics.retention_metrics(registry)
+    )
+    rounds_task = asyncio.run_coroutine_threadsafe(worker.run(), rstore.loop)
     try:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -322,7 +332,7 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
             15,
         )
     finally:
-        worker.stop()
+        rounds_task.cancel()
         stop.set()
         committer.join()
     assert errors == []
@@ -358,7 +368,7 @@ def test_idle_groups_expire_loudly_and_busy_ones_survive(
 def test_a_commit_racing_with_expiry_is_never_lost(rstore: Store) -> None:
     group = fresh()
     rstore.commit_offsets(group, [OffsetCommit("t", 0, 5)])
-    with rstore.engine.begin() as conn:
+    with engine_of(rstore).begin() as conn:
         conn.execute(
             sa.text("UPDATE offsetstore.offsets SET commit_time = now() - interval '1 hour' WHERE group_id = :g"),
             {"g": group},
@@ -370,7 +380,7 @@ def test_a_commit_racing_with_expiry_is_never_lost(rstore: Store) -> None:
     idle_for = timedelta(minutes=30)
     assert [g.group_id for g in rstore.expire_groups(idle_for, prefix=group)] == [group]  # a candidate
     # A commit holds the group's lock: expiry skips the group rather than wait.
-    holder = rstore.engine.connect()
+    holder = engine_of(rstore).connect()
     try:
         holder.execute(sa.text("SELECT 1 FROM offsetstore.groups WHERE group_id = :g FOR NO KEY UPDATE"), {"g": group})
         assert rstore.run(retention.expire_group, group, idle_for) is None
@@ -419,7 +429,7 @@ def test_expire_groups_is_refused_without_idle_for(rclient: OffsetStoreClient) -
 
 
 def test_two_servers_expiring_at_once_expire_each_group_once(rstore: Store, module_database_url: str) -> None:
-    other = Store(create_engine(module_database_url, pool_size=2))
+    other = Store.open(StoreConfig(module_database_url, hot_pool_size=2))
     prefix = fresh("twice-")
     names = [f"{prefix}-{n:02d}" for n in range(12)]
     for name in names:
@@ -441,7 +451,7 @@ def test_two_servers_expiring_at_once_expire_each_group_once(rstore: Store, modu
     finally:
         other.dispose()
     assert sorted(done[0] + done[1]) == names
-    with rstore.engine.connect() as conn:
+    with engine_of(rstore).connect() as conn:
         expire_rows = conn.execute(
             sa.text("SELECT count(*) FROM offsetstore.offset_history WHERE starts_with(group_id, :p) AND kind = :k"),
             {"p": prefix, "k": int(ChangeKind.EXPIRE)},
@@ -457,7 +467,7 @@ def test_the_asyncio_client_expires_too(rstore: Store) -> None:
     prefix = fresh("async-")
     rstore.commit_offsets(prefix + "-a", [OffsetCommit("t", 0, 1)])
     wait_for(lambda: rstore.expire_groups(timedelta(seconds=1), prefix=prefix) != [], "the group idle 1 s", 10)
-    server = OffsetStoreServer(rstore, "127.0.0.1:0", limits=Limits(max_workers=4))
+    server = ServerHandle(rstore, "127.0.0.1:0", limits=Limits(max_workers=4))
 
     async def run() -> tuple[list[str], list[str]]:
         async with AsyncOffsetStoreClient(server.address, timeout=20) as client:

@@ -10,6 +10,7 @@ colder operations, the sinks' engine) must still commit synchronously and stay b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 
 import psycopg
@@ -23,9 +24,10 @@ from offsetstore.core.types import OffsetCommit, ResetRequest
 from offsetstore.runtime import migrate
 from offsetstore.runtime._group_commit import BATCH_LOCK_TIMEOUT_MS
 from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.storage.database_url import conninfo, parse
-from offsetstore.storage.engine import create_engine
+from offsetstore.storage.engine import SessionSettings, create_engine
 
 # Each statement that writes offsets notes the settings it ran under.
 PROBE = """
@@ -71,7 +73,7 @@ def _seen(url: str) -> set[tuple[str, str, str, str]]:
 
 def _run(store: Store, scenario):  # type: ignore[no-untyped-def]
     async def main():  # type: ignore[no-untyped-def]
-        hot = AsyncStore(store.engine, statement_timeout_ms=store.statement_timeout_ms, hot_pool_size=2)
+        hot = AsyncStore(dataclasses.replace(store.config, hot_pool_size=2))
         await hot.open()
         try:
             # Bounded here: a statement the store failed to bound would wait forever.
@@ -84,7 +86,9 @@ def _run(store: Store, scenario):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("prepare", [True, False])
 def test_every_commit_path_commits_synchronously_and_bounded(careless_url: str, group_id: str, prepare: bool) -> None:
-    store = Store(create_engine(careless_url, pool_size=2, statement_timeout_ms=4000, prepare=prepare))
+    store = Store.open(
+        StoreConfig(careless_url, SessionSettings(statement_timeout_ms=4000, prepare=prepare), hot_pool_size=2)
+    )
     try:
 
         async def commits(hot: AsyncStore) -> None:
@@ -92,8 +96,12 @@ def test_every_commit_path_commits_synchronously_and_bounded(careless_url: str, 
             await hot.reset_offsets(ResetRequest(group_id, {"t": [0]}, to_offset=0))  # the cold engine
 
         _run(store, commits)
-        with store.engine.begin() as conn:  # the sinks' engine, in the caller's transaction
-            storage.commit_offsets(conn, group_id, [OffsetCommit("t", 0, 5)])
+        sinks = create_engine(careless_url, statement_timeout_ms=4000)
+        try:
+            with sinks.begin() as conn:  # the sinks' engine, in the caller's transaction
+                storage.commit_offsets(conn, group_id, [OffsetCommit("t", 0, 5)])
+        finally:
+            sinks.dispose()
     finally:
         store.dispose()
     # The group commit's batch waits for a lock briefly (then each request runs alone, with 4 s).
@@ -106,7 +114,7 @@ def test_every_commit_path_commits_synchronously_and_bounded(careless_url: str, 
 def test_a_fetch_a_commit_and_a_reset_stay_bounded_while_a_lock_holds_the_table(
     careless_url: str, group_id: str
 ) -> None:
-    store = Store(create_engine(careless_url, pool_size=2, statement_timeout_ms=300))
+    store = Store.open(StoreConfig(careless_url, SessionSettings(statement_timeout_ms=300), hot_pool_size=2))
     store.commit_offsets(group_id, [OffsetCommit("t", 0, 1)])
     try:
         with psycopg.connect(conninfo(careless_url)) as holder:
@@ -132,7 +140,7 @@ def test_a_fetch_a_commit_and_a_reset_stay_bounded_while_a_lock_holds_the_table(
 
 
 def test_with_prepare_off_the_hot_pool_leaves_no_prepared_statement(careless_url: str, group_id: str) -> None:
-    store = Store(create_engine(careless_url, pool_size=2, prepare=False))
+    store = Store.open(StoreConfig(careless_url, SessionSettings(prepare=False), hot_pool_size=2))
     try:
 
         async def calls(hot: AsyncStore) -> int:

@@ -11,11 +11,13 @@ unprepared; ``pg_prepared_statements`` shows which way each execution went.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from offsetstore.core.types import OffsetCommit
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
 from offsetstore.storage.steps import WIDE
+from tests.fixtures.storage import engine_of
 
 
 def test_the_hot_pool_runs_a_wide_fetch_unprepared_and_a_narrow_one_prepared(store: Store, group_id: str) -> None:
@@ -23,9 +25,8 @@ def test_the_hot_pool_runs_a_wide_fetch_unprepared_and_a_narrow_one_prepared(sto
     store.commit_offsets(group_id, [OffsetCommit(topic, p, p + 1) for p in range(2 * WIDE)])
 
     async def scenario() -> tuple[int, int, int, str]:
-        hot = AsyncStore(
-            store.engine, statement_timeout_ms=store.statement_timeout_ms, hot_pool_size=1
-        )  # one connection: its prepared statements are the ones read
+        # one connection: its prepared statements are the ones read
+        hot = AsyncStore(dataclasses.replace(store.config, hot_pool_size=1))
         await hot.open()
         try:
             for _ in range(8):
@@ -50,7 +51,7 @@ def test_the_hot_pool_runs_a_wide_fetch_unprepared_and_a_narrow_one_prepared(sto
 
 
 def test_the_stores_other_sessions_plan_every_statement_for_its_arguments(store: Store) -> None:
-    with store.engine.connect() as conn:
+    with engine_of(store).connect() as conn:
         assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_custom_plan"
 
 

@@ -27,6 +27,12 @@ class CostRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COST_RULE_ENTRIES: _ClassVar[CostRule]
     COST_RULE_SELECTION: _ClassVar[CostRule]
     COST_RULE_PAGE: _ClassVar[CostRule]
+
+class Counted(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COUNTED_UNSPECIFIED: _ClassVar[Counted]
+    COUNTED_COMMITS: _ClassVar[Counted]
+    COUNTED_RESETS: _ClassVar[Counted]
 PERMISSION_UNSPECIFIED: Permission
 PERMISSION_READ: Permission
 PERMISSION_COMMIT: Permission
@@ -40,11 +46,14 @@ COST_RULE_ONE: CostRule
 COST_RULE_ENTRIES: CostRule
 COST_RULE_SELECTION: CostRule
 COST_RULE_PAGE: CostRule
+COUNTED_UNSPECIFIED: Counted
+COUNTED_COMMITS: Counted
+COUNTED_RESETS: Counted
 CALL_FIELD_NUMBER: _ClassVar[int]
 call: _descriptor.FieldDescriptor
 
 class CallFacts(_message.Message):
-    __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome")
+    __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome", "entries_field", "counted")
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +64,8 @@ class CallFacts(_message.Message):
     REMOVES_GROUPS_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_FIELD_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
     permission: Permission
     scope: Scope
     cost: CostRule
@@ -65,4 +76,6 @@ class CallFacts(_message.Message):
     removes_groups: bool
     preview_field: str
     unknown_outcome: str
-    def __init__(self, permission: _Optional[_Union[Permission, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., cost: _Optional[_Union[CostRule, str]] = ..., cost_field: _Optional[str] = ..., creates_group: _Optional[bool] = ..., adds_partitions: _Optional[bool] = ..., appends_history: _Optional[bool] = ..., removes_groups: _Optional[bool] = ..., preview_field: _Optional[str] = ..., unknown_outcome: _Optional[str] = ...) -> None: ...
+    entries_field: str
+    counted: Counted
+    def __init__(self, permission: _Optional[_Union[Permission, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., cost: _Optional[_Union[CostRule, str]] = ..., cost_field: _Optional[str] = ..., creates_group: _Optional[bool] = ..., adds_partitions: _Optional[bool] = ..., appends_history: _Optional[bool] = ..., removes_groups: _Optional[bool] = ..., preview_field: _Optional[str] = ..., unknown_outcome: _Optional[str] = ..., entries_field: _Optional[str] = ..., counted: _Optional[_Union[Counted, str]] = ...) -> None: ...

@@ -1,4 +1,4 @@
-"""What running an operation for a caller takes, sync or asyncio: its deadline, its statement timeout, faults made typed."""
+"""What running an operation for a caller takes in the runtime: its deadline (a contextvar), its statement timeout, faults made typed, retries."""
 
 from __future__ import annotations
 
