@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient
-from offsetstore.server.app import OffsetStoreServer
 from tests.fixtures.doc_snippets import snippets
+from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.waits import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def group() -> str:
 
 
 def test_compare_and_set_and_violations_as_the_guide_reads_them(
-    consumer: Path, server: OffsetStoreServer, client: OffsetStoreClient, group: str
+    consumer: Path, server: ServerHandle, client: OffsetStoreClient, group: str
 ) -> None:
     done = subprocess.run([consumer, server.address, group, "cas"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -98,7 +98,7 @@ def test_compare_and_set_and_violations_as_the_guide_reads_them(
 
 
 def test_the_commit_loop_commits_until_a_reset_fences_it(
-    consumer: Path, server: OffsetStoreServer, client: OffsetStoreClient, group: str
+    consumer: Path, server: ServerHandle, client: OffsetStoreClient, group: str
 ) -> None:
     with subprocess.Popen([consumer, server.address, group, "consume"], stdout=subprocess.PIPE, text=True) as process:
         try:
