@@ -127,8 +127,11 @@ def _answers(consumer: object) -> bool:
 
 
 def _cluster_id() -> str:
-    # Kafka's own format: a random UUID in URL-safe base64 without padding (22 characters).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's own format: a random UUID in URL-safe base64 without padding (22 characters). As Kafka's
+    # Uuid.randomUuid, never one starting with "-": kafka-storage would read it as an option (1 start in 64 failed).
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
 
 
 class KafkaCluster:
