@@ -35,10 +35,10 @@ def test_flinks_at_least_once_jdbc_sink_killed_and_restored_from_an_old_checkpoi
            "sink": "jdbc"}  # fmt: skip
 
     run = flink_jobs.start(**job, run=1, rate=500)
-    wait_for(lambda: count(engine, copy_table) > 0, "the JDBC sink's first rows", seconds=180)
+    wait_for(lambda: count(engine, copy_table) > 0, "the JDBC sink's first rows", seconds=300)
     old = int(run.wait_line(r"checkpoint (\d+) complete").group(1))
     written = count(engine, copy_table)
-    wait_for(lambda: count(engine, copy_table) > written, "rows after the old checkpoint", seconds=180)
+    wait_for(lambda: count(engine, copy_table) > written, "rows after the old checkpoint", seconds=300)
     run.kill()
     (restore,) = [c for c in completed_checkpoints(tmp_path) if c.name == f"chk-{old}"]
 

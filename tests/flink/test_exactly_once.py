@@ -103,7 +103,7 @@ def test_a_live_reset_fences_the_job_and_the_next_one_redelivers_the_range_once(
 
     run = flink_jobs.start(**job, run=1, rate=500, restarts=3)
     wait_for(lambda: len(written := stored_offsets(engine, group_id)) == partitions and min(written.values()) > reset_to,
-             "the job's flushes past the reset's target", seconds=180)  # fmt: skip
+             "the job's flushes past the reset's target", seconds=300)  # fmt: skip
     with engine.begin() as conn:
         storage.reset_offsets(conn, group_id, all_topics=True, to_offset=reset_to, actor="test")
     # The next flush is refused: no restart (the fence is not recoverable), nothing written after the reset.
@@ -123,4 +123,28 @@ def test_a_live_reset_fences_the_job_and_the_next_one_redelivers_the_range_once(
     assert set(ran1) == {(topic, p, o) for p in range(partitions) for o in range(reached[p])}
     assert set(ran2) == {(topic, p, o) for p in range(partitions) for o in range(reset_to, per_partition)}
     assert set(ran1) | set(ran2) == expected
+    assert stored_offsets(engine, group_id) == {(topic, p): per_partition for p in range(partitions)}
+
+
+def test_the_stores_connection_lost_between_flushes_fails_the_flush_and_the_restart_writes_every_record_once(
+    flink_jobs: FlinkJobs, kafka_broker: KafkaCluster, engine: sa.Engine, group_id: str, topic: str,
+    copy_table: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    partitions, per_partition = 2, 5_000
+    kafka_broker.create_topic(topic, partitions)
+    expected = produce(kafka_broker, topic, partitions, per_partition)
+    run = flink_jobs.start(topic=topic, group=group_id, table=copy_table, checkpoints=tmp_path, bounded="yes",
+                           run=1, rate=500, restarts=3)  # fmt: skip
+    run.wait_line(r"flushed [1-9]")
+    with engine.connect() as conn:  # as PostgreSQL's restart does to every session
+        ended = conn.exec_driver_sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'offsetstore-flink' AND datname = current_database()"
+        ).scalar_one()
+    assert ended > 0
+    run.wait_line(r"offsetstore: flush of \d+ rows to group \S+ failed; nothing of it was written")
+    assert run.finish() == 0, run.lines[-10:]
+    assert run.lines[-1] == "done"
+    found = rows(engine, copy_table)
+    assert_exactly_once([(t, p, o) for t, p, o, _, _ in found], expected)
     assert stored_offsets(engine, group_id) == {(topic, p): per_partition for p in range(partitions)}

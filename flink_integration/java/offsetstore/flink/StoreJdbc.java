@@ -37,6 +37,9 @@ public final class StoreJdbc implements Serializable {
             this.properties.putAll(properties);
         }
         this.properties.setProperty("prepareThreshold", "0");
+        if (!this.properties.containsKey("ApplicationName")) {
+            this.properties.setProperty("ApplicationName", "offsetstore-flink"); // pg_stat_activity tells the sink's sessions
+        }
         this.groupId = groupId;
     }
 
