@@ -58,12 +58,16 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
         } catch (SQLException e) {
             closeQuietly();
             if ("OS001".equals(e.getSQLState())) {
-                throw new FencedException(describe("group " + group + " fenced generation " + sink.generation
+                String line = describe("group " + group + " fenced generation " + sink.generation
                         + ": another attempt of the job joined or an operator reset the group;"
-                        + " nothing of this flush was written; start the job again (without its checkpoint after a reset)", e), e);
+                        + " nothing of this flush was written; start the job again (without its checkpoint after a reset)", e);
+                LOG.error(line);
+                throw new FencedException(line, e);
             }
-            throw new IOException(describe("flush of " + buffer.size() + " rows to group " + group + " failed;"
-                    + " nothing of it was written; Flink replays from its last checkpoint and the store skips what was written", e), e);
+            String line = describe("flush of " + buffer.size() + " rows to group " + group + " failed;"
+                    + " nothing of it was written; Flink replays from its last checkpoint and the store skips what was written", e);
+            LOG.warn(line); // one line here: Flink's own report of the task's failure is a stack trace
+            throw new IOException(line, e);
         }
     }
 
