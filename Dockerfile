@@ -30,6 +30,7 @@ COPY cli/ cli/
 COPY spark_integration/ spark_integration/
 COPY kafka_integration/ kafka_integration/
 COPY connect_integration/ connect_integration/
+COPY flink_integration/ flink_integration/
 COPY migrations/ migrations/
 # A regular (non-editable) install into a virtualenv that the final stage copies whole: the
 # server extra (a plain install is the client only) and the mirror extra (confluent-kafka) so

@@ -21,4 +21,5 @@ pytest_plugins = [
     "tests.fixtures.fix_cli",
     "tests.fixtures.fix_metrics",
     "tests.fixtures.fix_apache_kafka",
+    "tests.fixtures.fix_flink",
 ]

@@ -92,6 +92,10 @@ def test_data_files_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
         "offsetstore/migrations/script.py.mako",
         "offsetstore/migrations/versions/0001_initial.py",
         "offsetstore/connect_integration/java/OffsetStoreBackingStore.java",
+        *(
+            f"offsetstore/flink_integration/java/offsetstore/flink/{f.name}"
+            for f in (ROOT / "flink_integration" / "java" / "offsetstore" / "flink").glob("*.java")
+        ),
         *(f"offsetstore/storage/sql/{f.name}" for f in (ROOT / "storage" / "sql").glob("*.sql")),
         *(f"offsetstore/server/http/console/{f.name}" for f in (ROOT / "server" / "http" / "console").iterdir()),
     ):

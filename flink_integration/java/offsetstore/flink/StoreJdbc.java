@@ -1,0 +1,102 @@
+package offsetstore.flink;
+
+import java.io.Serializable;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+
+/**
+ * Where the store is: a JDBC URL, its properties and a group id, with the SQL API v1's calls that
+ * the sink and the offsets initializer share (docs/sql.md).
+ *
+ * <p>Every connection sets {@code prepareThreshold=0}: no server-side prepared statement outlives a
+ * transaction, so PgBouncer's transaction mode serves it. Nothing is set per session.
+ */
+public final class StoreJdbc implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    private final String url;
+    private final Properties properties;
+    private final String groupId;
+
+    public StoreJdbc(String url, Properties properties, String groupId) {
+        if (url == null || !url.startsWith("jdbc:postgresql:")) {
+            throw new IllegalArgumentException("offsetstore: the store's URL must be a jdbc:postgresql: URL, not " + url);
+        }
+        if (groupId == null || groupId.isEmpty()) {
+            throw new IllegalArgumentException("offsetstore: a group id is required");
+        }
+        this.url = url;
+        this.properties = new Properties();
+        if (properties != null) {
+            this.properties.putAll(properties);
+        }
+        this.properties.setProperty("prepareThreshold", "0");
+        if (!this.properties.containsKey("ApplicationName")) {
+            this.properties.setProperty("ApplicationName", "offsetstore-flink"); // pg_stat_activity tells the sink's sessions
+        }
+        this.groupId = groupId;
+    }
+
+    public String groupId() {
+        return groupId;
+    }
+
+    /** A connection with auto-commit off: the caller owns the transaction. */
+    public Connection connect() throws SQLException {
+        Connection conn = DriverManager.getConnection(url, properties);
+        conn.setAutoCommit(false);
+        return conn;
+    }
+
+    /** Joins the group: a new generation, which fences every writer holding an older one. */
+    public long joinGroup(String memberId) throws SQLException {
+        try (Connection conn = connect();
+                PreparedStatement st = conn.prepareStatement("SELECT offsetstore.join_group(?, ?, ?)")) {
+            st.setString(1, groupId);
+            st.setString(2, memberId);
+            st.setString(3, hostName());
+            long generation;
+            try (ResultSet rs = st.executeQuery()) {
+                rs.next();
+                generation = rs.getLong(1);
+            }
+            conn.commit();
+            return generation;
+        }
+    }
+
+    /** The group's stored next offsets by "topic:partition" (sentinels -2 and -1 included); empty for an unknown group. */
+    public Map<String, Long> readOffsets() throws SQLException {
+        Map<String, Long> out = new HashMap<>();
+        try (Connection conn = connect();
+                PreparedStatement st =
+                        conn.prepareStatement("SELECT topic, \"partition\", next_offset FROM offsetstore.read_offsets(?)")) {
+            st.setString(1, groupId);
+            try (ResultSet rs = st.executeQuery()) {
+                while (rs.next()) {
+                    out.put(key(rs.getString(1), rs.getInt(2)), rs.getLong(3));
+                }
+            }
+            conn.commit();
+        }
+        return out;
+    }
+
+    static String key(String topic, int partition) {
+        return topic + ":" + partition;
+    }
+
+    private static String hostName() {
+        try {
+            return java.net.InetAddress.getLocalHost().getHostName();
+        } catch (java.io.IOException e) {
+            return "";
+        }
+    }
+}
