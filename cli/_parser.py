@@ -81,6 +81,15 @@ _IMPORT_HELP = (
     "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
     "lines with 'import GROUP FILE'."
 )
+_ADOPT_HELP = (
+    "Take a running pipeline's positions over without replay: the offsets a Kafka group committed, the "
+    "offsets of a Spark checkpoint's last committed batch, or a kafka-consumer-groups CSV file. The dry run "
+    "(the default) shows each offset beside its partition's log start and end (from --bootstrap-server, else "
+    "the store's watermarks) and flags one before the start or past the end. --execute sets them all in one "
+    "reset: the generation moves on (live writers of the group are fenced) and the history records the "
+    "adoption (CHANGE_KIND_ADOPT) with its source. Partitions the source does not name keep their offsets. "
+    "Stop the old consumer first; 'export' is the way back out."
+)
 _IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
 _IDLE_FOR_LIST_HELP = (
     "list instead the groups idle (no commit, join or reset) for this long, which 'expire' and the "
@@ -207,9 +216,53 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--limit", type=nonnegative_int, default=100, metavar="N", help="at most N changes (default 100, 0 = all)"
     )
 
-    p = command("export", "write a group's offsets as CSV", _EXPORT_HELP)
+    p = command("export", "write a group's offsets as CSV, as Spark startingOffsets or to a Kafka group", _EXPORT_HELP)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--file", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument(
+        "--format",
+        choices=("csv", "spark"),
+        default="csv",
+        help="csv: kafka-consumer-groups' topic,partition,offset (default); spark: the JSON Spark's Kafka source "
+        "takes as startingOffsets",
+    )
+    p.add_argument(
+        "--to-kafka-group",
+        metavar="KAFKA_GROUP",
+        help="commit the offsets as Kafka group KAFKA_GROUP's instead (with --bootstrap-server; placeholders "
+        "resolve to the broker's log start or end; dry run unless --execute; the Kafka group must be empty)",
+    )
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka cluster of --to-kafka-group")
+    _add_execute(p)
+
+    p = command("adopt", "take positions over from a Kafka group, a Spark checkpoint or a file", _ADOPT_HELP)
+    p.add_argument("group", metavar="GROUP", help="the offsetstore group that takes the positions over")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--from-kafka-group",
+        metavar="KAFKA_GROUP",
+        help="the offsets Kafka's group KAFKA_GROUP has committed (with --bootstrap-server)",
+    )
+    source.add_argument(
+        "--from-spark-checkpoint",
+        metavar="DIR",
+        help="the end offsets of the last batch of a Structured Streaming checkpoint that has a commit",
+    )
+    source.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="kafka-consumer-groups' CSV: topic,partition,offset, or group,topic,partition,offset (GROUP's lines)",
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="the Kafka cluster: where --from-kafka-group lives, and whose log start and end the dry run shows "
+        "(else the store's known watermarks)",
+    )
+    _add_selection(p, required=False)
+    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
+    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
+    _add_execute(p)
 
     p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", _EXPIRE_HELP)
     p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=_IDLE_FOR_HELP)

@@ -84,7 +84,7 @@ function offsetText(v) {
 // A change's -1 is "none" unless the partition stored the latest placeholder just before (as
 // the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
 function storedFlags(changesNewestFirst) {
-  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET"];
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT"];
   const last = new Map();
   const flags = [];
   for (const c of [...changesNewestFirst].reverse()) {
@@ -320,7 +320,7 @@ async function history(groupId, mine) {
     const list = el("ol", { class: "timeline", id: "timeline" }, items.slice(0, 500).map((c, i) => el("li", { class: "kind-" + c.kind },
       when(c.changeTime), " ", el("span", { class: "kind" }, String(c.kind).replace("CHANGE_KIND_", "").toLowerCase()), " ",
       `${c.topic} [${c.partition}]: ${changeOffsetText(c.previousOffset, stored[i].previous)} → ${changeOffsetText(c.newOffset, stored[i].next)}`,
-      el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}`))));
+      el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}` + (c.source ? `, from ${c.source}` : "")))));
     $("#history").replaceChildren(items.length ? list : el("p", { class: "muted" }, "No history kept."));
   } catch (error) {
     if (!movedOn(mine)) $("#history").replaceChildren(failure(error));
