@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
-from offsetstore.cli._offsets_file import IMPORT_MEMBER_ID, import_operands
+from offsetstore.cli._offsets_file import import_operands
 from offsetstore.cli._profile import PROFILE_ENV
 from offsetstore.cli._values import (
     int64,
@@ -74,9 +74,10 @@ _IMPORT_HELP = (
     "standard input), as 'export' writes it. Blank lines and a topic,partition,offset header are skipped; "
     "a malformed line rejects the whole file. Offsets are >= 0, or the placeholders -2 (earliest) and -1 "
     "(latest), which are set by a reset to that end (so they resolve to a known watermark, as "
-    "'reset --to-earliest' does). With --execute: placeholders are reset first, else the group is joined "
-    f"as '{IMPORT_MEMBER_ID}'; either bumps the generation and so fences live writers; then every real "
-    "offset of the file is committed with that generation in one transaction. Partitions not in the file "
+    "'reset --to-earliest' does). With --execute every offset of the file is set in one reset, which bumps "
+    "the generation and so fences live writers; the history records it as a reset (no consumer's commit: "
+    "the status verdict waits for the consumer). To record where the offsets came from, 'adopt --from-file' "
+    "does the same with the file named as its source. Partitions not in the file "
     "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
     "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
     "lines with 'import GROUP FILE'."

@@ -79,6 +79,8 @@ class LagSecondsStatus(enum.IntEnum):
     NO_SAMPLES = 2
     #: The offset is a sentinel (-2/-1) whose log start or end is not known.
     OFFSET_UNKNOWN = 3
+    #: The offset is past the known log end: its lag is unknown too, until a newer log end.
+    PAST_LOG_END = 4
 
 
 class GroupStatus(enum.IntEnum):

@@ -119,6 +119,8 @@ def reset_offsets(
     expected_generation: int | None = None,
     clamp: bool = False,
     actor: str = "",
+    to_offsets: Mapping[TopicPartition, int] | None = None,
+    source: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
 
@@ -139,6 +141,8 @@ def reset_offsets(
             dry_run,
             expected_generation,
             clamp,
+            to_offsets,
+            source,
         )
     )
     to_offsets, source = request.to_offsets, request.source

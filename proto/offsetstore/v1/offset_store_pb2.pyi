@@ -24,6 +24,7 @@ class LagSecondsStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LAG_SECONDS_STATUS_KNOWN: _ClassVar[LagSecondsStatus]
     LAG_SECONDS_STATUS_NO_SAMPLES: _ClassVar[LagSecondsStatus]
     LAG_SECONDS_STATUS_OFFSET_UNKNOWN: _ClassVar[LagSecondsStatus]
+    LAG_SECONDS_STATUS_PAST_LOG_END: _ClassVar[LagSecondsStatus]
 
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -52,6 +53,7 @@ LAG_SECONDS_STATUS_UNSPECIFIED: LagSecondsStatus
 LAG_SECONDS_STATUS_KNOWN: LagSecondsStatus
 LAG_SECONDS_STATUS_NO_SAMPLES: LagSecondsStatus
 LAG_SECONDS_STATUS_OFFSET_UNKNOWN: LagSecondsStatus
+LAG_SECONDS_STATUS_PAST_LOG_END: LagSecondsStatus
 CHANGE_KIND_UNSPECIFIED: ChangeKind
 CHANGE_KIND_COMMIT: ChangeKind
 CHANGE_KIND_RESET: ChangeKind
