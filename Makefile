@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run demo test install proto bench clean
+.PHONY: run demo test install proto bench clean postgres kafka
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
@@ -18,6 +18,12 @@ test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded Postgre
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 install: $(DEV_STAMP)
+
+postgres:  ## Install and start the machine's PostgreSQL 15 that CI's second pass uses (127.0.0.1:5432, trust; needs root).
+	bash scripts/postgres.sh
+
+kafka: $(DEV_STAMP)  ## A local Apache Kafka broker (KRaft) on 127.0.0.1:9092 in the foreground; jars from Maven Central once.
+	$(PY) -m offsetstore.kafka_integration.local_kafka $(KAFKA_ARGS)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -20,4 +20,5 @@ pytest_plugins = [
     "tests.fixtures.fix_tenants",
     "tests.fixtures.fix_cli",
     "tests.fixtures.fix_metrics",
+    "tests.fixtures.fix_apache_kafka",
 ]

@@ -1,0 +1,76 @@
+"""Jars from Maven Central, fetched once: the runtime classpath of a few artifacts, for the JVM pieces the tests run.
+
+Maven resolves them into its local repository (``~/.m2``, outside any checkout); the
+resulting list of jars is remembered in a file under ``~/.cache/offsetstore`` (or
+``$XDG_CACHE_HOME``), so a second call reaches no network and starts no Maven.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["MissingPiece", "maven_classpath"]
+
+
+class MissingPiece(RuntimeError):
+    """A piece cannot run here; the message, one line, names what to install or set."""
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "offsetstore"
+
+
+def maven_classpath(artifacts: Sequence[str], *, name: str) -> list[str]:
+    """The runtime classpath of ``artifacts`` (``group:artifact:version``), fetched by Maven once.
+
+    The list of jars is cached under ``name``; it is resolved again only when a jar it
+    names is gone (``~/.m2`` wiped). Raises :class:`MissingPiece` with one line when
+    Java or Maven is missing or Maven Central cannot be reached.
+    """
+    key = hashlib.sha256("\n".join(artifacts).encode()).hexdigest()[:12]
+    listing = _cache_dir() / f"{name}-{key}.classpath"
+    with contextlib.suppress(OSError):
+        jars = listing.read_text().split(os.pathsep)
+        if jars and all(os.path.isfile(j) for j in jars):
+            return jars
+    if shutil.which("mvn") is None:
+        raise MissingPiece(f"{name} needs Maven to fetch its jars once: apt-get install maven")
+    with tempfile.TemporaryDirectory(prefix="offsetstore-mvn-") as work:
+        deps = "".join(
+            "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>".format(
+                *a.split(":")
+            )
+            for a in artifacts
+        )
+        pom = Path(work, "pom.xml")
+        pom.write_text(
+            '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            "<groupId>offsetstore.local</groupId><artifactId>classpath</artifactId><version>1</version>"
+            f"<dependencies>{deps}</dependencies></project>"
+        )
+        out = Path(work, "classpath.txt")
+        done = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(pom), "dependency:build-classpath",
+             "-Dmdep.includeScope=runtime", f"-Dmdep.outputFile={out}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        if done.returncode != 0 or not out.is_file():
+            errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:1]
+            raise MissingPiece(
+                f"Maven could not fetch {name} ({', '.join(artifacts)}): is Maven Central reachable? "
+                + (errors[0].strip() if errors else "")
+            )
+        jars = out.read_text().strip().split(os.pathsep)
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    partial = listing.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(os.pathsep.join(jars))
+    partial.replace(listing)  # atomic: a concurrent or killed fetch never leaves half a list
+    return jars
