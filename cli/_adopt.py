@@ -38,7 +38,9 @@ def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) 
             if members:
                 raise UsageError(
                     f"Kafka group {args.from_kafka_group} has {members} live member(s): stop its consumers first, "
-                    "or they keep consuming (and committing to Kafka) after the adoption. Nothing changed"
+                    "or they keep consuming (and committing to Kafka) after the adoption. A consumer that was "
+                    "killed stays a member until its session times out (session.timeout.ms, 45 s by default): "
+                    "run again then. Nothing changed"
                 )
     except (UsageError, _broker.BrokerError, OffsetsFileError, CheckpointError) as error:
         out.error(f"Error: {error}")
