@@ -20,7 +20,13 @@ def commands() -> list[str]:
 
 def test_the_guide_shows_each_source_and_each_way_out() -> None:
     text = " ".join(commands())
-    for option in ("--from-spark-checkpoint", "--from-kafka-group", "--from-file", "--format spark", "--to-kafka-group"):
+    for option in (
+        "--from-spark-checkpoint",
+        "--from-kafka-group",
+        "--from-file",
+        "--format spark",
+        "--to-kafka-group",
+    ):
         assert option in text, option
 
 
