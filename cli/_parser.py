@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import NoReturn
 
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
@@ -284,11 +285,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 class _CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser: an unknown option is reported with this command's usage.
+    """A subcommand's parser: an unknown option is reported by this command, in two lines.
 
     argparse hands a subcommand's unknown arguments back to the top-level parser, which
-    would print its own usage, not the one of the command the user got wrong.
+    would print its own usage, not the one of the command the user got wrong. And argparse
+    prints a command's whole usage before its error: twelve lines for ``reset``, above the one
+    that says what is wrong. The error comes alone here, with where the usage is.
     """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nSee '{self.prog} --help' for its options.\n")
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
