@@ -59,8 +59,18 @@ def test_a_broker_that_is_down_is_one_line_not_librdkafkas_log(server, group_id)
     offsetstore = Path(sys.executable).with_name("offsetstore")
     run = subprocess.run(
         [
-            str(offsetstore), "groups", "--server", server.address, "reset", group_id, "--topic", "orders:0",
-            "--to-datetime", "2026-01-01T00:00:00Z", "--bootstrap-server", f"127.0.0.1:{closed_port()}",
+            str(offsetstore),
+            "groups",
+            "--server",
+            server.address,
+            "reset",
+            group_id,
+            "--topic",
+            "orders:0",
+            "--to-datetime",
+            "2026-01-01T00:00:00Z",
+            "--bootstrap-server",
+            f"127.0.0.1:{closed_port()}",
         ],  # fmt: skip
         capture_output=True,
         text=True,
