@@ -80,3 +80,10 @@ def test_a_broker_that_is_down_is_one_line_not_librdkafkas_log(server, group_id)
     lines = run.stderr.splitlines()
     assert len(lines) == 1, "\n".join(lines[:10])
     assert lines[0].startswith("Error: the broker at 127.0.0.1:")
+
+
+def test_the_completed_statuses_are_the_verdicts() -> None:
+    from offsetstore.cli._values import STATUS_NAMES
+    from offsetstore.core.types import GroupStatus
+
+    assert set(STATUS_NAMES) == {s.name for s in GroupStatus if s != GroupStatus.UNSPECIFIED}
