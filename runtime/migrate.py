@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,18 @@ _SCRIPT_LOCATION = str(Path(offsetstore.migrations.__file__).parent)
 # running in threads of one process would trample each other. Other processes
 # are kept out by the advisory lock that env.py takes in the database.
 _alembic_lock = threading.Lock()
+
+
+class _AlembicBoilerplate(logging.Filter):
+    """Drops the two lines Alembic logs each time a migration context opens ("Context impl
+    PostgresqlImpl.", "Will assume transactional DDL."): they name no change, and a start that
+    checks the revision, then upgrades, printed them twice. "Running upgrade ..." stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(("Context impl ", "Will assume "))
+
+
+logging.getLogger("alembic.runtime.migration").addFilter(_AlembicBoilerplate())
 
 
 class DatabaseAhead(Exception):
