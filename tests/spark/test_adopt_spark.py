@@ -17,8 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.cli._spark_checkpoint import read_checkpoint
-from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
-from tests.fixtures.fix_spark import kafka_stream, records, run_available_now, run_driver
+from tests.fixtures.fix_spark import records, run_driver
 from tests.fixtures.takeover import check_takeover
 
 # A Spark driver of its own for the legacy job, then three successors: minutes on a loaded machine.
@@ -85,22 +84,24 @@ def rows_of(engine: sa.Engine, table: str) -> list[tuple[str, int, int, int]]:
     return [(t, p, o, 0 if writer == "legacy" else 1) for t, p, o, writer in found]
 
 
-def successor(spark, database_url: str, group_id: str, topic: str, table: str, start: str, checkpoint: Path) -> None:
-    """The offsetstore job: the exactly-once sink on the same table, its start given as startingOffsets."""
-    sink = ExactlyOnceSink(
-        database_url,
-        group_id=group_id,
-        table=table,
-        columns=("key", "value", "topic", "partition", "offset", "timestamp", "timestampType"),
+def successor(database_url: str, group_id: str, topic: str, table: str, start: str, work: Path) -> None:
+    """The offsetstore job, in a driver of its own as the legacy one ran: the exactly-once sink on the same table.
+
+    ``start``: ``store`` (startingOffsets from the store, as docs/adopt.md says), or a
+    startingOffsets as given (``earliest``, ``latest``).
+    """
+    status, out = run_driver(
+        *("--database-url", database_url, "--group-id", group_id, "--table", table, "--topic", topic),
+        *("--partitions", str(PARTITIONS), "--records", str(END), "--max-offsets-per-trigger", str(PER_BATCH)),
+        *("--checkpoint", str(work / "checkpoint"), "--workdir", str(work / "spark"), "--write-path", "driver"),
+        *(("--from-store",) if start == "store" else ("--starting-offsets", start)),
+        timeout=1200,
     )
-    df = kafka_stream(
-        spark, topic, partitions=PARTITIONS, records=END, maxOffsetsPerTrigger=PER_BATCH, startingOffsets=start
-    )
-    run_available_now(df, sink, checkpoint)
+    assert status == 0 and "finished" in out, out[-3000:]
 
 
 def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
-    spark, database_url, engine, group_id, groups, legacy, takeover_table, tmp_path
+    database_url, engine, group_id, groups, legacy, takeover_table, tmp_path
 ) -> None:
     topic, _, checkpoint = legacy
     found = read_checkpoint(str(checkpoint))
@@ -109,8 +110,7 @@ def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
     adopted = groups("adopt", group_id, "--from-spark-checkpoint", str(checkpoint), "--execute")
     assert adopted.code == 0, adopted.err
     assert f"batch {DIES_IN} was planned but not committed" in adopted.err
-    start = starting_offsets(database_url, group_id, partitions={topic: PARTITIONS})
-    successor(spark, database_url, group_id, topic, takeover_table, start, tmp_path / "successor")
+    successor(database_url, group_id, topic, takeover_table, "store", tmp_path)
 
     handed_over = {(tp.topic, tp.partition): offset for tp, offset in found.offsets.items()}
     takeover = check_takeover(rows_of(engine, takeover_table), records(topic, PARTITIONS, END), handed_over, PER_BATCH)
@@ -122,11 +122,11 @@ def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
 
 @pytest.mark.parametrize(("start", "caught"), [("earliest", "an overlap"), ("latest", "a gap")])
 def test_starting_at_earliest_or_latest_instead_is_caught_by_the_same_check(
-    spark, database_url, engine, group_id, legacy, takeover_table, tmp_path, start: str, caught: str
+    database_url, engine, group_id, legacy, takeover_table, tmp_path, start: str, caught: str
 ) -> None:
     topic, _, checkpoint = legacy
     found = read_checkpoint(str(checkpoint))
-    successor(spark, database_url, group_id, topic, takeover_table, start, tmp_path / "successor")
+    successor(database_url, group_id, topic, takeover_table, start, tmp_path)
 
     handed_over = {(tp.topic, tp.partition): offset for tp, offset in found.offsets.items()}
     with pytest.raises(AssertionError, match=caught):
