@@ -27,6 +27,17 @@ from offsetstore.core.types import EARLIEST, LATEST, TopicPartition
 
 Offsets = dict[TopicPartition, int]
 
+#: The command's description in its --help.
+ADOPT_HELP = (
+    "Take a running pipeline's positions over without replay: the offsets a Kafka group committed, the "
+    "offsets of a Spark checkpoint's last committed batch, or a kafka-consumer-groups CSV file. The dry run "
+    "(the default) shows each offset beside its partition's log start and end (from --bootstrap-server, else "
+    "the store's watermarks) and flags one before the start or past the end. --execute sets them all in one "
+    "reset: the generation moves on (live writers of the group are fenced) and the history records the "
+    "adoption (CHANGE_KIND_ADOPT) with its source. Partitions the source does not name keep their offsets. "
+    "Stop the old consumer first; 'export' is the way back out."
+)
+
 
 def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     try:

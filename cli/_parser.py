@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import NoReturn
 
+from offsetstore.cli._adopt import ADOPT_HELP
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
 from offsetstore.cli._offsets_file import import_operands
@@ -82,15 +83,6 @@ _IMPORT_HELP = (
     "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
     "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
     "lines with 'import GROUP FILE'."
-)
-_ADOPT_HELP = (
-    "Take a running pipeline's positions over without replay: the offsets a Kafka group committed, the "
-    "offsets of a Spark checkpoint's last committed batch, or a kafka-consumer-groups CSV file. The dry run "
-    "(the default) shows each offset beside its partition's log start and end (from --bootstrap-server, else "
-    "the store's watermarks) and flags one before the start or past the end. --execute sets them all in one "
-    "reset: the generation moves on (live writers of the group are fenced) and the history records the "
-    "adoption (CHANGE_KIND_ADOPT) with its source. Partitions the source does not name keep their offsets. "
-    "Stop the old consumer first; 'export' is the way back out."
 )
 _IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
 _IDLE_FOR_LIST_HELP = (
@@ -237,7 +229,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka cluster of --to-kafka-group")
     _add_execute(p)
 
-    p = command("adopt", "take positions over from a Kafka group, a Spark checkpoint or a file", _ADOPT_HELP)
+    p = command("adopt", "take positions over from a Kafka group, a Spark checkpoint or a file", ADOPT_HELP)
     p.add_argument("group", metavar="GROUP", help="the offsetstore group that takes the positions over")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
