@@ -1,4 +1,4 @@
-"""docs/connect.md names every column ``change_table_sql`` creates (issue 49: ``ts_ms`` was undocumented)."""
+"""docs/connect.md as issue 49 found it wanting: every column ``change_table_sql`` creates, the install line, engine properties."""
 
 from __future__ import annotations
 
@@ -23,3 +23,10 @@ def test_the_install_line_installs_the_migrate_the_page_asks_for() -> None:
     assert "offsetstore migrate" in text
     (install,) = re.findall(r"^pip install '\.\[([\w,]+)\]'", text, re.MULTILINE)
     assert "server" in install.split(","), install
+
+
+def test_the_guide_names_no_engine_property_debezium_deprecates() -> None:
+    """Issue 49: the replay recipe said ``flush.lsn.source``, deprecated in Debezium 3.6 for ``lsn.flush.mode``."""
+    text = GUIDE.read_text()
+    assert "`lsn.flush.mode = manual`" in text
+    assert "set `flush.lsn.source" not in text
