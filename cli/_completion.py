@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from offsetstore.cli._values import STATUS_NAMES, parse_statuses
+
 # Kept apart from the options: the script completes their values, not the options themselves.
 _VALUE_WORD = "__value__"
+
+#: The words an option's value completes to where its parser (argparse's ``type``) knows them
+#: but argparse's ``choices`` cannot say them (``--state LAGGING,STOPPED`` takes a list).
+_VALUE_WORDS = {parse_statuses: STATUS_NAMES}
 
 
 def bash_script(parser: argparse.ArgumentParser, program: str = "offsetstore") -> str:
@@ -27,7 +33,8 @@ def bash_script(parser: argparse.ArgumentParser, program: str = "offsetstore") -
         for action in level._actions:
             if not action.option_strings or action.nargs == 0:
                 continue
-            choices = " ".join(str(c) for c in action.choices) if action.choices else _VALUE_WORD
+            known = action.choices or _VALUE_WORDS.get(action.type)  # type: ignore[call-overload]
+            choices = " ".join(str(c) for c in known) if known else _VALUE_WORD
             for option in action.option_strings:
                 values.append(f"        {shlex.quote(path + ' ' + option)}) words={shlex.quote(choices)} ;;")
     function = f"_{program.replace('-', '_')}_complete"

@@ -13,7 +13,14 @@ from offsetstore.core.types import NO_OFFSET
 
 def cmd_delete(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     documents = []
-    for n, group in enumerate(groups_of(client, args)):
+    groups = groups_of(client, args)
+    if not args.all_groups:
+        for group in groups:
+            # Before any change, as reset does: a mistyped name is an error (GROUP_NOT_FOUND), not
+            # "run again with --execute". A live group without offsets describes fine.
+            if not client.fetch_offsets(group).offsets:
+                client.describe_group(group)
+    for n, group in enumerate(groups):
         if n and not out.json:
             out.line()
         documents.append(_delete_group(client, group, args, out))

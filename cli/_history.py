@@ -50,8 +50,10 @@ def cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: Output
             }
         )
         return EXIT_OK
+    # SOURCE only where an adoption is listed: the usual table stays as wide as it was.
+    sources = any(c.source for c in changes)
     out.table(
-        ("TIME", "KIND", "TOPIC", "PARTITION", "PREVIOUS", "NEW", "GENERATION", "ACTOR"),
+        ("TIME", "KIND", "TOPIC", "PARTITION", "PREVIOUS", "NEW", "GENERATION", "ACTOR", *(("SOURCE",) * sources)),
         (
             (
                 table_time(c.change_time),
@@ -62,6 +64,7 @@ def cmd_history(client: OffsetStoreClient, args: argparse.Namespace, out: Output
                 offset_cell(c.new_offset, stored=n),
                 c.generation,
                 c.actor or "-",
+                *((c.source or "-",) * sources),
             )
             for c, (p, n) in zip(changes, stored, strict=True)
         ),
@@ -77,7 +80,7 @@ def _history_stored(changes: Sequence[OffsetChange]) -> list[tuple[bool, bool]]:
     does not. A previous offset was stored if the partition's change just before it stored one,
     which only the listed changes can tell: beyond them, -1 is shown as none.
     """
-    stores = (ChangeKind.COMMIT, ChangeKind.RESET)
+    stores = (ChangeKind.COMMIT, ChangeKind.RESET, ChangeKind.ADOPT)
     last_stored: dict[tuple[str, int], bool] = {}
     result: list[tuple[bool, bool]] = []
     for change in reversed(changes):

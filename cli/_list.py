@@ -117,6 +117,10 @@ def cmd_topics(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
         token = page.next_page_token
         if not token:
             break
+    if not topics:
+        # An unknown group is an error here as for describe, history and reset (a typo is likelier
+        # than a group without offsets): DescribeGroup says which, GROUP_NOT_FOUND.
+        client.describe_group(args.group)
     if out.json:
         out.document(
             [

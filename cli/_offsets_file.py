@@ -12,9 +12,8 @@ from offsetstore.cli._group_state import known_ranges, out_of_range, selection_o
 from offsetstore.cli._render import Output, offset_cell, offset_json, offsets_set_json
 from offsetstore.cli._values import INT32_MAX, INT64_MAX, TOPIC
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, Boundary, TopicPartition
+from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, TopicPartition
 
-IMPORT_MEMBER_ID = "offsetstore-cli-import"
 _CSV_HEADER = ("topic", "partition", "offset")
 _CSV_GROUP_HEADER = ("group", *_CSV_HEADER)
 _OFFSET_RULE = "must be an integer >= 0, or -2 (earliest) or -1 (latest)"
@@ -238,23 +237,11 @@ def import_operands(args: argparse.Namespace) -> tuple[str | None, str]:
 
 
 def _apply_import(client: OffsetStoreClient, group_id: str, new: dict[TopicPartition, int]) -> int:
-    """Sets the offsets of `new`; returns the group's generation after.
+    """Sets the offsets of `new` in one reset; returns the group's generation after.
 
-    A commit takes only real offsets, so placeholders are set by resets to that end, each of
-    which bumps the generation; the real offsets are then committed with the generation the
-    last step returned. Without placeholders the group is joined first, which bumps the
-    generation like a reset does. Either way a live fenced writer cannot overwrite the
-    imported offsets with its older generation afterwards, and a writer that joins in between
-    makes the commit fail with STALE_GENERATION instead of being overwritten.
+    One ResetOffsets with a different offset per partition: placeholders resolve as a reset
+    to that end does, the generation moves on (a live fenced writer cannot overwrite the
+    imported offsets), and the history records an operator's reset, which the status
+    verdict never mistakes for a consumer's commit.
     """
-    generation = 0
-    for placeholder, boundary in ((EARLIEST, Boundary.EARLIEST), (LATEST, Boundary.LATEST)):
-        selection = selection_of(tp for tp, offset in new.items() if offset == placeholder)
-        if selection:
-            generation = client.reset_offsets(group_id, topics=selection, to_boundary=boundary).generation
-    real = {tp: offset for tp, offset in new.items() if offset >= 0}
-    if real:
-        if not generation:
-            generation = client.join_group(group_id, IMPORT_MEMBER_ID)
-        client.commit_offsets(group_id, real, generation=generation)
-    return generation
+    return client.reset_offsets(group_id, to_offsets=new).generation

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import NoReturn
 
+from offsetstore.cli._adopt import ADOPT_HELP
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
-from offsetstore.cli._offsets_file import IMPORT_MEMBER_ID, import_operands
+from offsetstore.cli._offsets_file import import_operands
 from offsetstore.cli._profile import PROFILE_ENV
 from offsetstore.cli._values import (
     int64,
@@ -74,9 +76,10 @@ _IMPORT_HELP = (
     "standard input), as 'export' writes it. Blank lines and a topic,partition,offset header are skipped; "
     "a malformed line rejects the whole file. Offsets are >= 0, or the placeholders -2 (earliest) and -1 "
     "(latest), which are set by a reset to that end (so they resolve to a known watermark, as "
-    "'reset --to-earliest' does). With --execute: placeholders are reset first, else the group is joined "
-    f"as '{IMPORT_MEMBER_ID}'; either bumps the generation and so fences live writers; then every real "
-    "offset of the file is committed with that generation in one transaction. Partitions not in the file "
+    "'reset --to-earliest' does). With --execute every offset of the file is set in one reset, which bumps "
+    "the generation and so fences live writers; the history records it as a reset (no consumer's commit: "
+    "the status verdict waits for the consumer). To record where the offsets came from, 'adopt --from-file' "
+    "does the same with the file named as its source. Partitions not in the file "
     "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
     "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
     "lines with 'import GROUP FILE'."
@@ -207,9 +210,53 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--limit", type=nonnegative_int, default=100, metavar="N", help="at most N changes (default 100, 0 = all)"
     )
 
-    p = command("export", "write a group's offsets as CSV", _EXPORT_HELP)
+    p = command("export", "write a group's offsets as CSV, as Spark startingOffsets or to a Kafka group", _EXPORT_HELP)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--file", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument(
+        "--format",
+        choices=("csv", "spark"),
+        default="csv",
+        help="csv: kafka-consumer-groups' topic,partition,offset (default); spark: the JSON Spark's Kafka source "
+        "takes as startingOffsets",
+    )
+    p.add_argument(
+        "--to-kafka-group",
+        metavar="KAFKA_GROUP",
+        help="commit the offsets as Kafka group KAFKA_GROUP's instead (with --bootstrap-server; placeholders "
+        "resolve to the broker's log start or end; dry run unless --execute; the Kafka group must be empty)",
+    )
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka cluster of --to-kafka-group")
+    _add_execute(p)
+
+    p = command("adopt", "take positions over from a Kafka group, a Spark checkpoint or a file", ADOPT_HELP)
+    p.add_argument("group", metavar="GROUP", help="the offsetstore group that takes the positions over")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--from-kafka-group",
+        metavar="KAFKA_GROUP",
+        help="the offsets Kafka's group KAFKA_GROUP has committed (with --bootstrap-server)",
+    )
+    source.add_argument(
+        "--from-spark-checkpoint",
+        metavar="DIR",
+        help="the end offsets of the last batch of a Structured Streaming checkpoint that has a commit",
+    )
+    source.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="kafka-consumer-groups' CSV: topic,partition,offset, or group,topic,partition,offset (GROUP's lines)",
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="the Kafka cluster: where --from-kafka-group lives, and whose log start and end the dry run shows "
+        "(else the store's known watermarks)",
+    )
+    _add_selection(p, required=False)
+    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
+    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
+    _add_execute(p)
 
     p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", _EXPIRE_HELP)
     p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=_IDLE_FOR_HELP)
@@ -230,11 +277,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 class _CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser: an unknown option is reported with this command's usage.
+    """A subcommand's parser: an unknown option is reported by this command, in two lines.
 
     argparse hands a subcommand's unknown arguments back to the top-level parser, which
-    would print its own usage, not the one of the command the user got wrong.
+    would print its own usage, not the one of the command the user got wrong. And argparse
+    prints a command's whole usage before its error: twelve lines for ``reset``, above the one
+    that says what is wrong. The error comes alone here, with where the usage is.
     """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nSee '{self.prog} --help' for its options.\n")
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

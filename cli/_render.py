@@ -100,6 +100,7 @@ def change_json(change: OffsetChange, *, previous_stored: bool, new_stored: bool
         "generation": change.generation,
         "change_time": json_time(change.change_time),
         "actor": change.actor,
+        "source": change.source,
     }
 
 

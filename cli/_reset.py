@@ -32,8 +32,6 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import GroupNotFoundError
 from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, OffsetChange, ResetRequest, TopicPartition
 
-RESET_MEMBER_ID = "offsetstore-cli-reset"
-
 #: A reset's plan: each selected partition's new offset (placeholders as their numbers).
 Plan = list[tuple[TopicPartition, int]]
 
@@ -294,23 +292,13 @@ def _per_partition_target(
     return {**wanted, **outside}
 
 
-def _set_offsets(
-    client: OffsetStoreClient, group: str, new: dict[TopicPartition, int], existed: bool, expected: int | None
-) -> int:
-    """Sets a different offset per partition; returns the generation after.
+def _set_offsets(client: OffsetStoreClient, group: str, new: dict[TopicPartition, int], expected: int | None) -> int:
+    """Sets a different offset per partition in one reset (``to_offsets``); returns the generation after.
 
-    ResetOffsets takes one target for all; so a reset to the current offsets fences live
-    writers and counts as a reset (a Spark query derives a fresh checkpoint from it), then one
-    commit with that generation sets every offset in one transaction. A writer joining in
-    between makes the commit fail with STALE_GENERATION rather than be overwritten.
+    The reset fences live writers, counts as a reset (a Spark query derives a fresh checkpoint
+    from it) and is recorded as one, never as a consumer's commit.
     """
-    generation = client.reset_offsets(
-        group, topics=selection_of(new), shift_by=0, expected_generation=expected
-    ).generation
-    if not existed:
-        generation = client.join_group(group, RESET_MEMBER_ID)
-    client.commit_offsets(group, new, generation=generation)
-    return generation
+    return client.reset_offsets(group, to_offsets=new, expected_generation=expected).generation
 
 
 def _reset_each(
@@ -337,9 +325,7 @@ def _reset_each(
             expected_generation=args.expected_generation,
         )
     generation = (
-        _set_offsets(client, group, new, existed, args.expected_generation)
-        if args.execute and new
-        else generation_before
+        _set_offsets(client, group, new, args.expected_generation) if args.execute and new else generation_before
     )
     if out.json:
         return {

@@ -121,6 +121,10 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+#: The verdicts ``--state`` takes, worst first, as the CLI prints them.
+STATUS_NAMES = ("LOST", "PAST_END", "STOPPED", "STALLED", "LAGGING", "UNCONFIRMED", "OK", "IDLE")
+
+
 def parse_statuses(value: str) -> frozenset[GroupStatus]:
     """``LAGGING,stopped``: the verdicts named (any case); empty: all of them."""
     names = [n.strip().upper() for n in value.split(",") if n.strip()]

@@ -5,7 +5,8 @@ offsetstore.cli.groups list ...`` runs them on their own (the same commands with
 leading ``groups``). They talk to the server only through `OffsetStoreClient`.
 
 Each command lives in a module of its own (``_list``: list, topics and expire, ``_describe``,
-``_reset``, ``_delete``, ``_history``, ``_offsets_file``: export and import); ``_parser``
+``_reset``, ``_delete``, ``_history``, ``_offsets_file``: export and import, ``_adopt``: adopt and
+the export to Spark or a Kafka group); ``_parser``
 builds the options from ``_values``' parsers, ``_render`` shows results, ``_errors`` words
 the errors, ``_connect`` reaches the server.
 
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from offsetstore.cli import _connect, _errors, _offsets_file, _render, _values
+from offsetstore.cli._adopt import cmd_adopt, cmd_export
 from offsetstore.cli._connect import (
     DEFAULT_SERVER,
     SERVER_ENV,
@@ -34,7 +36,7 @@ from offsetstore.cli._describe import cmd_describe
 from offsetstore.cli._errors import EXIT_ERROR, error_message
 from offsetstore.cli._history import cmd_history
 from offsetstore.cli._list import cmd_expire, cmd_list, cmd_topics
-from offsetstore.cli._offsets_file import cmd_export, cmd_import
+from offsetstore.cli._offsets_file import cmd_import
 from offsetstore.cli._parser import configure_parser
 from offsetstore.cli._profile import ProfileError, apply_profile
 from offsetstore.cli._render import Output
@@ -52,6 +54,7 @@ _COMMANDS: dict[str, Callable[[OffsetStoreClient, argparse.Namespace, Output], i
     "delete": cmd_delete,
     "history": cmd_history,
     "export": cmd_export,
+    "adopt": cmd_adopt,
     "import": cmd_import,
     "expire": cmd_expire,
 }

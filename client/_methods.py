@@ -7,7 +7,7 @@ method here a coroutine function.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -107,6 +107,8 @@ class ClientMethods(_base.ClientBase):
         dry_run: bool = False,
         expected_generation: int | None = None,
         clamp: bool = False,
+        to_offsets: Mapping[TopicPartition, int] | None = None,
+        source: str = "",
         timeout: float | None = None,
     ) -> ResetResult:
         """Resets the selected partitions to one target and bumps the generation (unless `dry_run`).
@@ -116,6 +118,11 @@ class ClientMethods(_base.ClientBase):
         `current_generation` says where the group is now) and changes nothing. An offset outside
         its partition's known log range is set as asked (to the nearer bound with `clamp`) and
         listed in the result's `out_of_range`.
+
+        `to_offsets` is a target of its own: a different offset per partition (-2 and -1 resolve
+        as `to_boundary` does), these partitions the selection, applied in one transaction. With
+        a `source` (where the offsets came from) the reset is an adoption, which the history
+        records as `ChangeKind.ADOPT` with that source.
         """
         request = _base.reset_offsets_request(
             group_id,
@@ -128,6 +135,8 @@ class ClientMethods(_base.ClientBase):
             dry_run=dry_run,
             expected_generation=expected_generation,
             clamp=clamp,
+            to_offsets=to_offsets,
+            source=source,
         )
         return self._call(self._stub.ResetOffsets, request, _base.reset_offsets_result, timeout)
 

@@ -80,6 +80,7 @@ _KIND_TO_PROTO = {
     ChangeKind.RESET: pb.CHANGE_KIND_RESET,
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
+    ChangeKind.ADOPT: pb.CHANGE_KIND_ADOPT,
 }
 _KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 
@@ -167,6 +168,7 @@ def offset_change_to_proto(value: OffsetChange) -> pb.OffsetChange:
         kind=change_kind_to_proto(value.kind),
         generation=value.generation,
         actor=value.actor,
+        source=value.source,
     )
     _set_time(message, "change_time", value.change_time)
     return message
@@ -182,6 +184,7 @@ def offset_change_from_proto(message: pb.OffsetChange) -> OffsetChange:
         generation=message.generation,
         change_time=_get_time(message, "change_time"),
         actor=message.actor,
+        source=message.source,
     )
 
 

@@ -18,7 +18,7 @@ from offsetstore.core.convert import (
     timestamp_to_datetime,
 )
 from offsetstore.core.errors import InvalidArgumentError
-from offsetstore.core.types import ResetRequest, Topics
+from offsetstore.core.types import ResetRequest, TopicPartition, Topics
 from offsetstore.v1 import offset_store_pb2 as pb
 
 
@@ -76,6 +76,7 @@ def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
         all_topics=value.all_topics,
         dry_run=value.dry_run,
         clamp=value.clamp,
+        source=value.source,
     )
     if value.expected_generation is not None:
         request.expected_generation = value.expected_generation
@@ -87,6 +88,15 @@ def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
         request.to_boundary = boundary_to_proto(value.to_boundary)
     elif value.to_commit_time is not None:
         request.to_commit_time.CopyFrom(datetime_to_timestamp(value.to_commit_time))
+    elif value.to_offsets is not None:
+        targets = sorted(value.to_offsets.items())
+        request.to_offsets.SetInParent()  # an empty map is still this target, for the server to refuse
+        request.to_offsets.offsets.extend(
+            pb.PartitionOffset(topic=tp.topic, partition=tp.partition, offset=off) for tp, off in targets
+        )
+        if value.topics is None and not value.all_topics:
+            # The selection is the partitions given: what the call's cost and quota count.
+            request.topics.extend(selections_to_proto([(tp.topic, tp.partition) for tp, _ in targets]))
     return request
 
 
@@ -110,4 +120,17 @@ def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
         dry_run=request.dry_run,
         expected_generation=request.expected_generation if request.HasField("expected_generation") else None,
         clamp=request.clamp,
+        to_offsets=_offset_targets(request.to_offsets) if target == "to_offsets" else None,
+        source=request.source,
     )
+
+
+def _offset_targets(message: pb.OffsetTargets) -> dict[TopicPartition, int]:
+    """The offsets of ``to_offsets``; a partition given twice is refused here, naming it (a dict would keep one)."""
+    found: dict[TopicPartition, int] = {}
+    for i, o in enumerate(message.offsets):
+        tp = TopicPartition(o.topic, o.partition)
+        if tp in found:
+            raise InvalidArgumentError.field(f"to_offsets.offsets[{i}]", f"{o.topic}:{o.partition} is given twice")
+        found[tp] = o.offset
+    return found

@@ -65,6 +65,8 @@ class ChangeKind(enum.IntEnum):
     DELETE = 3
     #: Retention removed an idle group's offsets.
     EXPIRE = 4
+    #: A reset that took positions over from another system (its ``source`` says which).
+    ADOPT = 5
 
 
 class LagSecondsStatus(enum.IntEnum):
@@ -77,6 +79,8 @@ class LagSecondsStatus(enum.IntEnum):
     NO_SAMPLES = 2
     #: The offset is a sentinel (-2/-1) whose log start or end is not known.
     OFFSET_UNKNOWN = 3
+    #: The offset is past the known log end: its lag is unknown too, until a newer log end.
+    PAST_LOG_END = 4
 
 
 class GroupStatus(enum.IntEnum):
@@ -143,6 +147,8 @@ class OffsetChange:
     generation: int
     change_time: datetime | None = None
     actor: str = ""
+    #: Where an adoption's offsets came from; empty for every other change.
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,7 +265,7 @@ class FetchResult:
 class ResetRequest:
     """One reset of a group's offsets: which partitions, to which target, and whether for real.
 
-    The target is one of `to_offset`, `shift_by`, `to_boundary` and `to_commit_time`, the
+    The target is one of `to_offset`, `shift_by`, `to_boundary`, `to_commit_time` and `to_offsets`, the
     contract's oneof; `targets` says which were given, so that whoever decides can refuse
     none or two with its own words.
     """
@@ -283,6 +289,11 @@ class ResetRequest:
     expected_generation: int | None = None
     #: Set an offset outside the known [log start, log end] to the nearer bound instead.
     clamp: bool = False
+    #: A different offset per partition (-2/-1 resolve as `to_boundary` does); these partitions
+    #: are the selection, which a client fills in as `topics`.
+    to_offsets: Mapping[TopicPartition, int] | None = None
+    #: Where the offsets came from: a reset with a source is an adoption (CHANGE_KIND_ADOPT).
+    source: str = ""
 
     @property
     def targets(self) -> dict[str, Any]:
@@ -294,7 +305,7 @@ class ResetRequest:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "group_id"}
 
 
-_RESET_TARGETS = ("to_offset", "shift_by", "to_boundary", "to_commit_time")
+_RESET_TARGETS = ("to_offset", "shift_by", "to_boundary", "to_commit_time", "to_offsets")
 
 
 @dataclass(frozen=True)

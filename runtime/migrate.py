@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,18 @@ SQL_API_ROLES = ("keep", "revoke")
 
 class SqlApiLockOut(Exception):
     """An upgrade across migration 0011 would lock SQL API v1 callers out, and no ``sql_api_roles`` says what to do."""
+
+
+class _AlembicBoilerplate(logging.Filter):
+    """Drops the two lines Alembic logs each time a migration context opens ("Context impl
+    PostgresqlImpl.", "Will assume transactional DDL."): they name no change, and a start that
+    checks the revision, then upgrades, printed them twice. "Running upgrade ..." stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(("Context impl ", "Will assume "))
+
+
+logging.getLogger("alembic.runtime.migration").addFilter(_AlembicBoilerplate())
 
 
 class DatabaseAhead(Exception):

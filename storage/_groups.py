@@ -122,6 +122,7 @@ def record_changes(
     generation: int,
     actor: str,
     when: datetime,
+    source: str = "",
 ) -> None:
     if not changes:
         return
@@ -138,6 +139,7 @@ def record_changes(
                 "generation": generation,
                 "change_time": when,
                 "actor": actor,
+                "source": source,
             }
             for tp, before, after in changes
         ],

@@ -8,10 +8,13 @@ stop or end it with ``pg_terminate_backend``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from sqlalchemy import Connection, func, select, text
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["LockWaitStopped", "LockWaitTimedOut", "describe_holder", "wait_for_xact_lock"]
 
@@ -64,7 +67,19 @@ def wait_for_xact_lock(
     naming the holder, or :class:`LockWaitStopped`.
     """
     deadline = time.monotonic() + timeout
+    said = False
     while not conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar_one():
+        if not said:
+            # Said when the wait starts, not only when it gives up: a start that waits minutes
+            # for a held migration lock must not look like a hang.
+            _log.warning(
+                "waiting for %s (advisory lock %d), held by %s; giving up after %g s",
+                what,
+                key,
+                describe_holder(conn, key),
+                timeout,
+            )
+            said = True
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise LockWaitTimedOut(

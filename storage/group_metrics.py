@@ -139,7 +139,7 @@ def _build_partition_query() -> CompoundSelect[Any]:
             func.sum(lag).filter(known),
             func.count().filter(past_end),
             func.max(lag_seconds).filter(lag_seconds >= 0),
-            *(null() for _ in range(9)),  # no verdict: see GroupCollector
+            *(null() for _ in range(len(storage.status_columns(0)) + 1)),  # no verdict: see GroupCollector
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))

@@ -93,14 +93,15 @@ def with_samples(report_sql: str) -> str:
 # What the SQL expression returns for the two unknowns; the API says -1 and the reason.
 _NO_SAMPLES = -1.0
 _NO_OFFSET = -2.0
+_PAST_LOG_END = -3.0
 
 
 def lag_seconds_of(committed: ColumnElement[Any]) -> ColumnElement[float]:
     """Lag in seconds of ``committed`` (the effective offset: NULL where a sentinel's boundary is unknown).
 
     An expression over ``offsets`` outer-joined with ``watermarks``; -1 where no log end was
-    sampled, -2 where the offset is unknown (:func:`lag_seconds_status` turns these into -1
-    and the reason).
+    sampled, -2 where the offset is unknown, -3 where it is past the log end (:func:`lag_seconds_status`
+    turns these into -1 and the reason).
     """
     o, t = watermark_samples.c.log_end_offset, watermark_samples.c.sampled_at
     log_end, seen_at = watermarks.c.log_end_offset, watermarks.c.updated_at
@@ -134,7 +135,9 @@ def lag_seconds_of(committed: ColumnElement[Any]) -> ColumnElement[float]:
     return case(
         (log_end.is_(None), literal(_NO_SAMPLES, Float)),
         (committed.is_(None), literal(_NO_OFFSET, Float)),
-        (committed >= log_end, literal(0.0, Float)),
+        (committed == log_end, literal(0.0, Float)),
+        # Past the log end the lag is unknown (-1), and so is how old it is: never 0 beside it.
+        (committed > log_end, literal(_PAST_LOG_END, Float)),
         else_=interpolated,
     )
 
@@ -145,6 +148,8 @@ def lag_seconds_status(value: float | None) -> tuple[float, LagSecondsStatus]:
         return -1.0, LagSecondsStatus.NO_SAMPLES
     if value == _NO_OFFSET:
         return -1.0, LagSecondsStatus.OFFSET_UNKNOWN
+    if value == _PAST_LOG_END:
+        return -1.0, LagSecondsStatus.PAST_LOG_END
     return float(value), LagSecondsStatus.KNOWN
 
 

@@ -24,14 +24,16 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    exists,
     false,
     func,
+    null,
     or_,
     select,
     tuple_,
 )
 
-from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET
+from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, ChangeKind
 from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status, lag_series
 from offsetstore.storage.schema import offset_history, offsets, watermark_samples, watermarks
 from offsetstore.storage.status import PartitionFacts, StatusRules, Verdict, judge, worst
@@ -80,6 +82,15 @@ def past_log_end_column() -> ColumnElement[bool]:
     )
 
 
+def _by_operator(kind: ColumnElement[int]) -> ColumnElement[bool]:
+    """Whether a history entry's kind is an operator's write over a consumer's offset (a reset, an adoption).
+
+    Two comparisons, not IN: an IN list would be an expanding parameter, which a statement
+    compiled once (:mod:`.describe`) cannot carry.
+    """
+    return or_(kind == int(ChangeKind.RESET), kind == int(ChangeKind.ADOPT))
+
+
 #: How far back the history is searched for a partition's latest change (older daily
 #: partitions of the history are pruned): an offset unchanged for longer reads as changed then.
 HISTORY_LOOKBACK_SECONDS = 86400
@@ -108,6 +119,12 @@ def status_columns(window: float | ColumnElement[Any]) -> tuple[ColumnElement[An
     moved = func.coalesce(
         select(h.c.change_time).where(mine).order_by(h.c.id.desc()).limit(1).scalar_subquery(), oldest
     )
+    # An operator's change last (a reset, an adoption, an import): no consumer's progress. Only
+    # then is the consumer's latest commit looked up (CASE evaluates its branch lazily).
+    by_operator = func.coalesce(
+        select(_by_operator(h.c.kind)).where(mine).order_by(h.c.id.desc()).limit(1).scalar_subquery(), false()
+    )
+    consumer = select(h.c.change_time).where(mine, h.c.kind == int(ChangeKind.COMMIT)).order_by(h.c.id.desc())
     s = watermark_samples
     return (
         now.label("now"),
@@ -116,14 +133,23 @@ def status_columns(window: float | ColumnElement[Any]) -> tuple[ColumnElement[An
         watermarks.c.log_start_offset.label("log_start"),
         watermarks.c.log_end_offset.label("log_end"),
         moved.label("moved_time"),
-        # The offset a window ago: the latest change up to then, else (unchanged since) the offset.
-        func.coalesce(
-            select(h.c.new_offset)
-            .where(mine, h.c.change_time <= then)
-            .order_by(h.c.id.desc())
-            .limit(1)
-            .scalar_subquery(),
-            case((moved <= then, offsets.c.offset)),
+        case((by_operator, moved)).label("reset_time"),
+        case((by_operator, consumer.limit(1).scalar_subquery())).label("consumer_time"),
+        # The offset a window ago: the latest change up to then, else (unchanged since) the offset;
+        # unknown where an operator moved it since, so that its jump never reads as lag growth.
+        case(
+            (
+                exists().where(mine, h.c.change_time > then, _by_operator(h.c.kind)),
+                null(),
+            ),
+            else_=func.coalesce(
+                select(h.c.new_offset)
+                .where(mine, h.c.change_time <= then)
+                .order_by(h.c.id.desc())
+                .limit(1)
+                .scalar_subquery(),
+                case((moved <= then, offsets.c.offset)),
+            ),
         ).label("offset_then"),
         select(s.c.log_end_offset)
         .where(s.c.topic == offsets.c.topic, s.c.partition == offsets.c.partition, s.c.sampled_at <= then)
@@ -147,6 +173,8 @@ def facts_of(r: Any, lag_seconds: float) -> PartitionFacts:
         offset_then=r.offset_then,
         log_end_then=r.log_end_then,
         now=r.now,
+        reset_time=r.reset_time,
+        consumer_time=r.consumer_time,
     )
 
 

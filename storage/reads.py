@@ -268,6 +268,7 @@ def list_offset_history(
         h.c.generation,
         h.c.change_time,
         h.c.actor,
+        h.c.source,
     ).where(h.c.group_id == group_id, where_selected(h, sels))
     if since is not None:
         query = query.where(h.c.change_time >= since)
@@ -284,6 +285,7 @@ def list_offset_history(
             r.generation,
             r.change_time,
             r.actor,
+            r.source,
         )
         for r in rows
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import cast
@@ -43,6 +44,9 @@ from offsetstore.storage._groups import (
 from offsetstore.storage.retention import history_horizon
 from offsetstore.storage.schema import offset_history, offsets
 from offsetstore.storage.watermarks import read_watermarks
+
+#: The longest ``source`` of an adoption, in bytes.
+MAX_SOURCE_BYTES = 1024
 
 # --- operator actions: reset and delete --------------------------------------------
 
@@ -115,6 +119,8 @@ def reset_offsets(
     expected_generation: int | None = None,
     clamp: bool = False,
     actor: str = "",
+    to_offsets: Mapping[TopicPartition, int] | None = None,
+    source: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
 
@@ -135,8 +141,11 @@ def reset_offsets(
             dry_run,
             expected_generation,
             clamp,
+            to_offsets,
+            source,
         )
     )
+    to_offsets, source = request.to_offsets, request.source
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
     group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
@@ -146,9 +155,13 @@ def reset_offsets(
     check.group_id(group_id, violations=v)
     sels = check.selections(topics, violations=v)
     _selection_required(sels, all_topics, v)
-    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time) if t is not None]
+    targets = [t for t in (to_offset, shift_by, to_boundary, to_commit_time, to_offsets) if t is not None]
     if len(targets) != 1:
-        v.add("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time")
+        v.add("target", "give exactly one of to_offset, shift_by, to_boundary, to_commit_time, to_offsets")
+    if to_offsets is not None:
+        _check_offset_targets(to_offsets, sels, all_topics, v)
+    if len(source.encode()) > MAX_SOURCE_BYTES:
+        v.add("source", f"must be at most {MAX_SOURCE_BYTES} bytes")
     if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
         v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
@@ -185,10 +198,15 @@ def reset_offsets(
     for tp in sorted(selected):
         old = stored.get(tp)
         start, end = marks.get(tp, (None, None))
+        boundary = to_boundary
+        if to_offsets is not None and to_offsets.get(tp, 0) < 0:
+            boundary = Boundary.EARLIEST if to_offsets[tp] == EARLIEST else Boundary.LATEST
         if to_offset is not None:
             new[tp] = to_offset
-        elif to_boundary is not None:
-            if to_boundary == Boundary.EARLIEST:
+        elif to_offsets is not None and boundary is None:
+            new[tp] = to_offsets[tp]
+        elif boundary is not None:
+            if boundary == Boundary.EARLIEST:
                 new[tp] = EARLIEST if start is None else start
             else:
                 new[tp] = LATEST if end is None else end
@@ -203,7 +221,7 @@ def reset_offsets(
             at = past.get(tp)
             new[tp] = EARLIEST if at is None else at
         # A boundary resolves to a bound by itself; any other offset may lie outside them.
-        bound = None if to_boundary is not None or tp not in new else _passed_bound(new[tp], start, end)
+        bound = None if boundary is not None or tp not in new else _passed_bound(new[tp], start, end)
         if bound is not None:
             outside.append(OffsetOutOfRange(tp.topic, tp.partition, new[tp], bound, request.clamp))
             if request.clamp:
@@ -215,8 +233,9 @@ def reset_offsets(
     live = group is not None and group.deleted_at is None
     bumps = live or bool(new)
     after = generation + 1 if bumps else generation
+    kind = ChangeKind.ADOPT if source else ChangeKind.RESET
     changes = [
-        OffsetChange(tp.topic, tp.partition, or_no_offset(stored.get(tp)), off, ChangeKind.RESET, after, None, actor)
+        OffsetChange(tp.topic, tp.partition, or_no_offset(stored.get(tp)), off, kind, after, None, actor, source)
         for tp, off in new.items()
     ]
     if dry_run:
@@ -227,8 +246,29 @@ def reset_offsets(
             # A group unknown above has no row to lock: one created meanwhile (a join that
             # committed while this insert waited for it) moved it past what was expected.
             raise stale_error(group_id, expected, generation - 1)
-    when = _apply_reset(conn, group_id, new, stored, generation, actor)
+    when = _apply_reset(conn, group_id, new, stored, generation, actor, source)
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
+
+
+def _check_offset_targets(
+    to_offsets: Mapping[TopicPartition, int], sels: list[check.Selection], all_topics: bool, v: check.Violations
+) -> None:
+    """``to_offsets``: valid partitions and offsets, and exactly the partitions ``topics`` names.
+
+    The selection repeats them so that what a call costs and may add (counted from ``topics``
+    before the request runs) is what it writes.
+    """
+    if not to_offsets:
+        v.add("to_offsets", "give at least one partition's offset")
+    for i, (tp, off) in enumerate(sorted(to_offsets.items())):
+        check.topic(tp.topic, field=f"to_offsets.offsets[{i}].topic", violations=v)
+        check.partition(tp.partition, field=f"to_offsets.offsets[{i}].partition", violations=v)
+        if not (off in (EARLIEST, LATEST) or 0 <= off <= check.INT64_MAX):
+            v.add(f"to_offsets.offsets[{i}].offset", "must be >= 0, or -2 (earliest) or -1 (latest)")
+    named = {TopicPartition(t, p) for t, parts in sels for p in parts}
+    whole = any(not parts for _, parts in sels)
+    if all_topics or whole or named != set(to_offsets):
+        v.add("topics", "with to_offsets, name exactly its partitions (the clients fill this in)")
 
 
 def _passed_bound(offset: int, start: int | None, end: int | None) -> int | None:
@@ -249,6 +289,7 @@ def _apply_reset(
     stored: dict[TopicPartition, int],
     generation: int,
     actor: str,
+    source: str,
 ) -> datetime:
     """Writes the reset's offsets and history; returns the time it records."""
     when = now(conn)
@@ -276,10 +317,11 @@ def _apply_reset(
         conn,
         group_id,
         [(tp, stored.get(tp), off) for tp, off in new.items()],
-        ChangeKind.RESET,
+        ChangeKind.ADOPT if source else ChangeKind.RESET,
         generation,
         actor,
         when,
+        source,
     )
     return when
 

@@ -104,6 +104,8 @@ offset_history = Table(
         server_default=func.statement_timestamp(),
     ),
     Column("actor", Text, nullable=False, server_default=""),
+    # Where an adoption's offsets came from (CHANGE_KIND_ADOPT); empty for every other change.
+    Column("source", Text, nullable=False, server_default=""),
     # ListOffsetHistory of a group, newest first.
     Index(None, "group_id", "id"),
     # ListOffsetHistory with a topic filter; a reset to a commit time, per partition.

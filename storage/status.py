@@ -9,24 +9,34 @@ The rules, in order (the first that holds decides), with ``W`` the window
 (:attr:`StatusRules.window`, default 60 s):
 
 ==============  =========================================================================
-UNCONFIRMED     no log end known; or the offset is past a log end observed *before* the
-                commit and older than ``W`` (the log may have grown since: no anomaly
-                claimed); or lag while no commit for ``W`` and no log end observed since
-                the last commit
+UNCONFIRMED     no log end known
 LOST            a log start is known and the offset is below it (the log start only grows,
                 so an older observation already proves it)
 PAST_END        the offset is past a log end observed at or after the commit
 OK              the offset is past a log end observed before the commit, within ``W``: a
                 consumer committing more often than log ends are observed (the reason
                 says it is unconfirmed)
+UNCONFIRMED     the same, with no log end seen for ``W``, while commits arrive
+IDLE            the same, and no commit for ``W``: caught up as far as anything shows (the
+                reason says the lag is unknown and since when no log end came)
+(after reset)   an operator's reset, adoption or import set the offset and no consumer has
+                committed since: that is no consumer's progress. Caught up: IDLE or OK as
+                below; lag: STOPPED when the last consumer commit (else the reset) is older
+                than ``W``, else OK "waiting for the consumer". The reason names the reset.
 IDLE            caught up (offset = log end) and no commit for ``W``: a quiet topic
 OK              caught up, commits recent
-STOPPED         lag, no commit for ``W``, and a log end observed after the last commit
+STOPPED         lag, no commit for ``W``, and a log end observed after the last commit; or
+                lag, no commit for ``2W`` and none observed since (the records the lag
+                counts were there before the commit: they wait however old the log end is)
+UNCONFIRMED     lag, no commit for ``W`` (but not ``2W``) and no log end observed since
 STALLED         lag, commits within ``W``, but the offset has not moved for ``W``
 LAGGING         lag grew over the last ``W`` (from the offset and log end a window ago)
                 and the oldest unconsumed record is older than ``W / 2``
 OK              lag, and keeping up
 ==============  =========================================================================
+
+So UNCONFIRMED never outlasts the consumer: once nothing commits, a verdict follows from
+what was last seen (IDLE past the last log end, STOPPED behind it).
 
 Why these: a caught-up consumer is never an alarm however long it is silent (Burrow's
 false STOP on quiet topics); an anomaly is never judged against a log end older than the
@@ -86,6 +96,11 @@ class PartitionFacts:
     offset_then: int | None
     log_end_then: int | None
     now: datetime
+    #: When an operator's reset (an adoption, an import) set the offset, if no consumer has
+    #: committed since; None when the latest change is a consumer's commit.
+    reset_time: datetime | None = None
+    #: With ``reset_time``: the latest consumer commit before it (None: none in the history kept).
+    consumer_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -143,22 +158,37 @@ def judge(f: PartitionFacts, rules: StatusRules = DEFAULT_RULES) -> Verdict:
             if _seconds(f.now, f.watermark_time) <= w:
                 # The usual case: a consumer commits more often than log ends are observed.
                 return Verdict(GroupStatus.OK, f"caught up: {ahead} (unconfirmed until a newer log end)")
+            quiet = _seconds(f.now, f.consumer_time or f.commit_time)
+            if quiet > w:
+                return Verdict(
+                    GroupStatus.IDLE,
+                    f"no commit for {_age(quiet)}; {ahead}: caught up as far as known, lag unknown "
+                    f"(no log end seen for {watermark_age})",
+                )
             return Verdict(
                 GroupStatus.UNCONFIRMED, f"{ahead}, and no log end seen for {watermark_age}: waiting for a newer one"
             )
         return Verdict(GroupStatus.PAST_END, f"offset {o} is past the log end {end} seen after the commit")
+    lag = end - o
+    behind = f" ({_age(f.lag_seconds)} behind)" if f.lag_seconds >= 0 else ""
+    if f.reset_time is not None:
+        return _after_reset(f, f.reset_time, lag, behind, w)
     quiet = _seconds(f.now, f.commit_time)
     if o == end:
         if quiet > w:
             return Verdict(GroupStatus.IDLE, f"caught up at {end}, no commit for {_age(quiet)}")
         return Verdict(GroupStatus.OK, f"caught up at {end}")
-    lag = end - o
-    behind = f" ({_age(f.lag_seconds)} behind)" if f.lag_seconds >= 0 else ""
     if quiet > w:
-        if not seen_after_commit:
+        if not seen_after_commit and quiet <= 2 * w:
             return Verdict(
                 GroupStatus.UNCONFIRMED,
                 f"lag {lag}, no commit for {_age(quiet)} and no log end seen since (log end {watermark_age} old)",
+            )
+        if not seen_after_commit:
+            return Verdict(
+                GroupStatus.STOPPED,
+                f"no commit for {_age(quiet)} while at least {lag} records wait (the log end {end} was seen "
+                f"{watermark_age} ago, before the last commit)",
             )
         return Verdict(
             GroupStatus.STOPPED, f"no commit for {_age(quiet)} while the log end moved to {end}: lag {lag}{behind}"
@@ -173,6 +203,26 @@ def judge(f: PartitionFacts, rules: StatusRules = DEFAULT_RULES) -> Verdict:
         if lag > lag_then and f.lag_seconds > rules.lagging_after:
             return Verdict(GroupStatus.LAGGING, f"lag grew from {max(0, lag_then)} to {lag} over {_age(w)}{behind}")
     return Verdict(GroupStatus.OK, f"lag {lag}{behind}, keeping up")
+
+
+def _after_reset(f: PartitionFacts, reset_time: datetime, lag: int, behind: str, w: float) -> Verdict:
+    """An offset an operator set, with no consumer commit since: judged by the consumer's last commit, not the reset.
+
+    A reset is no sign of life, and its jump is no lag growth: a STOPPED group stays STOPPED,
+    and a group nobody consumes yet waits for its consumer.
+    """
+    since = _seconds(f.now, reset_time)
+    waiting = f"reset {_age(since)} ago, no consumer commit since"
+    quiet = _seconds(f.now, f.consumer_time) if f.consumer_time is not None else since
+    if lag == 0:
+        if quiet > w:
+            return Verdict(GroupStatus.IDLE, f"caught up at {f.log_end}; {waiting}")
+        return Verdict(GroupStatus.OK, f"caught up at {f.log_end}; {waiting}")
+    if f.consumer_time is not None and quiet > w:
+        return Verdict(GroupStatus.STOPPED, f"no consumer commit for {_age(quiet)} ({waiting}): lag {lag}{behind}")
+    if since > w:
+        return Verdict(GroupStatus.STOPPED, f"{waiting}: lag {lag}{behind}")
+    return Verdict(GroupStatus.OK, f"{waiting}: waiting for the consumer, lag {lag}{behind}")
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:

@@ -54,3 +54,11 @@ def test_an_option_that_takes_a_file_or_address_leaves_completion_to_bash() -> N
     # Nothing offered: `complete -o default` then completes file names.
     assert completions("offsetstore groups import --tls-ca ") == []
     assert completions("offsetstore serve --listen ") == []
+
+
+def test_state_completes_its_statuses() -> None:
+    """Issue 49: ``--state`` took any word; its values are the verdicts."""
+    assert completions("offsetstore groups list --state ") == [
+        "LOST", "PAST_END", "STOPPED", "STALLED", "LAGGING", "UNCONFIRMED", "OK", "IDLE",
+    ]  # fmt: skip
+    assert completions("offsetstore groups list --state LA") == ["LAGGING"]

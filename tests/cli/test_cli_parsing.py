@@ -303,15 +303,16 @@ def test_describe_takes_a_group_or_all_groups() -> None:
         (["list", "--prefix", "p", "extra"], "list"),  # list --state takes a status since issue 36
     ],
 )
-def test_a_wrong_flag_prints_the_usage_of_its_command(
+def test_a_wrong_flag_is_said_by_its_command_in_two_lines(
     argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as info:
         parse(*argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"usage: offsetstore groups {command} ")
-    assert f"offsetstore groups {command}: error: unrecognized arguments: " in err
+    # Issue 49: the error first and alone, not below twelve lines of usage; --help has the usage.
+    assert err.startswith(f"offsetstore groups {command}: error: unrecognized arguments: ")
+    assert err.splitlines()[1:] == [f"See 'offsetstore groups {command} --help' for its options."]
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ def test_contract_fields() -> None:
         "generation",
         "change_time",
         "actor",
+        "source",  # issue 49: where an adoption's offsets came from
     }
     assert {
         "group_id",
@@ -90,4 +91,5 @@ def test_contract_fields() -> None:
         "CHANGE_KIND_RESET",
         "CHANGE_KIND_DELETE",
         "CHANGE_KIND_EXPIRE",
+        "CHANGE_KIND_ADOPT",  # issue 49: a reset that took positions over from another system
     }

@@ -56,6 +56,7 @@ def main() -> None:
         help="rate: Spark's JVM source, so that no Python runs on the workers before the sink",
     )
     p.add_argument("--from-store", action="store_true", help="startingOffsets from the offset store")
+    p.add_argument("--starting-offsets", help="startingOffsets as given (earliest, latest or JSON)")
     p.add_argument("--crash-stage", help="the sink's stage at which to die")
     p.add_argument("--crash-batch", type=int, help="the batch id at which to die")
     p.add_argument("--kill-executor-at", help="a staging task's stage at which its executor JVM is killed, once")
@@ -87,6 +88,8 @@ def main() -> None:
             trigger = {"processingTime": "1 second"}
         else:
             options = {"maxOffsetsPerTrigger": args.max_offsets_per_trigger}
+            if args.starting_offsets:
+                options["startingOffsets"] = args.starting_offsets
             if args.from_store:
                 options["startingOffsets"] = starting_offsets(
                     args.database_url, args.group_id, {args.topic: args.partitions}

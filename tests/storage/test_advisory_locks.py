@@ -45,11 +45,14 @@ def test_a_squatted_migration_lock_stops_the_start_with_one_line_naming_the_hold
     output = log.read_text(errors="replace")
     print(f"serve gave up after {waited:.1f} s with {code}: {output.strip().splitlines()[-1:]}")
     assert code == 2, output
-    [line] = [line for line in output.splitlines() if "migration lock" in line]
-    assert f"pid {squatter.pid}" in line
-    assert f"role {squatter.role}" in line
-    assert repr(squatter.application) in line
-    assert "cannot start" in line
+    # Issue 49: the wait is said when it starts, then the start gives up with one line.
+    [waiting] = [line for line in output.splitlines() if "waiting for the migration lock" in line]
+    [line] = [line for line in output.splitlines() if "migration lock" in line and "cannot start" in line]
+    assert output.index(waiting) < output.index(line)
+    for said in (waiting, line):
+        assert f"pid {squatter.pid}" in said
+        assert f"role {squatter.role}" in said
+        assert repr(squatter.application) in said
 
 
 def test_serve_waiting_for_the_migration_lock_stops_on_sigterm(scratch_database_url: str, tmp_path: Path) -> None:

@@ -109,7 +109,8 @@ def test_past_the_newest_sample_is_never_negative(engine, group_id, topic):
     commit(engine, group_id, topic, 130)  # past the log end seen 8 s before: not an anomaly yet (issue 36)
     p = described(engine, group_id)
     assert (p.offset_past_log_end, p.status) == (False, GroupStatus.OK)  # "unconfirmed" in its reason
-    assert (p.lag_seconds, p.lag_seconds_status) == (0.0, LagSecondsStatus.KNOWN)
+    # Issue 49: its lag is unknown (-1), and so is its lag in seconds, never 0 beside it.
+    assert (p.lag, p.lag_seconds, p.lag_seconds_status) == (-1, -1.0, LagSecondsStatus.PAST_LOG_END)
 
 
 def test_below_the_oldest_sample_extrapolates_at_the_observed_rate(engine, group_id, topic):

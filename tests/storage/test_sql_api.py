@@ -271,8 +271,8 @@ def _doc_loop(group_id: str, table: str = "orders_copy") -> tuple[str, list[str]
     """
     blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
     (loop,) = [b for b in blocks if "BEGIN;" in b]
-    assert re.search(r"'orders-etl', \d", loop) is None, "the loop names a generation of its own"
-    loop = loop.replace("'orders-etl'", f"'{group_id}'").replace("orders_copy", table)
+    assert re.search(r"'orders-sql-etl', \d", loop) is None, "the loop names a generation of its own"
+    loop = loop.replace("'orders-sql-etl'", f"'{group_id}'").replace("orders_copy", table)
     loop = loop.replace(" \\gset", ";").replace(":generation", "%(generation)s")
     code = "\n".join(line for line in loop.splitlines() if not line.lstrip().startswith("--"))
     statements = [s.strip() for s in code.split(";") if s.strip()]

@@ -81,3 +81,49 @@ def test_a_group_is_its_worst_partition() -> None:
     )
     assert worst([Verdict(GroupStatus.PAST_END, "p"), Verdict(GroupStatus.LOST, "l")]).status == GroupStatus.LOST
     assert worst([]).status == GroupStatus.IDLE
+
+
+# --- issue 49: verdicts that survive an operator ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "reason"),
+    [
+        # The issue's walk: STOPPED (no commit for 76 s), then an operator's reset: still STOPPED.
+        (
+            {"offset": 50, "commit_time": ago(1), "reset_time": ago(1), "consumer_time": ago(76)},
+            GroupStatus.STOPPED,
+            "no consumer commit for 76s (reset 1s ago, no consumer commit since)",
+        ),
+        # A group adopted a moment ago that no consumer has committed to yet: waiting, not alive.
+        ({"commit_time": ago(5), "reset_time": ago(5)}, GroupStatus.OK, "waiting for the consumer"),
+        # ... and still nobody after the window: STOPPED, saying why.
+        ({"commit_time": ago(90), "reset_time": ago(90)}, GroupStatus.STOPPED, "reset 90s ago, no consumer commit"),
+        # A live consumer fenced by the reset has a window to come back.
+        (
+            {"commit_time": ago(1), "reset_time": ago(1), "consumer_time": ago(3)},
+            GroupStatus.OK,
+            "waiting for the consumer",
+        ),
+        ({"offset": 100, "commit_time": ago(90), "reset_time": ago(90)}, GroupStatus.IDLE, "caught up at 100; reset"),
+    ],
+)
+def test_a_reset_is_no_consumer_commit(change: dict[str, object], status: GroupStatus, reason: str) -> None:
+    verdict = judge(replace(HEALTHY, **change))  # type: ignore[arg-type]  # the fields' own types
+    assert verdict.status == status, verdict.reason
+    assert reason in verdict.reason
+
+
+def test_unconfirmed_ends_when_the_consumer_does() -> None:
+    """Where nothing brings a newer log end, UNCONFIRMED lasts while commits do: then a verdict from the last one seen."""
+    behind = replace(HEALTHY, commit_time=ago(90), moved_time=ago(90), watermark_time=ago(120))
+    assert judge(behind).status == GroupStatus.UNCONFIRMED
+    stopped = judge(replace(behind, commit_time=ago(121), moved_time=ago(121), watermark_time=ago(600)))
+    assert stopped.status == GroupStatus.STOPPED
+    assert "at least 5 records wait" in stopped.reason
+
+    ahead = replace(HEALTHY, offset=75, log_end=64, watermark_time=ago(90))
+    assert judge(ahead).status == GroupStatus.UNCONFIRMED
+    idle = judge(replace(ahead, commit_time=ago(61), moved_time=ago(61), watermark_time=ago(3600)))
+    assert idle.status == GroupStatus.IDLE
+    assert "caught up as far as known, lag unknown (no log end seen for 60m)" in idle.reason

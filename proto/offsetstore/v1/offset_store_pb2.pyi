@@ -24,6 +24,7 @@ class LagSecondsStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LAG_SECONDS_STATUS_KNOWN: _ClassVar[LagSecondsStatus]
     LAG_SECONDS_STATUS_NO_SAMPLES: _ClassVar[LagSecondsStatus]
     LAG_SECONDS_STATUS_OFFSET_UNKNOWN: _ClassVar[LagSecondsStatus]
+    LAG_SECONDS_STATUS_PAST_LOG_END: _ClassVar[LagSecondsStatus]
 
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +33,7 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_KIND_RESET: _ClassVar[ChangeKind]
     CHANGE_KIND_DELETE: _ClassVar[ChangeKind]
     CHANGE_KIND_EXPIRE: _ClassVar[ChangeKind]
+    CHANGE_KIND_ADOPT: _ClassVar[ChangeKind]
 
 class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -51,11 +53,13 @@ LAG_SECONDS_STATUS_UNSPECIFIED: LagSecondsStatus
 LAG_SECONDS_STATUS_KNOWN: LagSecondsStatus
 LAG_SECONDS_STATUS_NO_SAMPLES: LagSecondsStatus
 LAG_SECONDS_STATUS_OFFSET_UNKNOWN: LagSecondsStatus
+LAG_SECONDS_STATUS_PAST_LOG_END: LagSecondsStatus
 CHANGE_KIND_UNSPECIFIED: ChangeKind
 CHANGE_KIND_COMMIT: ChangeKind
 CHANGE_KIND_RESET: ChangeKind
 CHANGE_KIND_DELETE: ChangeKind
 CHANGE_KIND_EXPIRE: ChangeKind
+CHANGE_KIND_ADOPT: ChangeKind
 GROUP_STATUS_UNSPECIFIED: GroupStatus
 GROUP_STATUS_OK: GroupStatus
 GROUP_STATUS_IDLE: GroupStatus
@@ -111,7 +115,7 @@ class CommittedOffset(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class OffsetChange(_message.Message):
-    __slots__ = ("topic", "partition", "previous_offset", "new_offset", "kind", "generation", "change_time", "actor")
+    __slots__ = ("topic", "partition", "previous_offset", "new_offset", "kind", "generation", "change_time", "actor", "source")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +124,7 @@ class OffsetChange(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     CHANGE_TIME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     previous_offset: int
@@ -128,7 +133,8 @@ class OffsetChange(_message.Message):
     generation: int
     change_time: _timestamp_pb2.Timestamp
     actor: str
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., previous_offset: _Optional[int] = ..., new_offset: _Optional[int] = ..., kind: _Optional[_Union[ChangeKind, str]] = ..., generation: _Optional[int] = ..., change_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+    source: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., previous_offset: _Optional[int] = ..., new_offset: _Optional[int] = ..., kind: _Optional[_Union[ChangeKind, str]] = ..., generation: _Optional[int] = ..., change_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Watermark(_message.Message):
     __slots__ = ("topic", "partition", "log_start_offset", "log_end_offset")
@@ -229,7 +235,7 @@ class FetchOffsetsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ..., generation: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResetOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "dry_run", "expected_generation", "clamp")
+    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "to_offsets", "dry_run", "expected_generation", "clamp", "source")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     ALL_TOPICS_FIELD_NUMBER: _ClassVar[int]
@@ -237,9 +243,11 @@ class ResetOffsetsRequest(_message.Message):
     SHIFT_BY_FIELD_NUMBER: _ClassVar[int]
     TO_BOUNDARY_FIELD_NUMBER: _ClassVar[int]
     TO_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
     CLAMP_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicSelection]
     all_topics: bool
@@ -247,10 +255,28 @@ class ResetOffsetsRequest(_message.Message):
     shift_by: int
     to_boundary: Boundary
     to_commit_time: _timestamp_pb2.Timestamp
+    to_offsets: OffsetTargets
     dry_run: bool
     expected_generation: int
     clamp: bool
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dry_run: _Optional[bool] = ..., expected_generation: _Optional[int] = ..., clamp: _Optional[bool] = ...) -> None: ...
+    source: str
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_offsets: _Optional[_Union[OffsetTargets, _Mapping]] = ..., dry_run: _Optional[bool] = ..., expected_generation: _Optional[int] = ..., clamp: _Optional[bool] = ..., source: _Optional[str] = ...) -> None: ...
+
+class OffsetTargets(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ResetOffsetsResponse(_message.Message):
     __slots__ = ("changes", "generation", "dry_run", "out_of_range")

@@ -106,7 +106,10 @@ function resetPanel(groupId, partitions, group) {
       // Someone joined, committed under a new generation, reset or deleted since the preview:
       // nothing was reset. Show what a reset would do now; the user confirms that, or not.
       const now = error.metadata.current_generation;
-      if (now !== undefined) $("#generation").textContent = now;
+      if (now !== undefined) {
+        $("#generation").textContent = now;
+        $("#reset-generation").textContent = generationLine(now);
+      }
       await dryRun(el("p", { class: "error-text", id: "reset-stale" },
         `Not reset: the group moved from generation ${seen} to ${now ?? "a newer one"} since the preview, so nothing changed. ` +
         "Below is a fresh preview of the group as it is now; confirm again if it is still what you want."));
@@ -117,7 +120,11 @@ function resetPanel(groupId, partitions, group) {
     el("div", { class: "toolbar" }, "Reset", scope, picker.box, target, value,
       el("label", { title: "set an offset outside the known log range to the nearer bound" }, clamp, " clamp to the log range"),
       el("button", { type: "button", id: "reset-preview", class: "primary", onclick: () => dryRun() }, "Preview (dry run)"), confirm),
-    el("p", { class: "muted" }, `Generation ${group.generation} now. Nothing changes until you confirm; a confirm applies only if the group is still at the previewed generation.`), preview);
+    el("p", { class: "muted", id: "reset-generation" }, generationLine(group.generation)), preview);
+}
+
+function generationLine(generation) {
+  return `Generation ${generation} now. Nothing changes until you confirm; a confirm applies only if the group is still at the previewed generation.`;
 }
 
 // The server's word on offsets outside a partition's known [log start, log end].

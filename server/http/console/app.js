@@ -84,7 +84,7 @@ function offsetText(v) {
 // A change's -1 is "none" unless the partition stored the latest placeholder just before (as
 // the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
 function storedFlags(changesNewestFirst) {
-  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET"];
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT"];
   const last = new Map();
   const flags = [];
   for (const c of [...changesNewestFirst].reverse()) {
@@ -160,7 +160,9 @@ function when(iso) {
   const seconds = Math.max(0, (Date.now() - then.getTime()) / 1000);
   const ago = seconds < 90 ? `${Math.round(seconds)} s ago` : seconds < 5400 ? `${Math.round(seconds / 60)} min ago`
     : seconds < 172800 ? `${Math.round(seconds / 3600)} h ago` : `${Math.round(seconds / 86400)} d ago`;
-  return el("time", { datetime: iso, title: iso }, ago);
+  // The instant itself in UTC beside how long ago, not only on hover (the CLI's tables are UTC too).
+  const utc = then.toISOString().slice(0, 19).replace("T", " ") + " UTC";
+  return el("time", { datetime: iso, title: iso }, `${ago} (${utc})`);
 }
 
 function table(columns, rows, id) {
@@ -265,7 +267,7 @@ async function groupPage(groupId, mine) {
     el("dl", { class: "facts" },
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
-      el("dt", {}, "Member"), el("dd", {}, g.memberId ? `${g.memberId} (${g.memberHost || "?"})` : "none"),
+      el("dt", {}, "Member"), el("dd", {}, g.memberId ? (g.memberHost ? `${g.memberId} (${g.memberHost})` : g.memberId) : "none"),
       el("dt", {}, "Last active"), el("dd", {}, when(g.activeTime))),
     el("div", { class: "toolbar", id: "actions" },
       el("button", { type: "button", id: "export", onclick: () => exportCsv(groupId) }, "Export CSV")),
@@ -320,7 +322,7 @@ async function history(groupId, mine) {
     const list = el("ol", { class: "timeline", id: "timeline" }, items.slice(0, 500).map((c, i) => el("li", { class: "kind-" + c.kind },
       when(c.changeTime), " ", el("span", { class: "kind" }, String(c.kind).replace("CHANGE_KIND_", "").toLowerCase()), " ",
       `${c.topic} [${c.partition}]: ${changeOffsetText(c.previousOffset, stored[i].previous)} → ${changeOffsetText(c.newOffset, stored[i].next)}`,
-      el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}`))));
+      el("span", { class: "muted" }, ` generation ${c.generation}, by ${c.actor}` + (c.source ? `, from ${c.source}` : "")))));
     $("#history").replaceChildren(items.length ? list : el("p", { class: "muted" }, "No history kept."));
   } catch (error) {
     if (!movedOn(mine)) $("#history").replaceChildren(failure(error));
@@ -330,6 +332,7 @@ async function history(groupId, mine) {
 // --- errors, token, routing ----------------------------------------------------------
 
 function failure(error) {
+  say("");  // a new error: an older answer's banner (a success) would contradict it
   const hint = error.code === "unauthenticated" ? " Enter a token above." : "";
   return el("p", { class: "error-text", "data-code": error.code || "" },
     `${error.code || "error"}${error.reason ? " (" + error.reason + ")" : ""}: ${error.message}.${hint}`);
