@@ -13,7 +13,7 @@ from offsetstore.server.kafka_watermarks import KafkaWatermarks
 from offsetstore.spark_integration import ExactlyOnceSink, starting_offsets
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_spark import at_end, kafka_stream, records, run_available_now, wait_for
-from tests.fixtures.fix_spark_kafka import kafka_source, produce
+from tests.fixtures.fix_spark_kafka import kafka_source, make_topic, produce
 
 # The first test here may start the session's Spark, its broker and Ivy's resolution (minutes on a loaded machine).
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -30,7 +30,7 @@ def kafka(kafka_connector_jars, kafka_broker, spark):
 def test_the_stand_in_and_kafkas_own_source_hand_the_sink_the_same_rows_and_offsets(
     kafka, spark, database_url, engine, make_table, topic, group_id, tmp_path
 ):
-    kafka.create_topic(topic, 3)
+    make_topic(kafka, topic, 3)
     produce(kafka, topic, 3, 0, 500)
     real, shaped = make_table(), make_table()
     # Both started as the guide starts its query: from the store's offsets (none yet: earliest).
@@ -52,7 +52,7 @@ def test_the_stand_in_and_kafkas_own_source_hand_the_sink_the_same_rows_and_offs
 def test_a_partition_added_while_the_query_runs_is_read_and_its_stored_offset_starts_the_next_run(
     kafka, spark, database_url, engine, make_table, topic, group_id, tmp_path
 ):
-    kafka.create_topic(topic, 2)
+    make_topic(kafka, topic, 2)
     produce(kafka, topic, 2, 0, 100)
     table = make_table()
     sink = ExactlyOnceSink(database_url, group_id, str(table))
@@ -86,7 +86,7 @@ def test_a_partition_added_while_the_query_runs_is_read_and_its_stored_offset_st
 def test_a_deleted_and_recreated_topic_fails_the_query_until_the_operator_resets_the_group(
     kafka, spark, database_url, engine, make_table, topic, group_id, client, tmp_path
 ):
-    kafka.create_topic(topic, 2)
+    make_topic(kafka, topic, 2)
     produce(kafka, topic, 2, 0, 100)
     table = make_table()
     sink = ExactlyOnceSink(database_url, group_id, str(table))
@@ -116,7 +116,7 @@ def test_a_deleted_and_recreated_topic_fails_the_query_until_the_operator_resets
 
 def _recreated(kafka, topic: str, partitions: int) -> bool:
     try:
-        kafka.create_topic(topic, partitions)
+        make_topic(kafka, topic, partitions)
     except Exception:  # still being deleted: TopicExistsException or a marked-for-deletion error
         return False
     return True
@@ -126,7 +126,7 @@ def _recreated(kafka, topic: str, partitions: int) -> bool:
 def test_records_removed_by_retention_below_the_stored_offset_are_lost_and_said_so(
     kafka, spark, database_url, engine, make_table, topic, group_id, store, client, tmp_path, fail_on_data_loss
 ):
-    kafka.create_topic(topic, 2)
+    make_topic(kafka, topic, 2)
     produce(kafka, topic, 2, 0, 100)
     table = make_table()
     checkpoint = tmp_path / "checkpoint"
@@ -169,7 +169,7 @@ def test_read_committed_never_delivers_an_aborted_record_and_max_offsets_per_tri
 ):
     from confluent_kafka import Producer
 
-    kafka.create_topic(topic, 2)
+    make_topic(kafka, topic, 2)
     producer = Producer(kafka.producer_config(**{"transactional.id": group_id}))
     producer.init_transactions(30)
     sent = {}
