@@ -6,16 +6,20 @@ importing this package needs neither. The testing helper
 imported here.
 """
 
+from offsetstore.spark_integration.kafka_connector import KafkaConnectorError, check_kafka_connector, kafka_connector
 from offsetstore.spark_integration.offsets import checkpoint_location, starting_offsets
 from offsetstore.spark_integration.sink import ExactlyOnceSink, Mode, WritePath
 from offsetstore.spark_integration.workers import WorkerEnvironmentError, check_workers
 
 __all__ = [
     "ExactlyOnceSink",
+    "KafkaConnectorError",
     "Mode",
     "WorkerEnvironmentError",
     "WritePath",
+    "check_kafka_connector",
     "check_workers",
     "checkpoint_location",
+    "kafka_connector",
     "starting_offsets",
 ]

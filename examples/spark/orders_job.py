@@ -30,9 +30,12 @@ from typing import TYPE_CHECKING
 
 from offsetstore.spark_integration import (
     ExactlyOnceSink,
+    KafkaConnectorError,
     WorkerEnvironmentError,
+    check_kafka_connector,
     check_workers,
     checkpoint_location,
+    kafka_connector,
     starting_offsets,
 )
 from offsetstore.storage.engine import create_engine
@@ -80,7 +83,7 @@ def main() -> int:
     if not args.database_url:
         p.error("--database-url (or OFFSETSTORE_DATABASE_URL) is required")
     try:
-        from pyspark.errors import StreamingQueryException
+        from pyspark.errors import PySparkRuntimeError, StreamingQueryException
         from pyspark.sql import SparkSession
     except ModuleNotFoundError:
         # `make run` installs the server only: name the extra rather than end in a traceback.
@@ -103,18 +106,32 @@ def main() -> int:
 
     builder = SparkSession.builder.appName(args.group)
     if args.source == "kafka":
-        import pyspark
-
-        package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
-        builder = builder.config("spark.jars.packages", package)
-    spark = builder.getOrCreate()
+        # Spark's Kafka connector of PySpark's own version, from Maven (docs/spark.md, "Versions").
+        builder = builder.config("spark.jars.packages", kafka_connector())
+    try:
+        spark = builder.getOrCreate()
+    except PySparkRuntimeError as error:
+        if args.source != "kafka" or error.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        # Spark's JVM printed Ivy's report and its own trace above, then exited before Spark started.
+        print(
+            f"Spark did not start: when the lines above say 'unresolved dependency', Maven Central serves no "
+            f"{kafka_connector()} (Spark's Kafka connector must be of PySpark's version, and none is published "
+            "for some releases) or cannot be reached; install the tested pair: pip install 'pyspark==4.2.0' "
+            "(docs/spark.md, 'Versions')",
+            file=sys.stderr,
+        )
+        return 2
     spark.sparkContext.setLogLevel("WARN")
     _quiet_fence_traces(spark)
     try:
         # Before anything runs on the workers (the local source does): one clear line if
-        # they cannot import offsetstore, instead of a task's traceback.
+        # they cannot import offsetstore, instead of a task's traceback; and one if Spark's
+        # Kafka connector is missing or of another Spark version (spark-submit --packages).
         check_workers(spark)
-    except WorkerEnvironmentError as error:
+        if args.source == "kafka":
+            check_kafka_connector(spark)
+    except (WorkerEnvironmentError, KafkaConnectorError) as error:
         print(error, file=sys.stderr)
         return 2
 
