@@ -25,12 +25,27 @@ from tests.fixtures.fix_sql_roles import API_FUNCTIONS
 pytestmark = pytest.mark.slow
 
 
+def _as_role(url: str, role: str, password: str) -> psycopg.Connection:
+    """A connection whose ``session_user`` is ``role``: its login where the server lets it in (the
+    machine's PostgreSQL), else, on the embedded one that admits only its OS user, a superuser's
+    connection made the role with ``SET SESSION AUTHORIZATION`` (as tests/fixtures/fix_sql_roles.py does)."""
+    try:
+        return psycopg.connect(conninfo(url), user=role, password=password)
+    except psycopg.OperationalError:
+        conn = psycopg.connect(conninfo(url))
+        conn.execute(f'SET SESSION AUTHORIZATION "{role}"')
+        conn.commit()
+        assert conn.execute("SELECT session_user").fetchone() == (role,)
+        conn.commit()
+        return conn
+
+
 class SqlConsumer(threading.Thread):
     """docs/sql.md's loop as the previous release documented it: join once, then begin_write, commit_offsets, COMMIT."""
 
     def __init__(self, url: str, role: str, password: str, group_id: str) -> None:
         super().__init__(daemon=True)
-        self.conn = psycopg.connect(conninfo(url), user=role, password=password)
+        self.conn = _as_role(url, role, password)
         self.group_id = group_id
         self.stopping = threading.Event()
         self.errors: list[BaseException] = []
@@ -136,7 +151,7 @@ def test_revoke_migrates_and_the_role_loses_its_access(scratch_database_url: str
     revoked = _migrate(url, "--sql-api-roles", "revoke")
     assert revoked.returncode == 0, revoked.stdout + revoked.stderr
     assert f"lost their access: {role} (commit)" in revoked.stdout
-    with psycopg.connect(conninfo(url), user=role, password=password) as conn:
+    with _as_role(url, role, password) as conn:
         with pytest.raises(psycopg.Error) as refused:
             conn.execute("SELECT * FROM offsetstore.read_offsets('orders-1')")
     assert refused.value.sqlstate == "OS003"
