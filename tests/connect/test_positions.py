@@ -49,6 +49,8 @@ def test_the_engine_properties_point_at_the_store() -> None:
     assert (props["offset.storage.offsetstore.user"], props["offset.storage.offsetstore.password"]) == ("cdc", "secret")
     assert props["offset.storage.offsetstore.group"] == "orders-cdc" == props["name"]
     assert props["provide.transaction.metadata"] == "true"  # the handler needs END events
+    # The slot never runs ahead of the store: no refusal to start over its restart LSN (tests/connect/test_kill.py).
+    assert props["offset.mismatch.strategy"] == "trust_slot"
 
 
 def test_jdbc_url_of_a_multi_host_url() -> None:
