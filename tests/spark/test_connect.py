@@ -1,4 +1,4 @@
-"""The sink under Spark Connect: a real Connect server (start-connect-server.sh), a client killed mid-stream and restarted."""
+"""The sink under Spark Connect: a real Connect server (PySpark's own, by spark-submit), a client killed mid-stream and restarted."""
 
 from __future__ import annotations
 
@@ -31,6 +31,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _worker_python(tmp_path: Path) -> Path:
+    """This venv's Python for the server's workers, without PySpark's zip on their path.
+
+    Spark puts ``python/lib/pyspark.zip`` first on each worker's ``PYTHONPATH``, and a module
+    imported from a zip is compiled from source at every start (about 3 s of CPU for the
+    foreachBatch worker), while Spark waits a fixed 10 s for a worker to connect back: the
+    restarted client's worker, started while the killed client's query still runs on the server,
+    missed it on a busy machine. The venv holds the same PySpark, compiled once.
+    """
+    wrapper = tmp_path / "worker-python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "PYTHONPATH=$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -v '/python/lib/py' | paste -sd: -)\n"
+        "export PYTHONPATH\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 @dataclass
 class ConnectServer:
     url: str
@@ -39,14 +59,19 @@ class ConnectServer:
 
 @pytest.fixture
 def connect_server(jdk, tmp_path: Path) -> Iterator[ConnectServer]:
-    """A Spark Connect server of PySpark's own (``sbin/start-connect-server.sh``), in the foreground."""
+    """A Spark Connect server of PySpark's own, in the foreground.
+
+    PySpark's wheel carries the server (``jars/spark-connect_2.13-*.jar``) but, since 4.2, not
+    ``sbin/start-connect-server.sh``: the server's main class goes to ``spark-submit`` as that
+    script would hand it on.
+    """
     port = _free_port()
     logs = tmp_path / "connect-logs"
     logs.mkdir()
     env = {
         **os.environ,
         # The server's Python workers (foreachBatch, UDFs, the data source) run this venv's Python.
-        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": str(_worker_python(tmp_path)),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_NO_DAEMONIZE": "1",
         "SPARK_LOG_DIR": str(logs),
@@ -60,11 +85,16 @@ def connect_server(jdk, tmp_path: Path) -> Iterator[ConnectServer]:
         "spark.local.dir": str(tmp_path / "connect-local"),
         "spark.sql.warehouse.dir": str(tmp_path / "connect-warehouse"),
     }
-    command = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--master", "local[2,4]"]
+    command = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--name", "Spark Connect server",
+        "--master", "local[2,4]",
+    ]  # fmt: skip
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
-    log = (logs / "server.out").open("w")
-    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with (logs / "server.out").open("w") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while "Spark Connect server started" not in (logs / "server.out").read_text():
@@ -75,7 +105,6 @@ def connect_server(jdk, tmp_path: Path) -> Iterator[ConnectServer]:
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
-        log.close()
 
 
 def test_a_connect_client_killed_mid_stream_and_restarted_delivers_every_record_once(
