@@ -226,35 +226,25 @@ class CaptureRunner:
         """Runs like :meth:`run` until one of ``signals`` arrives, then stops gracefully; returns the signal (0 if none).
 
         For a process that a supervisor stops (systemd, Kubernetes, ``docker stop``: SIGTERM) or
-        a terminal (SIGINT): the engine runs in a thread while the main thread waits, so Python's
-        handler runs, calls :meth:`stop` and waits for the engine to close. Call it from the main
-        thread; :meth:`run`'s exceptions are raised here.
+        a terminal (SIGINT). The engine runs in this thread, inside the JVM, where no Python
+        handler can run: the signals are blocked here (and so in the JVM's threads, started
+        from here) and a daemon thread waits for them (``sigwait``) and calls :meth:`stop`.
+        Call it from the main thread, before anything in the process started the JVM.
         """
         received: list[int] = []
-        failure: list[BaseException] = []
 
-        def on_signal(signum: int, _frame: object) -> None:
+        def wait() -> None:
+            signum = signal.sigwait(signals)
             log.info("signal received: stopping the capture", extra={"group_id": self.group_id, "signal": signum})
             received.append(signum)
             self.stop()
 
-        def work() -> None:
-            try:
-                self.run()
-            except BaseException as e:  # handed to the main thread
-                failure.append(e)
-
-        previous = {s: signal.signal(s, on_signal) for s in signals}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
         try:
-            worker = threading.Thread(target=work, name=f"capture-{self.name}")
-            worker.start()
-            while worker.is_alive():
-                worker.join(1.0)
+            threading.Thread(target=wait, name=f"capture-{self.name}-signals", daemon=True).start()
+            self.run()
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-        if failure:
-            raise failure[0]
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return received[0] if received else 0
 
     def run(self) -> None:
