@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run demo test install proto bench clean postgres kafka
+.PHONY: run demo test test-quick install proto bench clean postgres kafka
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
@@ -16,6 +16,13 @@ demo: $(DEMO_STAMP)  ## With `make run` serving (another terminal): a local brok
 
 test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The quick subset: everything but the tests that start processes or run long (slow) and those
+# that need Spark, Apache Kafka or Flink (a JVM each).
+QUICK_MARKERS := not slow and not spark and not kafka and not flink
+
+test-quick: $(DEV_STAMP)  ## The quick subset first: the whole suite but its slow, Spark, Kafka and Flink tests.
+	$(PY) -m pytest -m "$(QUICK_MARKERS)" $(PYTEST_ARGS)
 
 install: $(DEV_STAMP)
 

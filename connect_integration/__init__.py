@@ -10,6 +10,7 @@ fenced by a generation, and restarts it after an operator's reset. See docs/conn
 from offsetstore.connect_integration.capture import (
     STORE_CLASS,
     CaptureRunner,
+    capture_log_dir,
     debezium_jars,
     engine_properties,
     store_classpath,
@@ -22,6 +23,7 @@ __all__ = [
     "STORE_CLASS",
     "CaptureRunner",
     "ChangeWriter",
+    "capture_log_dir",
     "Delivery",
     "change_table_sql",
     "debezium_jars",

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -28,7 +29,14 @@ from offsetstore.connect_integration.positions import jdbc_url
 from offsetstore.core.errors import StaleGenerationError
 from offsetstore.storage.engine import create_engine
 
-__all__ = ["STORE_CLASS", "CaptureRunner", "debezium_jars", "engine_properties", "store_classpath"]
+__all__ = [
+    "STORE_CLASS",
+    "CaptureRunner",
+    "capture_log_dir",
+    "debezium_jars",
+    "engine_properties",
+    "store_classpath",
+]
 
 log = logging.getLogger("offsetstore.connect_integration")
 
@@ -153,6 +161,14 @@ class CaptureRunner:
     When the group was reset (``offsetstore groups reset``: its reset count moved), the run
     joins again and the engine restarts from the new position; when another engine joined,
     :meth:`run` raises :class:`~offsetstore.client.StaleGenerationError`.
+
+    The JVM starts with ``-Xrs`` (it installs no handler for SIGTERM or SIGINT, which would
+    exit with 143 or 130 without a stop), so :meth:`run_until_signal` can stop gracefully. The
+    Java logging (Debezium's) goes to standard output and to ``log_file`` (default: the
+    ``OFFSETSTORE_CAPTURE_LOG_DIR`` environment variable's folder, else
+    ``$XDG_STATE_HOME/offsetstore/connect``, i.e. ``~/.local/state/offsetstore/connect``, with
+    the file ``<name>.log``), not into ``logs/`` of the working directory. One process has one
+    JVM: the first runner's options and log file are the ones it keeps.
     """
 
     def __init__(
@@ -167,6 +183,7 @@ class CaptureRunner:
         fence_check_seconds: float = 1.0,
         on_delivery: Callable[[Delivery], None] | None = None,
         jvm_opts: list[str] | None = None,
+        log_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.database_url = database_url
         self.name = name
@@ -176,11 +193,13 @@ class CaptureRunner:
         self.member_id = member_id or f"debezium:{socket.gethostname()}:{os.getpid()}"
         self.fence_check_seconds = fence_check_seconds
         self.on_delivery = on_delivery
-        self.jvm_opts = jvm_opts
+        self.log_file = Path(log_file) if log_file else capture_log_dir() / f"{name}.log"
+        self.jvm_opts = _jvm_opts(jvm_opts, self.log_file)
         self.engine: Engine = create_engine(database_url, pool_size=2)
         self.generation: int | None = None
         self.restarts = 0
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._current: Any = None
 
     def _join(self) -> tuple[int, int]:
@@ -196,11 +215,37 @@ class CaptureRunner:
             return storage.group_generation(conn, self.group_id), storage.reset_count(conn, self.group_id)
 
     def stop(self) -> None:
-        """Stops the engine; :meth:`run` returns."""
+        """Stops the engine; :meth:`run` returns (at once, or within ``fence_check_seconds`` while it starts)."""
         self._stop.set()
-        current = self._current
+        with self._lock:
+            current = self._current
         if current is not None:
             current.close()
+
+    def run_until_signal(self, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> int:
+        """Runs like :meth:`run` until one of ``signals`` arrives, then stops gracefully; returns the signal (0 if none).
+
+        For a process that a supervisor stops (systemd, Kubernetes, ``docker stop``: SIGTERM) or
+        a terminal (SIGINT). The engine runs in this thread, inside the JVM, where no Python
+        handler can run: the signals are blocked here (and so in the JVM's threads, started
+        from here) and a daemon thread waits for them (``sigwait``) and calls :meth:`stop`.
+        Call it from the main thread, before anything in the process started the JVM.
+        """
+        received: list[int] = []
+
+        def wait() -> None:
+            signum = signal.sigwait(signals)
+            log.info("signal received: stopping the capture", extra={"group_id": self.group_id, "signal": signum})
+            received.append(signum)
+            self.stop()
+
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        try:
+            threading.Thread(target=wait, name=f"capture-{self.name}-signals", daemon=True).start()
+            self.run()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        return received[0] if received else 0
 
     def run(self) -> None:
         """Captures until :meth:`stop`, restarting after each reset.
@@ -219,7 +264,10 @@ class CaptureRunner:
             dbz = DebeziumEngine(
                 properties=props, handler=handler, format="json", extra_classpaths=[classpath], jvm_opts=self.jvm_opts
             )
-            self._current = dbz
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._current = dbz
             fenced = threading.Event()
             watch = threading.Thread(target=self._watch, args=(dbz, generation, fenced), daemon=True)
             watch.start()
@@ -230,7 +278,8 @@ class CaptureRunner:
                 error = e
             finally:
                 fenced.set()
-                self._current = None
+                with self._lock:
+                    self._current = None
                 dbz.close()
             if self._stop.is_set():
                 return
@@ -249,6 +298,9 @@ class CaptureRunner:
 
     def _watch(self, dbz: Any, generation: int, done: threading.Event) -> None:
         while not done.wait(self.fence_check_seconds):
+            if self._stop.is_set():  # a stop that came while the engine was being built
+                dbz.close()
+                continue
             try:
                 current, _ = self._state()
             except Exception:  # the database is away: the next write will tell
@@ -260,6 +312,26 @@ class CaptureRunner:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def capture_log_dir() -> Path:
+    """The folder of the capture's Java log: ``OFFSETSTORE_CAPTURE_LOG_DIR``, else ``$XDG_STATE_HOME/offsetstore/connect``."""
+    chosen = os.environ.get("OFFSETSTORE_CAPTURE_LOG_DIR")
+    if chosen:
+        return Path(chosen)
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "offsetstore" / "connect"
+
+
+def _jvm_opts(extra: list[str] | None, log_file: Path) -> list[str]:
+    """``-Xrs`` and the logging configuration first, then ``extra`` (a log4j2 configuration of the caller's wins)."""
+    opts = ["-Xrs"]
+    given = [*(extra or []), *os.environ.get("PYDBZ_JVM_OPTS", "").split()]
+    if not any(o.startswith("-Dlog4j2.configurationFile=") for o in given):
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        config = resources.files("offsetstore.connect_integration").joinpath("java", "log4j2.properties")
+        opts += [f"-Dlog4j2.configurationFile={config}", f"-Doffsetstore.capture.log={log_file}"]
+    return [*opts, *(extra or [])]
 
 
 def _handler(writer: ChangeWriter, on_delivery: Callable[[Delivery], None] | None) -> Any:

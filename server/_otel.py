@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from offsetstore.runtime.async_store import Carry
-from offsetstore.server._otel_policy import CallerBlindSampler, NoQueryInSpans
+from offsetstore.server._otel_policy import CallerBlindSampler, NoQueryInSpans, StatementNames
 from offsetstore.server.gate import CallOutcome
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 
@@ -85,7 +85,9 @@ def install(*, trust_callers: bool = False) -> tuple[CallTracer, Carry]:
     # Statements are traced as parts of calls only: the health check's ping every second, a
     # trace of its own each time, would be most of what is exported.
     statements = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF), shutdown_on_exit=False)
-    for exporter in _exporters():
+    statements.add_span_processor(StatementNames())  # before the exporting processors
+    exporters = _exporters()
+    for exporter, _ in exporters:
         processor = BatchSpanProcessor(exporter)  # OTEL_BSP_*
         provider.add_span_processor(processor)
         statements.add_span_processor(processor)
@@ -94,6 +96,9 @@ def install(*, trust_callers: bool = False) -> tuple[CallTracer, Carry]:
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)
     _trace_ids_in_log_records()
     tracer = trace.get_tracer("offsetstore.server", tracer_provider=provider)
+    service = resource.attributes.get("service.name", "")
+    where = ", ".join(place for _, place in exporters) or "nowhere (OTEL_TRACES_EXPORTER names none)"
+    log.info("traces on: exporting to %s as service %s", where, service, extra={"traces": where, "service": service})
     return CallTracer(tracer), Carry(capture=otel_context.get_current, enter=_batch_span(tracer))
 
 
@@ -122,11 +127,12 @@ def _batch_span(tracer: trace.Tracer) -> Callable[[list[object]], contextlib.Abs
     return enter
 
 
-def _exporters() -> list[SpanExporter]:
+def _exporters() -> list[tuple[SpanExporter, str]]:
     """The exporters ``OTEL_TRACES_EXPORTER`` names (default ``otlp``), found as the SDK finds them: by entry point.
 
     ``otlp`` is the OTLP exporter of ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
-    ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` when unset, as in the SDK).
+    ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc`` when unset, as in the SDK). Each comes with where
+    it sends the spans, for the start-up line.
     """
     protocol = (
         os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
@@ -144,8 +150,23 @@ def _exporters() -> list[SpanExporter]:
         found = entry_points(group="opentelemetry_traces_exporter", name=name)
         if not found:
             raise ValueError(f"no OpenTelemetry traces exporter {name!r} is installed (OTEL_TRACES_EXPORTER)")
-        exporters.append(next(iter(found)).load()())
+        exporters.append((next(iter(found)).load()(), _destination(name, protocol)))
     return exporters
+
+
+def _destination(name: str, protocol: str) -> str:
+    """Where exporter ``name`` sends spans, read from the variables the SDK reads (and its defaults)."""
+    if name == "console":
+        return "the console (standard output)"
+    if not name.startswith("otlp"):
+        return f"the {name} exporter"
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if protocol == "grpc":
+        return f"OTLP/gRPC at {endpoint or os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT') or 'http://localhost:4317'}"
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return (
+        f"OTLP/HTTP at {endpoint or (base.rstrip('/') + '/v1/traces' if base else 'http://localhost:4318/v1/traces')}"
+    )
 
 
 def _trace_ids_in_log_records() -> None:

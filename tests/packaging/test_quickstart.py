@@ -1,0 +1,38 @@
+"""README's Quickstart names the quick subset first and gives measured times; the Makefile's ``test-quick`` is that subset (issue 49)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quickstart() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.partition("## Quickstart")[2].partition("\n## ")[0]
+
+
+def test_make_test_quick_leaves_out_the_slow_and_jvm_tests_only() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    [expression] = re.findall(r"^QUICK_MARKERS := (.+)$", makefile, re.M)
+    assert re.search(
+        r"^test-quick: .*\n\t\$\(PY\) -m pytest -m \"\$\(QUICK_MARKERS\)\" \$\(PYTEST_ARGS\)$", makefile, re.M
+    )
+    assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest \$\(PYTEST_ARGS\)$", makefile, re.M), "make test stays whole"
+    left_out = set(re.findall(r"not (\w+)", expression))
+    assert expression == " and ".join(f"not {m}" for m in sorted(left_out, key=expression.index))
+    pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    registered = {m.partition(":")[0].strip() for m in pytest_ini["markers"]}
+    assert left_out == registered == {"slow", "spark", "kafka", "flink"}
+
+
+def test_the_quickstart_names_the_quick_subset_first_and_its_measured_times() -> None:
+    text = _quickstart()
+    block = text.partition("```sh\n")[2].partition("```")[0]
+    tests = [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("make test")]
+    assert tests == ["make test-quick", "make test"], "the quick subset first, the whole suite after it"
+    assert "whole test suite" in block.splitlines()[-1]
+    assert re.search(r"`make run` from a fresh clone to serving took \*\*\d+ s\*\*", text)
+    assert re.search(r"`make test-quick` is [\d,]+ of the suite's [\d,]+ tests", text)
