@@ -286,7 +286,9 @@ class CaptureRunner:
             current, now_resets = self._state()
             if current == generation and error is None:
                 # Neither stopped nor fenced: a streaming engine ends by itself only when it failed.
-                raise RuntimeError(f"the Debezium engine of {self.name!r} stopped by itself: its log above says why")
+                raise RuntimeError(
+                    f"the Debezium engine of {self.name!r} stopped by itself: its log ({self.log_file}) says why"
+                )
             if now_resets != resets:
                 self.restarts += 1
                 log.info("group reset: restarting from the stored position", extra={"group_id": self.group_id})
