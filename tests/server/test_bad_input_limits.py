@@ -3,6 +3,8 @@ never reach the database as an error, and hostile strings are plain data."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 import sqlalchemy as sa
@@ -97,7 +99,13 @@ def test_10000_named_partitions_delete(client, full_group, topic):
 
 def test_10000_watermarks(client, full_group, topic):
     client.report_watermarks([Watermark(topic, p, 0, p + 11) for p in range(MAX_PARTITIONS)])
-    assert {p.lag for p in client.describe_group(full_group).partitions} == {10}
+    # The description with 10,000 lags takes about 3 s alone, but passed the client's 20 s deadline
+    # twice late in the whole suite (CI, embedded PostgreSQL), cause not yet found: this test is
+    # about the limits, so its own deadline is wide, and the time is printed.
+    started = time.monotonic()
+    partitions = client.describe_group(full_group, timeout=120).partitions
+    print(f"\nDescribeGroup of {MAX_PARTITIONS:,} partitions with watermarks: {time.monotonic() - started:.1f} s")
+    assert {p.lag for p in partitions} == {10}
 
 
 def test_extreme_but_valid_numbers_are_accepted(client, group_id, topic):
