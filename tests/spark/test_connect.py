@@ -61,7 +61,7 @@ class ConnectServer:
 def connect_server(jdk, tmp_path: Path) -> Iterator[ConnectServer]:
     """A Spark Connect server of PySpark's own, in the foreground.
 
-    PySpark's wheel carries the server (``jars/spark-connect_2.13-*.jar``) but, since 4.2, not
+    PySpark's wheel carries the server (``jars/spark-connect_2.13-*.jar``) but (4.2.0, the version the tests pin) not
     ``sbin/start-connect-server.sh``: the server's main class goes to ``spark-submit`` as that
     script would hand it on.
     """
