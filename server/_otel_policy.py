@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Span, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
@@ -76,15 +76,6 @@ class NoQueryInSpans(SpanProcessor):
             if found.get(key):
                 span.set_attribute(key, "")
 
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
 
 class StatementNames(SpanProcessor):
     """Names a statement's span that psycopg's instrumentation named by no word: SQLAlchemy's ``;`` ping becomes ``ping``.
@@ -96,12 +87,3 @@ class StatementNames(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if not span.name.strip("; \n\t"):
             span.update_name("ping")
-
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
