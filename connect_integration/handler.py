@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from offsetstore import storage
 from offsetstore.connect_integration.positions import metadata_of, topic_of
 from offsetstore.core.types import OffsetCommit, TopicPartition
-from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, write_batch
+from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, deliver_batch
 
 __all__ = ["CHANGE_COLUMNS", "TRANSACTION_SCHEMA", "ChangeWriter", "Delivery", "change_table_sql"]
 
@@ -73,7 +73,7 @@ class ChangeWriter:
     The engine must emit transaction metadata (``provide.transaction.metadata=true``) in JSON
     (``format="json"``, schemas off): a transaction's rows are held until its END event and
     then written, with its position, in one PostgreSQL transaction through the sinks' rule
-    (:func:`offsetstore.sink.batch_write.write_batch`): every row's ``offset`` is its
+    (:func:`offsetstore.sink.batch_write.deliver_batch`): every row's ``offset`` is its
     transaction's commit LSN, rows below the stored offset are skipped as delivered, and the
     stored offset becomes the commit LSN + 1, its metadata the engine's map at the END event.
     A transaction whose END has not arrived is never written: after a crash the engine resumes
@@ -166,7 +166,7 @@ class ChangeWriter:
                 mine = by_topic.get(topic, [])
                 if mine:
                     table = pa.Table.from_pylist(mine, schema=_schema())
-                    outcome = write_batch(
+                    outcome = deliver_batch(
                         conn,
                         self.target,
                         table,

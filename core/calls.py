@@ -23,7 +23,7 @@ from google.protobuf.descriptor_pb2 import MethodOptions
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import options_pb2
 
-__all__ = ["BY_REQUEST", "FACTS", "SERVICE", "CallFacts", "Cost", "Counted", "Permission", "Scope", "facts_of"]
+__all__ = ["BY_REQUEST", "FACTS", "SERVICE", "CallFacts", "Cost", "Counted", "Permission", "Scan", "Scope", "facts_of"]
 
 #: The service whose methods the facts describe.
 SERVICE: ServiceDescriptor = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
@@ -62,6 +62,14 @@ class Counted(enum.Enum):
     RESETS = options_pb2.COUNTED_RESETS
 
 
+class Scan(enum.Enum):
+    """What a call reads beyond its page (the admission weighs it by that: server/scan_cost.py)."""
+
+    NOTHING = options_pb2.SCAN_UNSPECIFIED
+    GROUP = options_pb2.SCAN_GROUP  # every partition of the request's group_id
+    PREFIX = options_pb2.SCAN_PREFIX  # every partition of the groups of the request's page
+
+
 @dataclass(frozen=True)
 class CallFacts:
     """One RPC's facts (the ``offsetstore.v1.call`` method option and ``idempotency_level``)."""
@@ -84,6 +92,10 @@ class CallFacts:
     entries_field: str
     #: The store counters the call feeds.
     counted: Counted
+    #: What the call reads beyond its page.
+    scan: Scan
+    #: The request field that, set, makes the call scan nothing (a later page); "" for none.
+    scan_skipped_by: str
     #: NO_SIDE_EFFECTS or IDEMPOTENT: a client retries it on UNAVAILABLE.
     retried: bool
     #: NO_SIDE_EFFECTS: a read; a GET may serve it.
@@ -102,6 +114,12 @@ class CallFacts:
         """The entries ``request`` writes (a commit's offsets); empty for a method without ``entries_field``."""
         return getattr(request, self.entries_field) if self.entries_field else ()
 
+    def scans(self, request: Any) -> Scan:
+        """What ``request`` of this method reads beyond its page: ``scan``, unless ``scan_skipped_by`` is set in it."""
+        if self.scan_skipped_by and getattr(request, self.scan_skipped_by):
+            return Scan.NOTHING
+        return self.scan
+
     def writes(self, request: Any) -> bool:
         """Whether ``request`` may change the store: a write that is not a preview."""
         return not self.read_only and not self.previews(request)
@@ -109,6 +127,10 @@ class CallFacts:
 
 # The generated stub types the extension as a plain FieldDescriptor, which Extensions[] refuses.
 _CALL: Any = options_pb2.call
+
+
+# The request fields each scan reads (server/scan_cost.py).
+_SCANNED = {options_pb2.SCAN_GROUP: ("group_id",), options_pb2.SCAN_PREFIX: ("prefix", "page_size", "page_token")}
 
 
 def facts_of(method: MethodDescriptor) -> CallFacts:
@@ -120,13 +142,16 @@ def facts_of(method: MethodDescriptor) -> CallFacts:
     if not (call.permission and call.scope and call.cost):
         raise ValueError(f"{method.full_name}'s (offsetstore.v1.call) option needs permission, scope and cost")
     request = method.input_type
-    for name in (call.cost_field, call.preview_field.lstrip("!"), call.entries_field):
+    for name in (call.cost_field, call.preview_field.lstrip("!"), call.entries_field, call.scan_skipped_by):
         if name and name not in request.fields_by_name:
             raise ValueError(f"{method.full_name}'s option names {name!r}, which {request.name} does not have")
     if call.cost == options_pb2.COST_RULE_SELECTION and "topics" not in request.fields_by_name:
         raise ValueError(f"{method.full_name} costs by selection, but {request.name} has no topics")
     if call.cost in (options_pb2.COST_RULE_ENTRIES, options_pb2.COST_RULE_PAGE) and not call.cost_field:
         raise ValueError(f"{method.full_name}'s cost rule needs cost_field")
+    scanned = _SCANNED.get(call.scan, ())
+    if not set(scanned) <= set(request.fields_by_name):
+        raise ValueError(f"{method.full_name} scans by {Scan(call.scan).name}, which reads {', '.join(scanned)}")
     level = options.idempotency_level
     writes = level != MethodOptions.NO_SIDE_EFFECTS
     if writes and level != MethodOptions.IDEMPOTENT and not call.unknown_outcome:
@@ -145,6 +170,8 @@ def facts_of(method: MethodDescriptor) -> CallFacts:
         unknown_outcome=call.unknown_outcome,
         entries_field=call.entries_field,
         counted=Counted(call.counted),
+        scan=Scan(call.scan),
+        scan_skipped_by=call.scan_skipped_by,
         retried=level in (MethodOptions.NO_SIDE_EFFECTS, MethodOptions.IDEMPOTENT),
         read_only=not writes,
     )

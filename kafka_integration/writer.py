@@ -13,7 +13,7 @@ from offsetstore.core.errors import StaleGenerationError
 from offsetstore.core.types import Mode, Watermark
 from offsetstore.kafka_integration._messages import default_member_id, refuse_errors
 from offsetstore.kafka_integration.mirror import ConsumerMirror
-from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, write_batch
+from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, deliver_batch
 from offsetstore.sink.sql import COORDINATES
 from offsetstore.storage.engine import create_engine
 
@@ -65,7 +65,7 @@ class ExactlyOnceWriter:
     (checking the generation), drops the messages below their partition's stored
     offset (already delivered), writes the rows of the others, and commits
     ``max(offset) + 1`` per partition through the storage core the gRPC server and the
-    Spark sink use (:func:`offsetstore.sink.batch_write.write_batch`). A stored
+    Spark sink use (:func:`offsetstore.sink.batch_write.deliver_batch`). A stored
     sentinel (-2 earliest, -1 latest) skips nothing. A crash anywhere leaves either
     the rows and the offsets or neither; on restart the consumer seeks to the stored
     offsets (:class:`StoredPositions`), so each message lands exactly once.
@@ -185,9 +185,9 @@ class ExactlyOnceWriter:
         assert self._generation is not None
         kwargs = {"group_id": self.group_id, "generation": self._generation, "actor": self.member_id}
         if conn is not None:
-            return write_batch(conn, self.target, table, metadata=metadata, **kwargs)
+            return deliver_batch(conn, self.target, table, metadata=metadata, **kwargs)
         with self.engine.begin() as own:
-            outcome = write_batch(own, self.target, table, metadata=metadata, **kwargs)
+            outcome = deliver_batch(own, self.target, table, metadata=metadata, **kwargs)
         self.mirror(outcome)  # committed: only now may Kafka see the offsets
         return outcome
 

@@ -1,4 +1,4 @@
-"""The queue and the flusher tasks that the read and write batchers share (:mod:`._read_batch`, :mod:`._write_batch`).
+"""The queue and the flusher tasks that the read and write batchers share (:mod:`._read_batch`, :mod:`._write_batcher`).
 
 Callers :meth:`Flushers.put` what they wait for; ``count`` tasks, started at the first put,
 each take a batch off the queue (``take``) whenever it is free and hand it to ``flush``, so

@@ -14,7 +14,7 @@ locked group cannot fail the others, nor stall them by holding the flushers. A r
 alone is a batch of one under the same rules, without the short lock wait: its caller gone
 before COMMIT, it is rolled back and the caller hears why (:data:`GONE`).
 
-The driver does only the I/O: :class:`~offsetstore.runtime._write_batch.AsyncWriteBatcher`
+The driver does only the I/O: :class:`~offsetstore.runtime._write_batcher.AsyncWriteBatcher`
 (asyncio tasks and an event; callers in threads reach it through the sync
 :class:`~offsetstore.runtime.store.Store`). It runs, per batch (and per request handed
 :data:`ALONE`, with ``[the request]`` and no lock timeout)::

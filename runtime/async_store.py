@@ -50,7 +50,7 @@ from offsetstore.runtime._connect import admit_async, create_async_engine
 from offsetstore.runtime._hot_async import bounded_read, drive_steps_async, on_primary
 from offsetstore.runtime._hot_pool import connection_lost, create_async_pool
 from offsetstore.runtime._read_batch import FETCH, ReadBatcher, Rows, describe_kinds
-from offsetstore.runtime._write_batch import AsyncWriteBatcher
+from offsetstore.runtime._write_batcher import AsyncWriteBatcher
 from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
 from offsetstore.storage.engine import NotThePrimary
 from offsetstore.storage.retention import expiry

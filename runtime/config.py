@@ -15,9 +15,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from offsetstore.core.types import MAX_RESPONSE_BYTES
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules
-from offsetstore.storage.validate import MAX_RESPONSE_BYTES
 
 __all__ = ["Carry", "StoreConfig", "StoreObserver"]
 

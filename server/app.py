@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection
 from offsetstore.core.errors import OffsetStoreError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.admission import Admission
-from offsetstore.server.auth import AuthInterceptor
+from offsetstore.server.auth import AccessControl
 from offsetstore.server.auth.callers import CallerContext
 from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import HttpConfig, HttpListener
@@ -165,7 +165,7 @@ class OffsetStoreServer:
     quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
     given, an HTTP listener beside gRPC on the same gate; ``kafka_mirror`` (started and stopped by
     its owner) is offered every commit once it is in the store; ``auth``, an
-    :class:`~offsetstore.server.auth.AuthInterceptor`, authenticates and authorises every call;
+    :class:`~offsetstore.server.auth.AccessControl`, authenticates and authorises every call;
     ``credentials`` serve TLS; ``interceptors`` (metrics, say; ``grpc.aio`` interceptors) see
     every call, also those refused. ``reuse_port`` lets several processes listen on one port
     (``serve --processes``).
@@ -179,7 +179,7 @@ class OffsetStoreServer:
         limits: Limits = DEFAULT_LIMITS,
         http: HttpConfig | None = None,
         interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
-        auth: AuthInterceptor | None = None,
+        auth: AccessControl | None = None,
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
         reuse_port: bool = False,

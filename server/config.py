@@ -5,181 +5,26 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from offsetstore.core.durations import parse_duration
 from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
-from offsetstore.server.limits import MAX_MESSAGE_BYTES, REFLECTION_MODES, Limits
+from offsetstore.server.limits import REFLECTION_MODES, Limits
+from offsetstore.server.settings import SettingFields
 from offsetstore.storage import database_url
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.status import StatusRules
-from offsetstore.storage.validate import MAX_RESPONSE_BYTES
-
-
-def _default_data_dir() -> Path:
-    from offsetstore.runtime.embedded import default_data_dir
-
-    return default_data_dir()
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything ``offsetstore serve`` needs; flags win over the environment, which wins over defaults."""
+class Settings(SettingFields):
+    """Everything ``offsetstore serve`` needs; flags win over the environment, which wins over defaults.
 
-    database_url: str | None = None
-    """External PostgreSQL URL (``postgresql://...``); unset starts the embedded PostgreSQL."""
-
-    data_dir: Path = field(default_factory=_default_data_dir)
-    """Where the embedded PostgreSQL keeps its data."""
-
-    listen: str = "127.0.0.1:50051"
-    """HOST:PORT of the gRPC server."""
-
-    metrics_listen: str = "127.0.0.1:9464"
-    """HOST:PORT of the Prometheus ``/metrics`` endpoint; empty disables it."""
-
-    http_listen: str = ""
-    """HOST:PORT of the HTTP/JSON API (Connect protocol) and the web console, with gRPC's TLS and tokens; empty (the default) disables it."""
-
-    migrate: bool = True
-    """Apply the migrations at start."""
-
-    migration_lock_timeout: float = field(default=300.0, metadata={"duration": True})
-    """Seconds to wait for the migration lock (another migrator, or any session squatting its key) before giving up."""
-
-    trace_trust_callers: bool = False
-    """With OTEL_* tracing: honour a caller's sampled ``traceparent`` flag (off: it cannot raise sampling above OTEL_TRACES_SAMPLER's)."""
-
-    sql_api_roles: str = ""
-    """Roles calling the SQL API v1 when migrating across 0011: ``keep`` grants each its access on every group, ``revoke`` lets them lose it, empty stops naming them."""
-
-    processes: int = 1
-    """Serving processes sharing the gRPC port (SO_REUSEPORT); ``auto`` is the number of CPUs."""
-
-    max_workers: int = 32
-    """Scale of the per-caller limits: streams (half), calls per principal (a quarter), calls per anonymous peer (8x)."""
-
-    pool_size: int = 16
-    """Database connections held by the server."""
-
-    write_flushers: int = 2
-    """Threads writing batches of concurrent commits and joins, one transaction each (group commit)."""
-
-    statement_timeout_ms: int = 5000
-    """Upper bound of one SQL statement; a slower database answers UNAVAILABLE."""
-
-    database_prepare: str = "on"
-    """Server-side prepared statements on the hot path: ``on``, or ``off`` behind a transaction pooler (PgBouncer's pool_mode = transaction)."""
-
-    require_synchronous_replication: bool = False
-    """Refuse to serve from a primary whose commits wait for no synchronous standby: an acknowledged commit could be lost in a failover."""
-
-    grace_seconds: float = 10.0
-    """How long SIGTERM waits for in-flight calls before cancelling them."""
-
-    group_metrics_limit: int = 1000
-    """At most this many groups get per-group metric series per scrape."""
-
-    metrics_series_limit: int = 20_000
-    """Per-group series a scrape holds at most, shared fairly by tenants; a group beyond its share shows sums only (0: no limit)."""
-
-    log_level: str = "INFO"
-    """Python logging level name."""
-
-    log_format: str = "text"
-    """``text`` (key=value) or ``json`` (one object per line)."""
-
-    tls_cert_file: Path | None = None
-    """PEM certificate chain of the server; with ``tls_key_file`` it serves TLS instead of plaintext."""
-
-    tls_key_file: Path | None = None
-    """PEM private key of ``tls_cert_file``."""
-
-    tls_client_ca_file: Path | None = None
-    """PEM CA bundle client certificates must chain to; set, every client needs one (mutual TLS)."""
-
-    metrics_tls: bool | None = None
-    """Serve ``/metrics`` over TLS with the server's certificate (client certificates too under mutual TLS); unset: whenever gRPC serves TLS."""
-
-    tokens_file: Path | None = None
-    """TOML file of principals, their token hashes and grants; set, every call needs a bearer token."""
-
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    """Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB)."""
-
-    max_response_bytes: int = MAX_RESPONSE_BYTES
-    """Largest FetchOffsets or DescribeGroup answer; a larger one comes in pages (page_size > 0), or is refused."""
-
-    history_retention: float = field(default=7 * 86400.0, metadata={"duration": True})
-    """Seconds of offset history kept (whole days are dropped once older); 0 keeps everything."""
-
-    offsets_retention: float = field(default=0.0, metadata={"duration": True})
-    """Seconds without a commit, join or reset after which a group's offsets expire; 0 never expires them."""
-
-    maintenance_interval: float = field(default=60.0, metadata={"duration": True})
-    """Seconds between maintenance rounds (history partitions, expiry)."""
-
-    status_window: float = field(default=60.0, metadata={"duration": True})
-    """The group status verdict's window: no commit for this long is STOPPED (IDLE when caught up), an offset unmoved under commits STALLED."""
-
-    # --- the Kafka mirror (docs/operations.md, "Mirroring offsets to Kafka") ---
-
-    mirror_kafka_bootstrap: str = ""
-    """Kafka ``bootstrap.servers`` to copy committed offsets to (best effort, never read back); empty: no mirror."""
-
-    mirror_kafka_groups: str = ""
-    """Comma-separated group id prefixes whose commits are mirrored; required with ``mirror_kafka_bootstrap``."""
-
-    mirror_interval: float = field(default=5.0, metadata={"duration": True})
-    """Seconds between two mirror rounds: a partition's offset reaches Kafka at most this late."""
-
-    # --- server-side watermarks (docs/operations.md, "Server-side watermarks") ---
-
-    watermarks_kafka_bootstrap: str = ""
-    """Kafka ``bootstrap.servers`` the supervisor reads log starts and ends from; empty: only reported watermarks."""
-
-    watermarks_kafka_groups: str = ""
-    """Comma-separated group id prefixes whose stored partitions' watermarks are read; required with the bootstrap."""
-
-    watermarks_kafka_interval: float = field(default=5.0, metadata={"duration": True})
-    """Seconds between two rounds of the watermark reader."""
-
-    watermarks_kafka_max_partitions: int = 10_000
-    """Partitions one round reads at most; beyond, rounds take them round-robin."""
-
-    watermarks_kafka_topics: str = ""
-    """Comma-separated topic prefixes the watermark reader may read; empty: those a watched group's principals may report (every topic without a tokens file)."""
-
-    watermarks_kafka_config: Path | None = None
-    """librdkafka properties file (key=value lines: security.protocol, sasl.*, ssl.*) for the watermark reader's client."""
-
-    # --- hostile callers (docs/security.md, "Threat model") ---
-
-    reflection: str = "on"
-    """Server reflection: ``on`` (open to everyone), ``off``, or ``authenticated`` (a token or certificate)."""
-
-    max_streams: int = 4
-    """Reflection streams open at once; each is ended after a minute."""
-
-    max_calls_per_principal: int | None = None
-    """Calls one authenticated principal may have running at once; unset: a quarter of ``max_workers``."""
-
-    principal_bytes_per_second: int = int(Limits.principal_bytes_per_second)
-    """Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit."""
-
-    max_groups_per_principal: int = 0
-    """Live groups one authenticated principal may create (``max_groups`` in the tokens file wins); 0: no quota."""
-
-    max_partitions_per_principal: int = 0
-    """Partitions one authenticated principal may store (``max_partitions`` in the tokens file wins); 0: no quota."""
-
-    principal_history_rows_per_second: float = 1000.0
-    """History rows a principal under a partition quota may append per second on average (bursts of 10 s); 0: no budget."""
-
-    http_allowed_hosts: str = ""
-    """Comma-separated host names the HTTP listener answers besides IP addresses and localhost (``.example.com``: every name under it); others get 421 (DNS rebinding)."""
+    The fields, their defaults and their help are declared once in ``server/settings.py`` (the flags
+    of ``serve`` are made from them); here are their checks and the parts made of them.
+    """
 
     def __post_init__(self) -> None:
         if self.database_url is not None:

@@ -42,7 +42,7 @@ from offsetstore.core.calls import FACTS, CallFacts
 from offsetstore.core.errors import DeadlineExceededError, InvalidArgumentError, OffsetStoreError
 from offsetstore.runtime.store import deadline
 from offsetstore.server.admission import Admission, cost_of
-from offsetstore.server.auth import AuthInterceptor, Principal, current_principal
+from offsetstore.server.auth import AccessControl, Principal, current_principal
 from offsetstore.server.call import Call
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
@@ -117,7 +117,7 @@ class Gate:
         servicer: OffsetStoreServicer,
         *,
         admission: Admission,
-        auth: AuthInterceptor | None = None,
+        auth: AccessControl | None = None,
         quota: GroupQuota | None = None,
         partition_quota: PartitionQuota | None = None,
         scan_cost: ScanCost | None = None,

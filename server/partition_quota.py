@@ -32,7 +32,7 @@ from typing import Any
 from offsetstore.core.calls import Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
-from offsetstore.server.auth import AuthInterceptor, Permission, Principal
+from offsetstore.server.auth import AccessControl, Permission, Principal
 from offsetstore.server.call import Call
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
@@ -71,7 +71,7 @@ class PartitionQuota:
     def __init__(
         self,
         store: AsyncStore,
-        auth: AuthInterceptor,
+        auth: AccessControl,
         max_partitions: int = 0,
         known: int = KNOWN_GROUPS,
         *,

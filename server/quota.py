@@ -30,7 +30,7 @@ from typing import Any
 from offsetstore.core.calls import Scope
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.runtime.async_store import AsyncStore
-from offsetstore.server.auth import AuthInterceptor, Permission, Principal
+from offsetstore.server.auth import AccessControl, Permission, Principal
 from offsetstore.server.call import Call
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.quotas import count_groups
@@ -66,7 +66,7 @@ class GroupQuota:
     """
 
     def __init__(
-        self, store: AsyncStore, auth: AuthInterceptor, max_groups: int = 0, known_groups: int = KNOWN_GROUPS
+        self, store: AsyncStore, auth: AccessControl, max_groups: int = 0, known_groups: int = KNOWN_GROUPS
     ) -> None:
         if max_groups < 0:
             raise ValueError("the per-principal group quota must be >= 0 (0: no quota)")

@@ -11,6 +11,7 @@ time, each followed by its rest (:mod:`.admission`) while others are active.
 
 from __future__ import annotations
 
+from offsetstore.core.calls import Scan
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.call import Call
 from offsetstore.storage import validate as check
@@ -27,10 +28,12 @@ class ScanCost:
         self.cap = cap
 
     async def of(self, call: Call) -> int:
-        method, request = call.method, call.request
-        if method == "DescribeGroup" and not request.page_token or method == "ListTopics":
+        # The scan is a fact of the RPC (the .proto's `scan`), never told from its name.
+        request = call.request
+        scan = call.facts.scans(request)
+        if scan is Scan.GROUP:
             return await self.store.read(group_partitions, request.group_id, self.cap)
-        if method == "ListGroups":
+        if scan is Scan.PREFIX:
             return await self.store.read(
                 listed_partitions, request.prefix, request.page_size, request.page_token, self.cap
             )

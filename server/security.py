@@ -10,7 +10,7 @@ from types import FrameType
 
 import grpc
 
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, server_credentials
+from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError, server_credentials
 from offsetstore.server.config import Settings
 
 __all__ = ["is_loopback", "reloader", "security", "tenant_prefixes"]
@@ -18,7 +18,7 @@ __all__ = ["is_loopback", "reloader", "security", "tenant_prefixes"]
 log = logging.getLogger(__name__)
 
 
-def security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInterceptor | None]:
+def security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AccessControl | None]:
     """The TLS credentials and the authentication the settings ask for, files read and checked now."""
     credentials = None
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:
@@ -37,10 +37,10 @@ def security(settings: Settings) -> tuple[grpc.ServerCredentials | None, AuthInt
                     listen,
                 )
         return credentials, None
-    return credentials, AuthInterceptor(config, mtls=mtls)
+    return credentials, AccessControl(config, mtls=mtls)
 
 
-def reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | None], None]:
+def reloader(auth: AccessControl, path: Path) -> Callable[[int, FrameType | None], None]:
     """A SIGHUP handler that rereads the tokens file: rotation without a restart.
 
     A file that does not load keeps the principals in force (and says why in the log).
@@ -58,7 +58,7 @@ def reloader(auth: AuthInterceptor, path: Path) -> Callable[[int, FrameType | No
     return reload
 
 
-def tenant_prefixes(auth: AuthInterceptor | None) -> tuple[str, ...]:
+def tenant_prefixes(auth: AccessControl | None) -> tuple[str, ...]:
     """The group prefixes the tokens file grants: the tenants group metrics are shared fairly between."""
     config = auth.config if auth is not None else None
     if config is None:

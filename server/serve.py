@@ -37,7 +37,7 @@ from offsetstore.runtime import migrate
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
 from offsetstore.server._logging import configure_logging
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor
+from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError
 from offsetstore.server.config import Settings, split_host_port
 from offsetstore.server.security import security, tenant_prefixes
 from offsetstore.server.workers import StartError, Workers
@@ -112,7 +112,7 @@ def _supervise(
     settings: Settings,
     database_url: str,
     reservation: socket.socket,
-    auth: AuthInterceptor | None,
+    auth: AccessControl | None,
     directory: str,
     stopping: threading.Event,
     reload: threading.Event,
@@ -130,7 +130,7 @@ class _Supervisor:
     settings: Settings
     database_url: str
     listen: str
-    auth: AuthInterceptor | None
+    auth: AccessControl | None
     directory: str
     stopping: threading.Event
     reload: threading.Event

@@ -1,6 +1,6 @@
 """Exactly-once write of one batch: its rows and its offsets in the caller's transaction, for every sink.
 
-The Spark sink and the Kafka consumer's writer both call :func:`write_batch`, so the
+The Spark sink and the Kafka consumer's writer both call :func:`deliver_batch`, so the
 rule that makes them exactly once exists once: under the group's lock (which checks
 the writer's generation), rows below their partition's stored offset were delivered
 before and are skipped, the rest are written, and ``max(offset) + 1`` of each
@@ -38,7 +38,7 @@ __all__ = [
     "TableName",
     "commit_next_offsets",
     "sink_metrics",
-    "write_batch",
+    "deliver_batch",
 ]
 
 # An upsert's rows go through this per-transaction table (ON COMMIT DROP, dropped after use).
@@ -108,7 +108,7 @@ class SinkTarget:
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """What :func:`write_batch` did with one batch."""
+    """What :func:`deliver_batch` did with one batch."""
 
     #: Rows received.
     rows: int
@@ -149,7 +149,7 @@ def commit_next_offsets(
     return {TopicPartition(c.topic, c.partition): c.offset for c in commits}
 
 
-def write_batch(
+def deliver_batch(
     conn: Connection,
     target: SinkTarget,
     rows: pa.Table | Iterable[pa.RecordBatch],

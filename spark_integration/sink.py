@@ -17,8 +17,8 @@ from offsetstore.sink.batch_write import (
     SinkTarget,
     TableName,
     column_names,
+    deliver_batch,
     sink_metrics,
-    write_batch,
 )
 from offsetstore.spark_integration import _faults, _fence_watch, _progress, _staged_write, workers
 from offsetstore.storage import engine as store_engine
@@ -113,7 +113,7 @@ class ExactlyOnceSink:
     Notes
     -----
     Call protocol. Each call writes one batch in one transaction through
-    :func:`offsetstore.sink.batch_write.write_batch`: lock the group (checking the
+    :func:`offsetstore.sink.batch_write.deliver_batch`: lock the group (checking the
     run's generation), drop the rows below their partition's stored offset, write the
     rest, commit ``max(offset) + 1`` per partition with the storage core's
     ``commit_offsets``, then COMMIT. Nothing is acknowledged to Spark before the
@@ -383,7 +383,7 @@ class ExactlyOnceSink:
     def _write_from_driver(self, conn: Connection, data: pa.Table, batch_id: int) -> BatchOutcome:
         assert self._run is not None
         with conn.begin():
-            outcome = write_batch(
+            outcome = deliver_batch(
                 conn,
                 self.target,
                 data,

@@ -25,10 +25,6 @@ MAX_PARTITIONS = 10_000
 #: before anything walks them, as the gRPC API counts a request's entries before decoding.
 MAX_SQL_ELEMENTS = 10 * MAX_PARTITIONS
 MAX_PAGE_SIZE = 1000
-#: The most one FetchOffsets or DescribeGroup answer holds (``--max-response-bytes``); larger
-#: answers come in pages. Serialising a page holds the interpreter lock that every RPC thread
-#: shares: ~1 ms for 1 MiB, ~6 ms for 4 MiB (Kafka's max.partition.fetch.bytes is 1 MiB too).
-MAX_RESPONSE_BYTES = 2**20
 DEFAULT_PAGE_SIZE = 100
 MAX_VIOLATIONS = 100
 INT32_MAX = 2**31 - 1

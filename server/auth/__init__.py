@@ -28,7 +28,7 @@ Token principals and certificate principals live in separate namespaces: a bare 
 only ever reached by a token, a ``cert:`` name only by a certificate, so a certificate
 with ``CN=oncall`` never gets the grants of the token principal ``oncall``.
 
-:class:`AuthInterceptor` authenticates each call of the offset store service (health and
+:class:`AccessControl` authenticates each call of the offset store service (health and
 reflection stay open) and checks its RPC's permission (:data:`RPC_PERMISSIONS`) on the
 request's group before the servicer runs; while the call runs, :data:`current_principal`
 holds the caller's name, which the history records as the actor.
@@ -39,7 +39,7 @@ authorising a call), :mod:`.tls` (certificates) and :mod:`.token_strength` (how 
 token is). The names below are its public surface.
 """
 
-from offsetstore.server.auth.callers import AuthInterceptor
+from offsetstore.server.auth.callers import AccessControl
 from offsetstore.server.auth.principals import (
     CERT_PREFIX,
     RPC_PERMISSIONS,
@@ -59,7 +59,7 @@ __all__ = [
     "RPC_PERMISSIONS",
     "AuthConfig",
     "AuthConfigError",
-    "AuthInterceptor",
+    "AccessControl",
     "Grant",
     "Permission",
     "Principal",

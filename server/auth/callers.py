@@ -12,7 +12,7 @@ from offsetstore.server.auth.tls import certificate_identities
 from offsetstore.server.auth.tokens_file import AuthConfig
 from offsetstore.server.call import Call
 
-__all__ = ["AuthInterceptor"]
+__all__ = ["AccessControl"]
 
 #: Every caller of a server with client certificates but no tokens file: the CA is the gate.
 _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
@@ -28,7 +28,7 @@ class CallerContext(Protocol):
     def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
 
-class AuthInterceptor:
+class AccessControl:
     """Authenticates and authorises each call of the offset store service before it runs.
 
     The server's gate (:mod:`offsetstore.server.gate`) asks it, for each call, who the

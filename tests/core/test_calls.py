@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +12,7 @@ from google.protobuf.descriptor_pb2 import MethodOptions
 
 from offsetstore.client._base import unknown_outcome
 from offsetstore.client._channel import RETRIED_METHODS
-from offsetstore.core.calls import BY_REQUEST, FACTS, SERVICE, Cost, Counted, Permission, Scope, facts_of
+from offsetstore.core.calls import BY_REQUEST, FACTS, SERVICE, Cost, Counted, Permission, Scan, Scope, facts_of
 from offsetstore.server.admission import cost_of
 from offsetstore.server.auth import RPC_PERMISSIONS
 from offsetstore.server.call import Call
@@ -116,3 +118,51 @@ def test_what_a_call_writes_and_counts_is_declared_not_inferred() -> None:
     commit = FACTS["CommitOffsets"]
     assert len(commit.entries(pb.CommitOffsetsRequest(offsets=[pb.OffsetCommit(topic="t")] * 3))) == 3
     assert FACTS["JoinGroup"].entries(pb.JoinGroupRequest()) == ()
+
+
+def test_what_a_read_scans_beyond_its_page_is_declared() -> None:
+    # The admission weighs these reads by what they scan (server/scan_cost.py), read from the facts.
+    assert {n: f.scan for n, f in FACTS.items() if f.scan is not Scan.NOTHING} == {
+        "DescribeGroup": Scan.GROUP,
+        "ListTopics": Scan.GROUP,
+        "ListGroups": Scan.PREFIX,
+    }
+    describe = FACTS["DescribeGroup"]
+    assert describe.scans(pb.DescribeGroupRequest(group_id="g", page_size=1)) is Scan.GROUP
+    # A later page of a description scans nothing: the verdict came with the first.
+    assert describe.scans(pb.DescribeGroupRequest(group_id="g", page_token="next")) is Scan.NOTHING
+    assert FACTS["ListTopics"].scans(pb.ListTopicsRequest(group_id="g", page_token="next")) is Scan.GROUP
+    assert FACTS["CommitOffsets"].scans(pb.CommitOffsetsRequest(group_id="g")) is Scan.NOTHING
+
+
+def test_a_scan_of_fields_the_request_lacks_is_refused() -> None:
+    method = _method_without_facts()  # takes a JoinGroupRequest: a group_id, no prefix
+    facts = options_pb2.CallFacts(
+        permission=options_pb2.PERMISSION_READ,
+        scope=options_pb2.SCOPE_GROUP,
+        cost=options_pb2.COST_RULE_ONE,
+        scan=options_pb2.SCAN_PREFIX,
+    )
+    method.options.Extensions[options_pb2.call].CopyFrom(facts)
+    method.options.idempotency_level = MethodOptions.NO_SIDE_EFFECTS
+    with pytest.raises(ValueError, match="scans by PREFIX"):
+        facts_of(_service_with(method))
+    facts.scan = options_pb2.SCAN_GROUP
+    facts.scan_skipped_by = "page_token"
+    method.options.Extensions[options_pb2.call].CopyFrom(facts)
+    with pytest.raises(ValueError, match="'page_token'"):
+        facts_of(_service_with(method))
+
+
+def test_no_server_module_tells_a_call_by_its_methods_name() -> None:
+    # The policies and the metrics read facts (the .proto's options); a literal RPC name in a
+    # comparison or a branch would be a fact kept outside the contract.
+    names = {m.name for m in SERVICE.methods}
+    server = Path(__file__).resolve().parents[2] / "server"
+    found = [
+        f"{path.relative_to(server.parent)}:{node.lineno} {node.value!r}"
+        for path in sorted(server.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert found == []

@@ -23,7 +23,7 @@ import pytest
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.runtime.store import Store
-from offsetstore.server.auth import AuthInterceptor, server_credentials
+from offsetstore.server.auth import AccessControl, server_credentials
 from offsetstore.server.http import ConnectionLimits, HttpConfig, http_ssl_context
 from tests.fixtures.fix_auth import PKI
 from tests.fixtures.fix_server import ServerHandle
@@ -192,7 +192,7 @@ def test_a_client_certificate_names_the_caller_through_the_listeners_own_handsha
     # certificate must still reach the gate, which names the cert: principal by it.
     server = ServerHandle(
         store,
-        auth=AuthInterceptor(None, mtls=True),
+        auth=AccessControl(None, mtls=True),
         credentials=server_credentials(pki.server.cert, pki.server.key, pki.ca.cert),
         http=HttpConfig("127.0.0.1:0", ssl_context=http_ssl_context(pki.server.cert, pki.server.key, pki.ca.cert)),
     ).start()

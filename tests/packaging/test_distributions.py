@@ -130,6 +130,10 @@ def test_client_only_cli_answers_version_and_help(client_only: Venv) -> None:
     help_ = client_only.run("offsetstore", "groups", "--help")
     assert help_.returncode == 0, help_.stderr
     assert "describe" in help_.stdout and "reset" in help_.stdout
+    # serve's flags come from the settings' declarations, which need nothing of the server extra.
+    serve_help = client_only.run("offsetstore", "serve", "--help")
+    assert serve_help.returncode == 0, serve_help.stderr
+    assert "--pool-size" in serve_help.stdout and "OFFSETSTORE_POOL_SIZE" in serve_help.stdout
 
 
 def test_client_only_cli_reads_a_real_server(

@@ -21,7 +21,7 @@ from offsetstore.client import OffsetStoreClient, ResourceExhaustedError
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, StoreObserver
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
+from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError, hash_token
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
@@ -74,7 +74,7 @@ def serve(store: Store) -> Iterator[Serve]:
     with contextlib.ExitStack() as stack:
 
         def start(tenants: Tenants, max_groups: int = FLAG, on: Store = store) -> ServerHandle:
-            auth = AuthInterceptor(AuthConfig.load(tenants.file))
+            auth = AccessControl(AuthConfig.load(tenants.file))
             server = ServerHandle(on, auth=auth, limits=Limits(max_workers=8, max_groups_per_principal=max_groups))
             return stack.enter_context(server)
 

@@ -13,7 +13,7 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.core.types import Watermark
 from offsetstore.runtime.store import Store
-from offsetstore.server.auth import AuthConfig, AuthInterceptor, hash_token
+from offsetstore.server.auth import AccessControl, AuthConfig, hash_token
 from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import HISTORY_BURST_SECONDS
 from tests.fixtures.fix_server import ServerHandle
@@ -46,7 +46,7 @@ def test_watermarks_of_new_partitions_count_under_the_partition_quota(
 ) -> None:
     run = f"w{uuid.uuid4().hex[:10]}-"
     token = _tokens(tmp_path, run)
-    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    auth = AccessControl(AuthConfig.load(tmp_path / "tokens.toml"))
     with (
         ServerHandle(store, auth=auth, limits=Limits(max_workers=8)) as server,
         OffsetStoreClient(server.address, token=token, timeout=20) as client,
@@ -87,7 +87,7 @@ def test_history_appended_under_a_partition_quota_keeps_to_the_principals_budget
 ) -> None:
     run = f"h{uuid.uuid4().hex[:10]}-"
     token = _tokens(tmp_path, run)
-    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    auth = AccessControl(AuthConfig.load(tmp_path / "tokens.toml"))
     rate = 100.0
     with (
         ServerHandle(store, auth=auth, limits=Limits(max_workers=8, principal_history_rows_per_second=rate)) as server,

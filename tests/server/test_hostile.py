@@ -42,7 +42,7 @@ from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token, server_credentials
+from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError, hash_token, server_credentials
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
@@ -173,7 +173,7 @@ def spiffe_server(store: Store, pki: PKI, tmp_path_factory: pytest.TempPathFacto
         pki.tokens_file.read_text()
         + f'\n[principals."cert:URI={SPIFFE_ID}"]\ngrants = [{{ prefix = "t-", permissions = ["commit"] }}]\n'
     )
-    auth = AuthInterceptor(AuthConfig.load(tokens), mtls=True)
+    auth = AccessControl(AuthConfig.load(tokens), mtls=True)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert)
     with ServerHandle(store, auth=auth, credentials=credentials, limits=Limits(max_workers=8)) as server:
         yield server
@@ -253,7 +253,7 @@ def list_services(target: str, metadata: tuple[tuple[str, str], ...] = ()) -> li
 
 
 def test_idle_reflection_streams_cannot_starve_token_holders(store: Store, pki: PKI) -> None:
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    auth = AccessControl(AuthConfig.load(pki.tokens_file))
     with ServerHandle(store, auth=auth, limits=Limits(max_workers=8)) as server:
         channels, calls, hang = open_reflection_streams(server.address, 20)
         try:
@@ -289,7 +289,7 @@ def test_a_stream_is_cancelled_after_its_time(store: Store) -> None:
 
 
 def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pki: PKI) -> None:
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    auth = AccessControl(AuthConfig.load(pki.tokens_file))
     with ServerHandle(store, auth=auth, limits=Limits(max_workers=4, reflection="off")) as server:
         with pytest.raises(grpc.RpcError) as error:
             list_services(server.address, bearer("root"))
@@ -314,7 +314,7 @@ def test_reflection_can_be_turned_off_or_require_authentication(store: Store, pk
 def test_a_tenant_flooding_groups_pushes_out_only_its_own(scratch_database_url: str, pki: PKI) -> None:
     migrate.upgrade(scratch_database_url)  # a database of its own: the scrape reads every group
     store = Store.open(StoreConfig(scratch_database_url, hot_pool_size=4))
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    auth = AccessControl(AuthConfig.load(pki.tokens_file))
     registry = metrics.build_registry(store, group_limit=50, tenant_prefixes=_tenant_prefixes(auth))
     try:
         with ServerHandle(
@@ -355,7 +355,7 @@ def test_the_image_healthcheck_works_with_tls_on(store: Store, pki: PKI, tmp_pat
     final = read_dockerfile()[-1]
     command = healthcheck_command(final)
     credentials = server_credentials(pki.server.cert, pki.server.key, pki.ca.cert if mutual else None)
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file), mtls=mutual)
+    auth = AccessControl(AuthConfig.load(pki.tokens_file), mtls=mutual)
     with ServerHandle(store, auth=auth, credentials=credentials, limits=Limits(max_workers=4)) as server:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",

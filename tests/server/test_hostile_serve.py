@@ -32,7 +32,7 @@ from offsetstore.core.errors import from_rpc_error
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
 from offsetstore.server.app import SERVICE_NAME
-from offsetstore.server.auth import AuthConfig, AuthInterceptor
+from offsetstore.server.auth import AccessControl, AuthConfig
 from offsetstore.server.limits import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
@@ -257,7 +257,7 @@ def huge_group(engine: sa.Engine, partitions: int = 10_000) -> str:
 
 def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: PKI, engine: sa.Engine) -> None:
     group = huge_group(engine)
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    auth = AccessControl(AuthConfig.load(pki.tokens_file))
     limits = Limits(max_workers=8, max_calls_per_principal=2, principal_bytes_per_second=0)  # concurrency alone
     with ServerHandle(store, auth=auth, limits=limits) as server:
 
@@ -283,7 +283,7 @@ def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
     store: Store, pki: PKI, engine: sa.Engine
 ) -> None:
     group = huge_group(engine)  # ~44 MB a fetch: 43 pages of 1 MiB
-    auth = AuthInterceptor(AuthConfig.load(pki.tokens_file))
+    auth = AccessControl(AuthConfig.load(pki.tokens_file))
     # Bursts of 8 MiB. A refusal needs pages faster than the refill (one 1 MiB page in 0.5 s):
     # at 8 MiB/s a loaded machine served them slower than that and the budget never ran out.
     rate = 2 * 2**20

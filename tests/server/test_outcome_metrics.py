@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
-from offsetstore.server.auth import AuthConfig, AuthInterceptor
+from offsetstore.server.auth import AccessControl, AuthConfig
 from offsetstore.server.limits import Limits
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import PKI, SERVICE, bearer, call, fresh
@@ -46,7 +46,7 @@ def served(database_url: str, pki: PKI) -> Iterator[Served]:
     server = ServerHandle(
         store,
         interceptors=metrics.interceptors(registry),
-        auth=AuthInterceptor(AuthConfig.load(pki.tokens_file)),
+        auth=AccessControl(AuthConfig.load(pki.tokens_file)),
         limits=Limits(max_groups_per_principal=1, max_partitions_per_principal=1, max_calls_per_principal=1),
     ).start()
     try:

@@ -13,7 +13,7 @@ from offsetstore.cli import main as server_cli
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import PartitionQuotaError
 from offsetstore.runtime.store import Store
-from offsetstore.server.auth import AuthConfig, AuthConfigError, AuthInterceptor, hash_token
+from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError, hash_token
 from offsetstore.server.config import Settings
 from offsetstore.server.limits import Limits
 from offsetstore.server.security import security as _security
@@ -48,7 +48,7 @@ def test_calls_that_would_store_partitions_past_the_quota_are_refused_and_write_
 ) -> None:
     run = f"p{uuid.uuid4().hex[:10]}-"
     tokens = tokens_file(tmp_path, run, small=10, flagged=None)
-    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    auth = AccessControl(AuthConfig.load(tmp_path / "tokens.toml"))
     with ServerHandle(store, auth=auth, limits=Limits(max_workers=8, max_partitions_per_principal=6)) as server:
         with OffsetStoreClient(server.address, token=tokens["small"], timeout=20) as client:
             one, two = f"{run}small-1", f"{run}small-2"
@@ -84,7 +84,7 @@ def test_an_import_past_the_quota_is_refused_and_writes_nothing(
     tokens = tokens_file(tmp_path, run, importer=10)
     plan = tmp_path / "offsets.csv"
     plan.write_text("".join(f"orders,{p},-2\n" for p in range(12)))
-    auth = AuthInterceptor(AuthConfig.load(tmp_path / "tokens.toml"))
+    auth = AccessControl(AuthConfig.load(tmp_path / "tokens.toml"))
     with ServerHandle(store, auth=auth, limits=Limits(max_workers=8)) as server:
         argv = ["import", str(plan), "--group", f"{run}importer-1", "--execute", "--server", server.address]
         code = cli.main([*argv, "--token", tokens["importer"]])

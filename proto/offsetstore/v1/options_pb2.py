@@ -25,21 +25,23 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1coffsetstore/v1/options.proto\x12\x0eoffsetstore.v1\x1a google/protobuf/descriptor.proto\"\xef\x02\n\tCallFacts\x12.\n\npermission\x18\x01 \x01(\x0e\x32\x1a.offsetstore.v1.Permission\x12$\n\x05scope\x18\x02 \x01(\x0e\x32\x15.offsetstore.v1.Scope\x12&\n\x04\x63ost\x18\x03 \x01(\x0e\x32\x18.offsetstore.v1.CostRule\x12\x12\n\ncost_field\x18\x04 \x01(\t\x12\x15\n\rcreates_group\x18\x05 \x01(\x08\x12\x17\n\x0f\x61\x64\x64s_partitions\x18\x06 \x01(\x08\x12\x17\n\x0f\x61ppends_history\x18\x07 \x01(\x08\x12\x16\n\x0eremoves_groups\x18\x08 \x01(\x08\x12\x15\n\rpreview_field\x18\t \x01(\t\x12\x17\n\x0funknown_outcome\x18\n \x01(\t\x12\x15\n\rentries_field\x18\x0b \x01(\t\x12(\n\x07\x63ounted\x18\x0c \x01(\x0e\x32\x17.offsetstore.v1.Counted*j\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n\x0fPERMISSION_READ\x10\x01\x12\x15\n\x11PERMISSION_COMMIT\x10\x02\x12\x14\n\x10PERMISSION_ADMIN\x10\x03*S\n\x05Scope\x12\x15\n\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSCOPE_GROUP\x10\x01\x12\x10\n\x0cSCOPE_PREFIX\x10\x02\x12\x10\n\x0cSCOPE_TOPICS\x10\x03*|\n\x08\x43ostRule\x12\x19\n\x15\x43OST_RULE_UNSPECIFIED\x10\x00\x12\x11\n\rCOST_RULE_ONE\x10\x01\x12\x15\n\x11\x43OST_RULE_ENTRIES\x10\x02\x12\x17\n\x13\x43OST_RULE_SELECTION\x10\x03\x12\x12\n\x0e\x43OST_RULE_PAGE\x10\x04*K\n\x07\x43ounted\x12\x17\n\x13\x43OUNTED_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43OUNTED_COMMITS\x10\x01\x12\x12\n\x0e\x43OUNTED_RESETS\x10\x02:I\n\x04\x63\x61ll\x12\x1e.google.protobuf.MethodOptions\x18\xf3\x86\x03 \x01(\x0b\x32\x19.offsetstore.v1.CallFactsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1coffsetstore/v1/options.proto\x12\x0eoffsetstore.v1\x1a google/protobuf/descriptor.proto\"\xac\x03\n\tCallFacts\x12.\n\npermission\x18\x01 \x01(\x0e\x32\x1a.offsetstore.v1.Permission\x12$\n\x05scope\x18\x02 \x01(\x0e\x32\x15.offsetstore.v1.Scope\x12&\n\x04\x63ost\x18\x03 \x01(\x0e\x32\x18.offsetstore.v1.CostRule\x12\x12\n\ncost_field\x18\x04 \x01(\t\x12\x15\n\rcreates_group\x18\x05 \x01(\x08\x12\x17\n\x0f\x61\x64\x64s_partitions\x18\x06 \x01(\x08\x12\x17\n\x0f\x61ppends_history\x18\x07 \x01(\x08\x12\x16\n\x0eremoves_groups\x18\x08 \x01(\x08\x12\x15\n\rpreview_field\x18\t \x01(\t\x12\x17\n\x0funknown_outcome\x18\n \x01(\t\x12\x15\n\rentries_field\x18\x0b \x01(\t\x12(\n\x07\x63ounted\x18\x0c \x01(\x0e\x32\x17.offsetstore.v1.Counted\x12\"\n\x04scan\x18\r \x01(\x0e\x32\x14.offsetstore.v1.Scan\x12\x17\n\x0fscan_skipped_by\x18\x0e \x01(\t*j\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n\x0fPERMISSION_READ\x10\x01\x12\x15\n\x11PERMISSION_COMMIT\x10\x02\x12\x14\n\x10PERMISSION_ADMIN\x10\x03*S\n\x05Scope\x12\x15\n\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSCOPE_GROUP\x10\x01\x12\x10\n\x0cSCOPE_PREFIX\x10\x02\x12\x10\n\x0cSCOPE_TOPICS\x10\x03*|\n\x08\x43ostRule\x12\x19\n\x15\x43OST_RULE_UNSPECIFIED\x10\x00\x12\x11\n\rCOST_RULE_ONE\x10\x01\x12\x15\n\x11\x43OST_RULE_ENTRIES\x10\x02\x12\x17\n\x13\x43OST_RULE_SELECTION\x10\x03\x12\x12\n\x0e\x43OST_RULE_PAGE\x10\x04*K\n\x07\x43ounted\x12\x17\n\x13\x43OUNTED_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43OUNTED_COMMITS\x10\x01\x12\x12\n\x0e\x43OUNTED_RESETS\x10\x02*=\n\x04Scan\x12\x14\n\x10SCAN_UNSPECIFIED\x10\x00\x12\x0e\n\nSCAN_GROUP\x10\x01\x12\x0f\n\x0bSCAN_PREFIX\x10\x02:I\n\x04\x63\x61ll\x12\x1e.google.protobuf.MethodOptions\x18\xf3\x86\x03 \x01(\x0b\x32\x19.offsetstore.v1.CallFactsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'offsetstore.v1.options_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PERMISSION']._serialized_start=452
-  _globals['_PERMISSION']._serialized_end=558
-  _globals['_SCOPE']._serialized_start=560
-  _globals['_SCOPE']._serialized_end=643
-  _globals['_COSTRULE']._serialized_start=645
-  _globals['_COSTRULE']._serialized_end=769
-  _globals['_COUNTED']._serialized_start=771
-  _globals['_COUNTED']._serialized_end=846
+  _globals['_PERMISSION']._serialized_start=513
+  _globals['_PERMISSION']._serialized_end=619
+  _globals['_SCOPE']._serialized_start=621
+  _globals['_SCOPE']._serialized_end=704
+  _globals['_COSTRULE']._serialized_start=706
+  _globals['_COSTRULE']._serialized_end=830
+  _globals['_COUNTED']._serialized_start=832
+  _globals['_COUNTED']._serialized_end=907
+  _globals['_SCAN']._serialized_start=909
+  _globals['_SCAN']._serialized_end=970
   _globals['_CALLFACTS']._serialized_start=83
-  _globals['_CALLFACTS']._serialized_end=450
+  _globals['_CALLFACTS']._serialized_end=511
 # @@protoc_insertion_point(module_scope)

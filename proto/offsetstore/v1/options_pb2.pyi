@@ -33,6 +33,12 @@ class Counted(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COUNTED_UNSPECIFIED: _ClassVar[Counted]
     COUNTED_COMMITS: _ClassVar[Counted]
     COUNTED_RESETS: _ClassVar[Counted]
+
+class Scan(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCAN_UNSPECIFIED: _ClassVar[Scan]
+    SCAN_GROUP: _ClassVar[Scan]
+    SCAN_PREFIX: _ClassVar[Scan]
 PERMISSION_UNSPECIFIED: Permission
 PERMISSION_READ: Permission
 PERMISSION_COMMIT: Permission
@@ -49,11 +55,14 @@ COST_RULE_PAGE: CostRule
 COUNTED_UNSPECIFIED: Counted
 COUNTED_COMMITS: Counted
 COUNTED_RESETS: Counted
+SCAN_UNSPECIFIED: Scan
+SCAN_GROUP: Scan
+SCAN_PREFIX: Scan
 CALL_FIELD_NUMBER: _ClassVar[int]
 call: _descriptor.FieldDescriptor
 
 class CallFacts(_message.Message):
-    __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome", "entries_field", "counted")
+    __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome", "entries_field", "counted", "scan", "scan_skipped_by")
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +75,8 @@ class CallFacts(_message.Message):
     UNKNOWN_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_FIELD_NUMBER: _ClassVar[int]
     COUNTED_FIELD_NUMBER: _ClassVar[int]
+    SCAN_FIELD_NUMBER: _ClassVar[int]
+    SCAN_SKIPPED_BY_FIELD_NUMBER: _ClassVar[int]
     permission: Permission
     scope: Scope
     cost: CostRule
@@ -78,4 +89,6 @@ class CallFacts(_message.Message):
     unknown_outcome: str
     entries_field: str
     counted: Counted
-    def __init__(self, permission: _Optional[_Union[Permission, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., cost: _Optional[_Union[CostRule, str]] = ..., cost_field: _Optional[str] = ..., creates_group: _Optional[bool] = ..., adds_partitions: _Optional[bool] = ..., appends_history: _Optional[bool] = ..., removes_groups: _Optional[bool] = ..., preview_field: _Optional[str] = ..., unknown_outcome: _Optional[str] = ..., entries_field: _Optional[str] = ..., counted: _Optional[_Union[Counted, str]] = ...) -> None: ...
+    scan: Scan
+    scan_skipped_by: str
+    def __init__(self, permission: _Optional[_Union[Permission, str]] = ..., scope: _Optional[_Union[Scope, str]] = ..., cost: _Optional[_Union[CostRule, str]] = ..., cost_field: _Optional[str] = ..., creates_group: _Optional[bool] = ..., adds_partitions: _Optional[bool] = ..., appends_history: _Optional[bool] = ..., removes_groups: _Optional[bool] = ..., preview_field: _Optional[str] = ..., unknown_outcome: _Optional[str] = ..., entries_field: _Optional[str] = ..., counted: _Optional[_Union[Counted, str]] = ..., scan: _Optional[_Union[Scan, str]] = ..., scan_skipped_by: _Optional[str] = ...) -> None: ...
