@@ -92,6 +92,7 @@ class AsyncStore:
         self._health: psycopg.AsyncConnection | None = None
         self._down = False  # the latest health probe found no database to serve from
         self._key: bytes | None = None  # the page-token key, read at first use
+        self._in_use = 0  # hot connections calls hold now (hot_connection)
         self._health_lock: asyncio.Lock | None = None
         self.status_rules = config.status_rules
         self.write_flushers = config.write_flushers
@@ -119,9 +120,13 @@ class AsyncStore:
         self.observer = StoreObserver(operation or self.observer.operation, expired or self.observer.expired)
 
     def pool_in_use(self) -> int:
-        """Hot connections checked out now (the metrics' gauge; safe to read from any thread)."""
-        stats = self.hot.get_stats()
-        return stats.get("pool_size", 0) - stats.get("pool_available", 0)
+        """Hot connections checked out now (the metrics' gauge; safe to read from any thread).
+
+        Counted where calls take them: the pool's own ``pool_size - pool_available`` also counts
+        connections still being opened (the first one right after :meth:`open`, every retry while
+        the database is down), which no call holds.
+        """
+        return self._in_use
 
     def timeout_ms(self, bound: Bound | None) -> int | None:
         """The statement timeout ``bound``'s deadline asks for; None where the store's own is shorter.
@@ -248,7 +253,11 @@ class AsyncStore:
             wait = min(wait, DOWN_WAIT_SECONDS)
         try:
             async with self.hot.connection(timeout=wait) as conn, on_primary(conn):
-                yield conn
+                self._in_use += 1
+                try:
+                    yield conn
+                finally:
+                    self._in_use -= 1
         except psycopg_pool.PoolTimeout:
             if self._down:
                 raise StoreUnavailableError("the offset store's database is unavailable") from None
