@@ -5,7 +5,13 @@ table fixture ``make_table`` with columns of their own, so each directory's conf
 takes its fixtures from ``fix_spark`` or ``fix_kafka`` and they stay below it.
 """
 
+import os
+from pathlib import Path
+
 import pytest
+
+# Every Spark driver the tests start reads the session's spark-defaults.conf (why: its comments).
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "fixtures" / "spark-conf"))
 
 # Before any of them is imported: their asserts then report as a test's own do.
 pytest.register_assert_rewrite("tests.fixtures")
