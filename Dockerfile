@@ -32,6 +32,8 @@ COPY kafka_integration/ kafka_integration/
 COPY connect_integration/ connect_integration/
 COPY flink_integration/ flink_integration/
 COPY migrations/ migrations/
+# The installed layout setuptools builds from: symlinks to the folders above (pyproject.toml, package-dir).
+COPY src/ src/
 # A regular (non-editable) install into a virtualenv that the final stage copies whole: the
 # server extra (a plain install is the client only) and the mirror extra (confluent-kafka) so
 # that every flag of `serve` works, --mirror-kafka-* included, and the otel extra (traces when OTEL_* asks). No Arrow, no Spark.

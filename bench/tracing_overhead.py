@@ -48,9 +48,13 @@ def lay_out(commit: str, directory: Path) -> Path:
     site = directory / "site"
     mapping = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     for name, folder in mapping.items():
-        for path in (source / folder).rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts:
-                target = site.joinpath(*name.split("."), path.relative_to(source / folder))
+        # An older commit maps each folder to its name; a newer one is a src/ tree of symlinks ("" = "src").
+        for directory, _, files in os.walk(source / folder, followlinks=True):
+            if "__pycache__" in Path(directory).parts:
+                continue
+            for file in files:
+                path = Path(directory, file)
+                target = site.joinpath(*name.split(".") if name else (), path.relative_to(source / folder))
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(path.read_bytes())
     return site

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+from collections.abc import Sequence
 
+from offsetstore.cli._connect import DEFAULT_SERVER, SERVER_ENV, security_options, with_default_port
+from offsetstore.cli._parser import connection_parser
+from offsetstore.cli._profile import apply_profile
 from offsetstore.cli._values import STATUS_NAMES, parse_statuses
+from offsetstore.client import OffsetStoreClient
+from offsetstore.core.errors import OffsetStoreError
 
 # Kept apart from the options: the script completes their values, not the options themselves.
 _VALUE_WORD = "__value__"
+# A value that is a group's name: the script asks `completion --groups PREFIX bash -- WORDS...`.
+_GROUP_WORD = "__group__"
+_GROUP_METAVAR = "GROUP"
+_NEVER = "'\\0'"  # a case pattern no path matches, where a list is empty
+
+#: How long a completion waits for the server: a TAB must not hang on a server that is down.
+GROUPS_TIMEOUT_SECONDS = 2.0
+#: At most this many names: a screenful, and one page of ListGroups.
+GROUPS_LIMIT = 200
 
 #: The words an option's value completes to where its parser (argparse's ``type``) knows them
 #: but argparse's ``choices`` cannot say them (``--state LAGGING,STOPPED`` takes a list).
@@ -23,38 +39,65 @@ def bash_script(parser: argparse.ArgumentParser, program: str = "offsetstore") -
     """
     levels: dict[str, argparse.ArgumentParser] = {}
     _walk(parser, "", levels)
-    steps, words, values = [], [], []
+    steps, words, values, valued, grouped = [], [], [], [], []
     for path, level in levels.items():
         subcommands = _subcommands(level)
         for name in subcommands:
-            steps.append(f"        {shlex.quote(path + ' ' + name)}) path={shlex.quote(path + '/' + name)} ;;")
+            steps.append(
+                f"            {shlex.quote(path + ' ' + name)}) path={shlex.quote(path + '/' + name)}; npos=0; continue ;;"
+            )
         offered = [*subcommands, *_options(level)]
         words.append(f"        {shlex.quote(path)}) words={shlex.quote(' '.join(offered))} ;;")
+        positionals = [
+            a for a in level._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+        ]
+        if positionals and positionals[0].metavar == _GROUP_METAVAR:
+            grouped.append(shlex.quote(path))
         for action in level._actions:
             if not action.option_strings or action.nargs == 0:
                 continue
             known = action.choices or _VALUE_WORDS.get(action.type)  # type: ignore[call-overload]
             choices = " ".join(str(c) for c in known) if known else _VALUE_WORD
+            if action.metavar == _GROUP_METAVAR:
+                choices = _GROUP_WORD
             for option in action.option_strings:
                 values.append(f"        {shlex.quote(path + ' ' + option)}) words={shlex.quote(choices)} ;;")
+                valued.append(shlex.quote(path + " " + option))
     function = f"_{program.replace('-', '_')}_complete"
     return "\n".join(
         [
             f"# bash completion for {program}: source <({program} completion bash)",
             f"{function}() {{",
-            '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="" path="" words="" i',
+            '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="" path="" words="" i npos=0',
             '    (( COMP_CWORD > 1 )) && prev="${COMP_WORDS[COMP_CWORD-1]}"',
+            "    # The command's path, and how many operands (not options, not an option's value) follow it.",
             "    for (( i = 1; i < COMP_CWORD; i++ )); do",
             '        case "$path ${COMP_WORDS[i]}" in',
             *steps,
+            "        esac",
+            '        case "$path ${COMP_WORDS[i-1]}" in',
+            f"            {'|'.join(valued) or _NEVER}) ;;",
+            '            *) [[ "${COMP_WORDS[i]}" == -* ]] || npos=$((npos + 1)) ;;',
             "        esac",
             "    done",
             '    case "$path $prev" in',
             *values,
             "    esac",
+            '    if [[ -z "$words" && $npos == 0 && "$cur" != -* ]]; then',
+            '        case "$path" in',
+            f"            {'|'.join(grouped) or _NEVER}) words={_GROUP_WORD} ;;",
+            "        esac",
+            "    fi",
             f'    if [[ "$words" == {_VALUE_WORD} ]]; then',
             "        COMPREPLY=()  # a value of the user's own: bash's default (file names) takes over",
             "        return",
+            "    fi",
+            f'    if [[ "$words" == {_GROUP_WORD} ]]; then',
+            "        # The groups of the server this very line names (its --server, TLS, token, profile).",
+            f'        mapfile -t COMPREPLY < <(command {program} completion --groups "$cur" bash -- '
+            '"${COMP_WORDS[@]:1:COMP_CWORD-1}" 2>/dev/null)',
+            "        (( ${#COMPREPLY[@]} )) && return",
+            '        words=""  # none to offer (no server reached): the options, as before',
             "    fi",
             '    if [[ -z "$words" ]]; then',
             '        case "$path" in',
@@ -93,3 +136,22 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     ]
     choices = [str(c) for a in shown if not a.option_strings and a.choices for c in a.choices]
     return choices + [option for a in shown for option in a.option_strings if option.startswith("--")]
+
+
+def group_names(words: Sequence[str], prefix: str) -> list[str]:
+    """The names of the groups starting with `prefix` on the server the command line `words` names.
+
+    The command's own connection options decide (``--server``, TLS, the token, ``--command-config``
+    and the environment), wherever they stand on the line. Nothing at all when the server cannot
+    be reached or refuses: a completion has nowhere to say why, and must not hang a TAB.
+    """
+    args, _ = connection_parser().parse_known_args(list(words))
+    try:
+        apply_profile(args)
+        options = security_options(args)
+        server = with_default_port(args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER)
+        with OffsetStoreClient(server, timeout=GROUPS_TIMEOUT_SECONDS, **options) as client:
+            page = client.list_groups(prefix, page_size=GROUPS_LIMIT)
+    except (OffsetStoreError, ValueError, OSError):
+        return []
+    return [group.group_id for group in page.items]

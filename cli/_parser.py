@@ -302,6 +302,13 @@ class _CommandParser(argparse.ArgumentParser):
         return namespace, extras
 
 
+def connection_parser() -> argparse.ArgumentParser:
+    """The options that say where and how to reach the server, alone (the completion's group names)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _add_common_options(parser, suppress=False)
+    return parser
+
+
 def _add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     # The options are accepted both before and after the subcommand. On the subcommand they
     # default to SUPPRESS, because a subparser's defaults would overwrite a value given before it.

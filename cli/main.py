@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
-from offsetstore.cli._completion import bash_script
+from offsetstore.cli._completion import bash_script, group_names
 from offsetstore.cli._serve_flags import add_serve_flags
 
 
@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
         "autoload -U bashcompinit && bashcompinit.",
     )
     completion.add_argument("shell", choices=["bash"])
+    # What the script itself calls for a group's name: the groups starting with PREFIX on the server
+    # the words typed so far name (their --server, TLS and token options), one a line.
+    completion.add_argument("--groups", metavar="PREFIX", help=argparse.SUPPRESS)
+    completion.add_argument("line", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -163,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.command == "completion":
+        if args.groups is not None:
+            line = args.line[1:] if args.line[:1] == ["--"] else args.line
+            print("".join(f"{name}\n" for name in group_names(line, args.groups)), end="")
+            return 0
         print(bash_script(_parser()), end="")
         return 0
     missing = _missing_server_module()

@@ -42,7 +42,7 @@ from offsetstore.server.config import Settings, split_host_port
 from offsetstore.server.security import security, tenant_prefixes
 from offsetstore.server.workers import StartError, Workers
 from offsetstore.storage.database_url import display
-from offsetstore.storage.engine import plain_engine, shares_sessions
+from offsetstore.storage.engine import plain_engine, say_replication, shares_sessions
 from offsetstore.storage.replication import Replication, ReplicationRefused, check, replication_of
 
 __all__ = ["serve"]
@@ -274,11 +274,7 @@ def _check_database(settings: Settings, database_url: str, stopping: threading.E
             f"cannot reach the database at {display(database_url)}: "
             f"{reason}. Check --database-url (OFFSETSTORE_DATABASE_URL): the server, the database name, the role"
         ) from None
-    log.info(
-        "database: %s",
-        replication.describe(),
-        extra={"database": display(database_url), "synchronous_standbys": replication.synchronous_standbys},
-    )
+    say_replication(replication, database=display(database_url))
     try:
         check(replication, require_synchronous=settings.require_synchronous_replication)
     except ReplicationRefused as refused:

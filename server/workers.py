@@ -18,6 +18,7 @@ from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
 from offsetstore.server.security import reloader, security
 from offsetstore.server.tracing import write_carry
+from offsetstore.storage.engine import last_replication_said, replication_said
 
 if TYPE_CHECKING:  # aiohttp and the listener load in a serving process only
     from offsetstore.server.http import HttpConfig
@@ -56,7 +57,17 @@ class Workers:
         ready = self._context.Event()
         process = self._context.Process(
             target=serving_process,
-            args=(self.settings, self.database_url, self.listen, self.directory, index, os.getpid(), ready),
+            # What the log said of the database's replication: the process repeats it only if it sees otherwise.
+            args=(
+                self.settings,
+                self.database_url,
+                self.listen,
+                self.directory,
+                index,
+                os.getpid(),
+                ready,
+                last_replication_said(),
+            ),
             name=f"offsetstore-serve-{index}",
         )
         process.start()
@@ -114,10 +125,18 @@ def mark_dead(pid: int | None) -> None:
 
 
 def serving_process(
-    settings: Settings, database_url: str, listen: str, directory: str, index: int, parent: int, ready: Any
+    settings: Settings,
+    database_url: str,
+    listen: str,
+    directory: str,
+    index: int,
+    parent: int,
+    ready: Any,
+    replication: str | None = None,
 ) -> None:
     """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
     configure_logging(settings.log_level, settings.log_format)
+    replication_said(replication)
     code = asyncio.run(serve(settings, database_url, listen, directory, index, parent, ready))
     if code:
         raise SystemExit(code)

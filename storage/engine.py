@@ -216,23 +216,46 @@ def admit(replication: Replication, settings: SessionSettings) -> None:
     What an acknowledged commit survives is logged whenever it changes (a failover, a
     reconfiguration), once per process.
     """
-    line = replication.describe()
-    with _last_seen_lock:
-        if _last_seen != [line]:
-            _last_seen[:] = [line]
-            log.log(
-                logging.WARNING if replication.in_recovery else logging.INFO,
-                "database: %s",
-                line,
-                extra={
-                    "synchronous_standbys": replication.synchronous_standbys,
-                    "synchronous_standby_names": replication.synchronous_standby_names,
-                },
-            )
+    say_replication(replication)
     try:
         check(replication, require_synchronous=settings.require_synchronous_replication)
     except ReplicationRefused as refused:
         raise NotThePrimary(str(refused)) from None
+
+
+def say_replication(replication: Replication, **extra: object) -> None:
+    """Logs what an acknowledged commit survives there, unless this process said it last.
+
+    ``serve`` says it at start; its store's connections, and the serving processes it spawns
+    (told with :func:`replication_said`), then stay quiet until it changes.
+    """
+    line = replication.describe()
+    with _last_seen_lock:
+        if _last_seen == [line]:
+            return
+        _last_seen[:] = [line]
+    log.log(
+        logging.WARNING if replication.in_recovery else logging.INFO,
+        "database: %s",
+        line,
+        extra={
+            **extra,
+            "synchronous_standbys": replication.synchronous_standbys,
+            "synchronous_standby_names": replication.synchronous_standby_names,
+        },
+    )
+
+
+def replication_said(line: str | None) -> None:
+    """This process's log (its supervisor's, shared) has said `line` (a :meth:`Replication.describe`) already."""
+    with _last_seen_lock:
+        _last_seen[:] = [] if line is None else [line]
+
+
+def last_replication_said() -> str | None:
+    """What :func:`say_replication` said last in this process, for the processes it spawns."""
+    with _last_seen_lock:
+        return _last_seen[0] if _last_seen else None
 
 
 def libpq_conninfo(url: str, **settings: Any) -> str:

@@ -34,6 +34,7 @@ CONSOLE_FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "actions.js": "text/javascript",
+    "adopt.js": "text/javascript",
     "style.css": "text/css",
 }
 

@@ -18,7 +18,7 @@ def test_the_page_names_an_inline_icon() -> None:
     assert re.search(r'<link rel="icon" href="data:image/svg\+xml,', page), page
 
 
-@pytest.mark.parametrize("script", ["app.js", "actions.js"])
+@pytest.mark.parametrize("script", ["app.js", "actions.js", "adopt.js"])
 def test_the_scripts_parse(script: str) -> None:
     node = shutil.which("node")
     if node is None:

@@ -67,11 +67,12 @@ def _package_dirs() -> list[Path]:
 
 
 def _import_name(folder: Path) -> str:
-    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    for name, where in mapping.items():
-        if (ROOT / where).resolve() == folder:
-            return name
-    raise AssertionError(f"{folder.relative_to(ROOT)} has no entry in [tool.setuptools] package-dir")
+    """The folder's name where the wheel installs it: under the src/ tree setuptools builds from."""
+    (source,) = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for link in (ROOT / source / "offsetstore").iterdir():
+        if folder.is_relative_to(link.resolve()):
+            return ".".join(["offsetstore", link.name, *folder.relative_to(link.resolve()).parts])
+    raise AssertionError(f"{folder.relative_to(ROOT)} has no link in {source}/offsetstore/")
 
 
 def test_every_package_folder_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
@@ -109,6 +110,32 @@ def test_the_build_warns_of_nothing(built: tuple[zipfile.ZipFile, str]) -> None:
         line.strip() for line in built[1].splitlines() if "Warning:" in line or "Package would be ignored" in line
     ]
     assert warnings == []
+
+
+def test_the_editable_build_warns_of_nothing(tmp_path: Path) -> None:
+    """Issue 49: every `make install` printed setuptools' 8-line "Editable installation" box.
+
+    Its cause was the package-dir mapping (server -> offsetstore.server, ...): no plain layout, so
+    setuptools installed an import hook and warned about it. src/offsetstore/ is that layout now,
+    and the editable install is one .pth line.
+    """
+    # Any warning of setuptools' own (the box was one: InformationOnly) fails the build.
+    build = (
+        "import sys, warnings, setuptools.build_meta as b, setuptools.warnings as w; "
+        "warnings.simplefilter('error', w.SetuptoolsWarning); b.build_editable(sys.argv[1])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = tmp_path.glob("offsetstore-*.whl")
+    with zipfile.ZipFile(wheel) as editable:
+        (pth,) = [n for n in editable.namelist() if n.endswith(".pth")]
+        assert editable.read(pth).decode().split() == [str(ROOT / "src")]
 
 
 def test_nothing_installs_a_top_level_server_or_client(wheel: zipfile.ZipFile) -> None:

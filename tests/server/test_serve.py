@@ -116,3 +116,17 @@ def test_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         assert cli(served, "describe", "payments").returncode == 1
     finally:
         assert served.terminate() == 0, served.output()
+
+
+def test_the_replication_line_is_said_once(data_dir: Path) -> None:
+    """Issue 49: `make run` said what a commit survives three times (the start check, the supervisor's
+    store and each serving process's store): once now, with two serving processes that both served."""
+    served = start_serve(data_dir, "--processes", "2")
+    try:
+        for n in range(8):  # fresh channels: SO_REUSEPORT spreads them over both processes
+            with OffsetStoreClient(served.address) as client:
+                client.commit_offsets("replication-line", {("t", n): 1})
+    finally:
+        assert served.terminate() == 0, served.output()
+    said = [line for line in served.output().splitlines() if "database: replication is" in line]
+    assert len(said) == 1, served.output()

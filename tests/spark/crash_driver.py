@@ -21,6 +21,7 @@ from offsetstore.spark_integration.testing import KillExecutorOnce
 # The repository's root, as pytest sets it, for the tests' own Spark setup.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fixtures.fix_spark import MASTER, build_spark, kafka_stream  # noqa: E402
+from tests.fixtures.fix_spark_kafka import kafka_source  # noqa: E402
 
 
 def rate_stream(spark, topic: str, partitions: int, per_trigger: int):
@@ -56,6 +57,7 @@ def main() -> None:
         help="rate: Spark's JVM source, so that no Python runs on the workers before the sink",
     )
     p.add_argument("--from-store", action="store_true", help="startingOffsets from the offset store")
+    p.add_argument("--bootstrap", help="kafka_shaped: Spark's own Kafka source on this broker instead of the stand-in")
     p.add_argument("--starting-offsets", help="startingOffsets as given (earliest, latest or JSON)")
     p.add_argument("--crash-stage", help="the sink's stage at which to die")
     p.add_argument("--crash-batch", type=int, help="the batch id at which to die")
@@ -65,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
 
     master = None if args.master == "submit" else args.master or MASTER
-    spark = build_spark("offsetstore-crash-test", Path(args.workdir), master=master)
+    spark = build_spark("offsetstore-crash-test", Path(args.workdir), master=master, kafka=args.bootstrap is not None)
     print(f"master {spark.sparkContext.master}", flush=True)
     sink = ExactlyOnceSink(args.database_url, args.group_id, args.table, write_path=args.write_path)
     committed: list[int] = []
@@ -94,7 +96,10 @@ def main() -> None:
                 options["startingOffsets"] = starting_offsets(
                     args.database_url, args.group_id, {args.topic: args.partitions}
                 )
-            df = kafka_stream(spark, args.topic, partitions=args.partitions, records=args.records, **options)
+            if args.bootstrap:
+                df = kafka_source(spark, args.bootstrap, args.topic, **options)
+            else:
+                df = kafka_stream(spark, args.topic, partitions=args.partitions, records=args.records, **options)
             trigger = {"availableNow": True}
         query = (
             df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()

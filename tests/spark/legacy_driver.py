@@ -19,6 +19,7 @@ import psycopg
 # The repository's root, as pytest sets it, for the tests' own Spark setup.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fixtures.fix_spark import build_spark, kafka_stream  # noqa: E402
+from tests.fixtures.fix_spark_kafka import kafka_source  # noqa: E402
 
 
 def main() -> None:
@@ -27,8 +28,9 @@ def main() -> None:
         p.add_argument(name, required=True)
     for name in ("--partitions", "--records", "--max-offsets-per-trigger", "--dies-in"):
         p.add_argument(name, type=int, required=True)
+    p.add_argument("--bootstrap", help="read the topic with Spark's own Kafka source from this broker")
     args = p.parse_args()
-    spark = build_spark("offsetstore-legacy-job", Path(args.workdir))
+    spark = build_spark("offsetstore-legacy-job", Path(args.workdir), kafka=args.bootstrap is not None)
 
     def write(batch_df, batch_id: int) -> None:
         rows = [
@@ -44,13 +46,16 @@ def main() -> None:
         if batch_id == args.dies_in:
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
-    df = kafka_stream(
-        spark,
-        args.topic,
-        partitions=args.partitions,
-        records=args.records,
-        maxOffsetsPerTrigger=args.max_offsets_per_trigger,
-    )
+    if args.bootstrap:
+        df = kafka_source(spark, args.bootstrap, args.topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger)
+    else:
+        df = kafka_stream(
+            spark,
+            args.topic,
+            partitions=args.partitions,
+            records=args.records,
+            maxOffsetsPerTrigger=args.max_offsets_per_trigger,
+        )
     query = df.writeStream.foreachBatch(write).option("checkpointLocation", args.checkpoint).trigger(availableNow=True)
     query.start().awaitTermination()
     print("finished without dying", flush=True)

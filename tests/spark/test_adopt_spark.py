@@ -1,5 +1,6 @@
 """Issue 49's takeover of a Spark job: a legacy at-least-once foreachBatch job whose driver is killed between its write
 and Spark's commit, ``groups adopt --from-spark-checkpoint`` on the checkpoint Spark wrote, the exactly-once sink on the same table.
+Both jobs read the topic with Spark's own Kafka source (``format("kafka")``) from the session's Apache Kafka broker.
 
 Starting the successor at ``earliest`` (an overlap) or ``latest`` (a gap) instead is caught by the same check.
 The legacy job runs once per module; each case writes into a copy of what it left.
@@ -19,10 +20,11 @@ import sqlalchemy as sa
 
 from offsetstore.cli._spark_checkpoint import read_checkpoint
 from tests.fixtures.fix_spark import records, run_driver
+from tests.fixtures.fix_spark_kafka import make_topic, produce
 from tests.fixtures.takeover import check_takeover
 
 # A Spark driver of its own for the legacy job, then three successors: minutes on a loaded machine.
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 PARTITIONS = 3
 END = 300
@@ -52,9 +54,17 @@ DRIVER_ENV = {
 
 
 @pytest.fixture(scope="module")
-def legacy(jdk, engine, tmp_path_factory):
+def broker(kafka_connector_jars, kafka_broker):
+    """The session's Apache Kafka broker, which both jobs read with Spark's own Kafka source."""
+    return kafka_broker
+
+
+@pytest.fixture(scope="module")
+def legacy(jdk, engine, broker, tmp_path_factory):
     """(topic, the table the legacy job left, its checkpoint): the job's driver was killed in batch DIES_IN."""
     topic = f"adopt-{uuid.uuid4().hex[:10]}"
+    make_topic(broker, topic, PARTITIONS)
+    produce(broker, topic, PARTITIONS, 0, END)  # the records KafkaShapedSource makes up, which `records` expects
     table = f"public.legacy_{uuid.uuid4().hex[:10]}"
     with engine.begin() as conn:
         conn.exec_driver_sql(TABLE.format(table=table))
@@ -63,7 +73,7 @@ def legacy(jdk, engine, tmp_path_factory):
     status, out = run_driver(
         *("--libpq-url", libpq_url, "--table", table, "--topic", topic, "--checkpoint", str(work / "checkpoint")),
         *("--workdir", str(work / "spark"), "--partitions", str(PARTITIONS), "--records", str(END)),
-        *("--max-offsets-per-trigger", str(PER_BATCH), "--dies-in", str(DIES_IN)),
+        *("--max-offsets-per-trigger", str(PER_BATCH), "--dies-in", str(DIES_IN), "--bootstrap", broker.bootstrap),
         command=[sys.executable, str(LEGACY)],
         env=DRIVER_ENV,
         timeout=1200,
@@ -94,7 +104,7 @@ def rows_of(engine: sa.Engine, table: str) -> list[tuple[str, int, int, int]]:
     return [(t, p, o, 0 if writer == "legacy" else 1) for t, p, o, writer in found]
 
 
-def successor(database_url: str, group_id: str, topic: str, table: str, start: str, work: Path) -> None:
+def successor(database_url: str, group_id: str, topic: str, table: str, start: str, work: Path, bootstrap: str) -> None:
     """The offsetstore job, in a driver of its own as the legacy one ran: the exactly-once sink on the same table.
 
     ``start``: ``store`` (startingOffsets from the store, as docs/adopt.md says), or a
@@ -104,6 +114,7 @@ def successor(database_url: str, group_id: str, topic: str, table: str, start: s
         *("--database-url", database_url, "--group-id", group_id, "--table", table, "--topic", topic),
         *("--partitions", str(PARTITIONS), "--records", str(END), "--max-offsets-per-trigger", str(PER_BATCH)),
         *("--checkpoint", str(work / "checkpoint"), "--workdir", str(work / "spark"), "--write-path", "driver"),
+        *("--bootstrap", bootstrap),
         *(("--from-store",) if start == "store" else ("--starting-offsets", start)),
         env=DRIVER_ENV,
         timeout=1200,
@@ -112,7 +123,7 @@ def successor(database_url: str, group_id: str, topic: str, table: str, start: s
 
 
 def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
-    database_url, engine, group_id, groups, legacy, takeover_table, tmp_path
+    database_url, engine, group_id, groups, broker, legacy, takeover_table, tmp_path
 ) -> None:
     topic, _, checkpoint = legacy
     found = read_checkpoint(str(checkpoint))
@@ -121,7 +132,7 @@ def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
     adopted = groups("adopt", group_id, "--from-spark-checkpoint", str(checkpoint), "--execute")
     assert adopted.code == 0, adopted.err
     assert f"batch {DIES_IN} was planned but not committed" in adopted.err
-    successor(database_url, group_id, topic, takeover_table, "store", tmp_path)
+    successor(database_url, group_id, topic, takeover_table, "store", tmp_path, broker.bootstrap)
 
     handed_over = {(tp.topic, tp.partition): offset for tp, offset in found.offsets.items()}
     takeover = check_takeover(rows_of(engine, takeover_table), records(topic, PARTITIONS, END), handed_over, PER_BATCH)
@@ -133,11 +144,11 @@ def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
 
 @pytest.mark.parametrize(("start", "caught"), [("earliest", "an overlap"), ("latest", "a gap")])
 def test_starting_at_earliest_or_latest_instead_is_caught_by_the_same_check(
-    database_url, engine, group_id, legacy, takeover_table, tmp_path, start: str, caught: str
+    database_url, engine, group_id, broker, legacy, takeover_table, tmp_path, start: str, caught: str
 ) -> None:
     topic, _, checkpoint = legacy
     found = read_checkpoint(str(checkpoint))
-    successor(database_url, group_id, topic, takeover_table, start, tmp_path)
+    successor(database_url, group_id, topic, takeover_table, start, tmp_path, broker.bootstrap)
 
     handed_over = {(tp.topic, tp.partition): offset for tp, offset in found.offsets.items()}
     with pytest.raises(AssertionError, match=caught):

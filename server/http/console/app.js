@@ -1,5 +1,5 @@
 // The offsetstore console: static scripts over the HTTP/JSON API (docs/http.md); this one holds
-// the API, the lists and routing, actions.js the writes (reset, delete, import).
+// the API, the lists and routing, actions.js the writes (reset, delete, import), adopt.js the adoption.
 // Every name shown is put in with textContent (el() below), never parsed as HTML: group and
 // topic names are user input. The token lives in this tab's sessionStorage and travels in
 // the Authorization header only: no cookie, so no request forged from another site carries it.
@@ -302,8 +302,10 @@ async function groupPage(groupId, mine) {
   }
   if (movedOn(mine)) return;
   main.dataset.admin = admin;
-  if (admin === "yes") $("#admin").replaceChildren(resetPanel(groupId, partitions, g), deletePanel(groupId, partitions), importPanel(groupId));
-  else if (unsure) {
+  if (admin === "yes") {
+    $("#admin").replaceChildren(resetPanel(groupId, partitions, g), deletePanel(groupId, partitions), importPanel(groupId),
+      adoptPanel(groupId, partitions));
+  } else if (unsure) {
     $("#admin").replaceChildren(el("div", { id: "admin-unknown" },
       el("p", { class: "muted" }, "Could not ask the server whether this token may change the group; reload to ask again."),
       failure(unsure)));
