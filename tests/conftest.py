@@ -22,4 +22,5 @@ pytest_plugins = [
     "tests.fixtures.fix_metrics",
     "tests.fixtures.fix_apache_kafka",
     "tests.fixtures.fix_flink",
+    "tests.fixtures.fix_pyflink",
 ]
