@@ -19,7 +19,7 @@ from tests.fixtures.fix_flink import produce
 from tests.fixtures.fix_pyflink import PyFlinkJobs, kill_job
 from tests.fixtures.waits import wait_for
 
-pytestmark = [pytest.mark.flink, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.flink, pytest.mark.timeout(600)]  # the first run makes PyFlink's venv (minutes)
 
 PARTITIONS = 2
 WAVE = 1_000  # records per partition and wave; three waves: 6,000 records
