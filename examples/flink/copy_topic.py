@@ -7,8 +7,9 @@ Run it with apache-flink's Python, offsetstore's PyFlink module installed beside
         --bootstrap localhost:9092 --topic orders --group orders-copy \\
         --jdbc-url jdbc:postgresql://localhost:5432/app --user app --table public.orders_copy
 
-The job starts at the group's stored offsets (no checkpoint or savepoint needed) and writes
-each checkpoint's rows and their offsets in one PostgreSQL transaction.
+On a cluster, ``flink run -m <jobmanager> -py copy_topic.py --jars ...`` submits it instead
+(tests/flink/test_standalone.py). The job starts at the group's stored offsets (no checkpoint or
+savepoint needed) and writes each checkpoint's rows and their offsets in one PostgreSQL transaction.
 """
 
 from __future__ import annotations
@@ -35,10 +36,16 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--checkpoint-ms", type=int, default=1000)
     parser.add_argument("--bounded", action="store_true", help="end at the topic's end as of the start")
+    parser.add_argument("--restarts", type=int, default=0, help="restarts from the latest checkpoint on a failure")
     args = parser.parse_args()
 
     config = Configuration()
-    config.set_string("restart-strategy.type", "none")  # a failure ends the job: a restart starts from the store
+    if args.restarts:  # Flink restores the latest checkpoint; the sink skips what the store already holds
+        config.set_string("restart-strategy.type", "fixed-delay")
+        config.set_string("restart-strategy.fixed-delay.attempts", str(args.restarts))
+        config.set_string("restart-strategy.fixed-delay.delay", "1 s")
+    else:  # a failure ends the job: the next start begins at the store's offsets
+        config.set_string("restart-strategy.type", "none")
     env = StreamExecutionEnvironment.get_execution_environment(config)
     use_jars(env, args.jars)  # fails with one line if the jars are built for another Flink
     env.set_parallelism(args.parallelism)
