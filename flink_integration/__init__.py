@@ -14,7 +14,9 @@ from offsetstore.flink_integration.build import (
     POSTGRESQL_JDBC_VERSION,
     compile_java,
     flink_classpath,
+    pyflink_jars,
     sink_classpath,
+    sink_jar,
 )
 
 __all__ = [
@@ -24,5 +26,7 @@ __all__ = [
     "POSTGRESQL_JDBC_VERSION",
     "compile_java",
     "flink_classpath",
+    "pyflink_jars",
     "sink_classpath",
+    "sink_jar",
 ]

@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import zipfile
 from importlib import resources
 from pathlib import Path
 
@@ -24,7 +25,9 @@ __all__ = [
     "POSTGRESQL_JDBC_VERSION",
     "compile_java",
     "flink_classpath",
+    "pyflink_jars",
     "sink_classpath",
+    "sink_jar",
 ]
 
 #: The Flink the sink and the initializer are compiled against (PyPI's apache-flink of the same version).
@@ -45,6 +48,15 @@ _RUNTIME = (
     "org.slf4j:slf4j-api:2.0.17",
     "org.apache.logging.log4j:log4j-slf4j2-impl:2.25.4",
 )
+# What a PyFlink job adds to apache-flink's own jars (its flink-dist has Flink, SLF4J and Log4j): the Kafka
+# connector (its Flink dependencies are `provided`) and PostgreSQL's driver.
+_PYFLINK_EXTRA = (
+    f"org.apache.flink:flink-connector-kafka:{KAFKA_CONNECTOR_VERSION}",
+    f"org.postgresql:postgresql:{POSTGRESQL_JDBC_VERSION}",
+)
+#: The sink jar's manifest attributes that offsetstore.pyflink_integration checks against the running PyFlink.
+MANIFEST_FLINK = "Offsetstore-Flink-Version"
+MANIFEST_KAFKA_CONNECTOR = "Offsetstore-Kafka-Connector-Version"
 _JDBC_CONNECTOR = (
     f"org.apache.flink:flink-connector-jdbc-core:{JDBC_CONNECTOR_VERSION}",
     f"org.apache.flink:flink-connector-jdbc-postgres:{JDBC_CONNECTOR_VERSION}",
@@ -111,3 +123,29 @@ def sink_classpath() -> Path:
     with resources.as_file(root) as folder:
         sources = sorted(Path(folder).glob("*.java"))
         return compile_java(sources, flink_classpath(jdbc_connector=False), name="flink-sink")
+
+
+def sink_jar() -> Path:
+    """The sink's classes as one jar (what ``pipeline.jars`` takes), its manifest naming the Flink it is built for."""
+    classes = sink_classpath()
+    jar = classes.with_name(f"offsetstore-flink-{FLINK_VERSION}-{classes.name.rsplit('-', 1)[1]}.jar")
+    if jar.exists():
+        return jar
+    partial = jar.with_name(f"{jar.name}.{os.getpid()}.tmp")
+    manifest = f"Manifest-Version: 1.0\r\n{MANIFEST_FLINK}: {FLINK_VERSION}\r\n"
+    manifest += f"{MANIFEST_KAFKA_CONNECTOR}: {KAFKA_CONNECTOR_VERSION}\r\n\r\n"
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("META-INF/MANIFEST.MF", manifest)
+        for path in sorted(classes.rglob("*.class")):
+            out.write(path, path.relative_to(classes).as_posix())
+    partial.replace(jar)  # atomic: a concurrent or killed build never leaves half a jar
+    return jar
+
+
+def pyflink_jars() -> list[Path]:
+    """The jars a PyFlink job adds to ``pipeline.jars``: the sink's, the Kafka connector's and PostgreSQL's driver.
+
+    apache-flink (PyPI, :data:`FLINK_VERSION`) ships Flink itself and its logging; SLF4J's API is left out.
+    """
+    extra = maven_classpath(_PYFLINK_EXTRA, name=f"pyflink-{FLINK_VERSION}")
+    return [sink_jar(), *(Path(j) for j in extra if not Path(j).name.startswith("slf4j-"))]

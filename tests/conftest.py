@@ -28,4 +28,6 @@ pytest_plugins = [
     "tests.fixtures.fix_metrics",
     "tests.fixtures.fix_apache_kafka",
     "tests.fixtures.fix_flink",
+    "tests.fixtures.fix_pyflink",
+    "tests.fixtures.fix_flink_cluster",
 ]

@@ -13,7 +13,8 @@ final class FlinkVersion {
         String running = EnvironmentInformation.getVersion();
         if (running == null || !(running.equals(BUILT_FOR) || running.startsWith(BUILT_FOR + "."))) {
             throw new IllegalStateException("offsetstore: the Flink integration is built for Flink " + BUILT_FOR
-                    + ".x with flink-connector-kafka 5.0.0-2.2; this runtime is Flink " + running);
+                    + ".x with flink-connector-kafka 5.0.0-2.2; this runtime is Flink " + running
+                    + ": run the job on Flink " + BUILT_FOR + ".x (PyFlink: pip install apache-flink==" + BUILT_FOR + ".0)");
         }
     }
 }

@@ -47,6 +47,16 @@ public final class StoreJdbc implements Serializable {
         return groupId;
     }
 
+    static {
+        // DriverManager finds drivers on the system classpath only; a job's jars (PyFlink's pipeline.jars, a
+        // cluster's user-code classloader) hold PostgreSQL's driver in a classloader of their own: register it.
+        try {
+            Class.forName("org.postgresql.Driver", true, StoreJdbc.class.getClassLoader());
+        } catch (ClassNotFoundException e) {
+            // Another driver, or none: DriverManager's "No suitable driver" then names the URL.
+        }
+    }
+
     /** A connection with auto-commit off: the caller owns the transaction. */
     public Connection connect() throws SQLException {
         Connection conn = DriverManager.getConnection(url, properties);
