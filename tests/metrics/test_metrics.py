@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from importlib import metadata
 
 import grpc
 import pytest
@@ -30,7 +29,6 @@ from tests.fixtures.fix_metrics import (
     count_statements,
 )
 from tests.fixtures.storage import engine_of
-from tests.fixtures.waits import wait_for
 
 # --- gRPC metrics ---------------------------------------------------------------------
 
@@ -361,31 +359,6 @@ def test_a_scrape_that_times_out_keeps_the_database_up(metrics_database_url: str
         assert samples["offsetstore_database_up"] == 1
         assert "offsetstore_groups" not in samples
         assert "offsetstore_group_offset{" not in text
-    finally:
-        store.dispose()
-
-
-def test_pool_in_use_and_build_info(metered: Metered) -> None:
-    assert metered.value("offsetstore_database_pool_in_use") == 0
-    store = metered.store
-    held = [store.aio.hot_connection(None) for _ in range(2)]
-    for taken in held:
-        store.wait(taken.__aenter__())
-    assert metered.value("offsetstore_database_pool_in_use") == 2
-    for taken in held:
-        store.wait(taken.__aexit__(None, None, None))
-    assert metered.value("offsetstore_database_pool_in_use") == 0
-    assert metered.value("offsetstore_build_info", version=metadata.version("offsetstore")) == 1
-
-
-def test_connections_being_opened_are_not_in_use() -> None:
-    # The pool keeps trying to open its first connection to a database that is not there: no
-    # call holds one. (It read 1 here, and 1 at times right after a store opened: a flaky test.)
-    store = Store.open(StoreConfig("postgresql+psycopg://postgres@127.0.0.1:1/none", hot_pool_size=2))
-    try:
-        registry = metrics.build_registry(store)
-        wait_for(lambda: store.aio.hot.get_stats().get("connections_errors", 0) > 0, what="a failed connect")
-        assert registry.get_sample_value("offsetstore_database_pool_in_use") == 0
     finally:
         store.dispose()
 
