@@ -53,6 +53,8 @@ class Settings(SettingFields):
             raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
         if self.history_retention < 0 or self.offsets_retention < 0:
             raise ValueError("retention durations must be 0 (keep everything) or above")
+        if self.event_loop not in ("uvloop", "asyncio"):
+            raise ValueError("OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio")
         if self.reflection not in REFLECTION_MODES:
             raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:

@@ -33,7 +33,7 @@ import sqlalchemy.exc
 import sqlalchemy.pool
 
 from offsetstore.core.durations import format_duration
-from offsetstore.runtime import migrate
+from offsetstore.runtime import event_loop, migrate
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
 from offsetstore.server._logging import configure_logging
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 def serve(settings: Settings) -> int:
     """Runs until SIGTERM or SIGINT; returns the process exit code."""
     configure_logging(settings.log_level, settings.log_format)
+    # Resolved once, here: a platform without uvloop is one line, and the serving processes get the answer.
+    settings = dataclasses.replace(settings, event_loop=event_loop.resolve(settings.event_loop))
     try:
         _, auth = security(settings)  # read and checked now: a bad file stops the start, not a child
         reservation = _reserve(settings.listen, "--listen")
@@ -122,7 +124,7 @@ def _supervise(
     host, port = reservation.getsockname()[:2]
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     supervisor = _Supervisor(settings, database_url, listen, auth, directory, stopping, reload, embedded)
-    return asyncio.run(supervisor.run())
+    return event_loop.run(supervisor.run(), settings.event_loop)
 
 
 @dataclasses.dataclass
@@ -192,6 +194,7 @@ class _Supervisor:
                     extra={
                         "listen": self.listen,
                         "processes": settings.processes,
+                        "event_loop": event_loop.running(),
                         "metrics": metrics_server.url if metrics_server is not None else "off",
                         "http": settings.http_listen or "off",
                         "embedded": self.embedded is not None,

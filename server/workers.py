@@ -13,6 +13,7 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
+from offsetstore.runtime import event_loop
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
@@ -137,7 +138,7 @@ def serving_process(
     """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
     configure_logging(settings.log_level, settings.log_format)
     replication_said(replication)
-    code = asyncio.run(serve(settings, database_url, listen, directory, index, parent, ready))
+    code = event_loop.run(serve(settings, database_url, listen, directory, index, parent, ready), settings.event_loop)
     if code:
         raise SystemExit(code)
 
@@ -183,7 +184,7 @@ async def serve(
             try:
                 quiet_garbage_collector()
                 ready.set()
-                log.info("serving process ready", extra={"index": index})
+                log.info("serving process ready", extra={"index": index, "event_loop": event_loop.running()})
                 while not stopping.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stopping.wait(), 1.0)

@@ -16,7 +16,7 @@ from offsetstore.server.config import Settings
 
 # Public API (CONTRACT.md, sections 5, 7 and 8): the flags `serve` had when they were written by hand.
 PUBLIC_FLAGS = {
-    "--data-dir", "--database-prepare", "--database-url", "--grace-seconds", "--group-metrics-limit",
+    "--data-dir", "--database-prepare", "--database-url", "--event-loop", "--grace-seconds", "--group-metrics-limit",
     "--history-retention", "--http-allowed-hosts", "--http-listen", "--listen", "--log-format", "--log-level",
     "--maintenance-interval", "--max-calls-per-principal", "--max-groups-per-principal", "--max-message-bytes",
     "--max-partitions-per-principal", "--max-response-bytes", "--max-streams", "--max-workers", "--metrics-listen",
@@ -120,6 +120,7 @@ def test_each_flag_reads_into_its_setting() -> None:
         (["--history-retention", "7x"], "argument --history-retention: "),
         (["--processes", "lots"], "argument --processes: expected a number or auto, got 'lots'"),
         (["--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
+        (["--event-loop", "trio"], "argument --event-loop: invalid choice: 'trio'"),
     ],
 )
 def test_a_flag_of_the_wrong_type_is_one_usage_line_and_one_error_line(

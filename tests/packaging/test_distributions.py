@@ -25,7 +25,16 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 # The client-only install's whole list of requirements: gRPC and protobuf.
 CLIENT_REQUIREMENTS = {"grpcio", "grpcio-health-checking", "grpcio-status", "protobuf", "googleapis-common-protos"}
 # What only the server imports (the server extra) and what only the sinks do (Arrow).
-SERVER_MODULES = ("sqlalchemy", "psycopg", "psycopg_pool", "alembic", "prometheus_client", "grpc_reflection", "aiohttp")
+SERVER_MODULES = (
+    "sqlalchemy",
+    "psycopg",
+    "psycopg_pool",
+    "alembic",
+    "prometheus_client",
+    "grpc_reflection",
+    "aiohttp",
+    "uvloop",
+)
 ARROW_MODULES = ("pyarrow", "numpy")
 CLIENT_MODULES = ("offsetstore.client", "offsetstore.core", "offsetstore.v1", "offsetstore.cli.main")
 # What a Spark executor's Python worker imports (spark_integration/workers.py checks this very module).
@@ -164,7 +173,7 @@ def test_client_only_serve_and_migrate_say_in_one_line_to_install_the_server(
 
 
 def test_sink_imports_the_executors_write_path_and_not_the_server(sink: Venv) -> None:
-    server_only = ("alembic", "aiohttp", "grpc_reflection")
+    server_only = ("alembic", "aiohttp", "grpc_reflection", "uvloop")
     found = sink.importable(*EXECUTOR_MODULES, "offsetstore.storage", *server_only)
     assert {m for m in (*EXECUTOR_MODULES, "offsetstore.storage") if not found[m]} == set()
     assert {m for m in server_only if found[m]} == set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -50,15 +51,25 @@ def test_serve_on_the_embedded_default_round_trips_and_exits_0_on_sigterm(data_d
     finally:
         code = served.terminate()
     assert code == 0, served.output()
+    # uvloop by default, in the supervisor and in each serving process (the dev install has it).
+    assert loops_said(served.output()) == {"uvloop"}, served.output()
 
-    # Restarting on the same data directory finds the same offsets.
-    served = start_serve(data_dir)
+    # Restarting on the same data directory finds the same offsets; on asyncio's own loop as asked.
+    served = start_serve(data_dir, "--event-loop", "asyncio")
     try:
         with OffsetStoreClient(served.address) as client:
             fetched = client.fetch_offsets("orders-etl", {"orders": [0, 1]})
             assert [c.offset for c in fetched.offsets.values()] == [42, 7]
     finally:
         assert served.terminate() == 0, served.output()
+    assert loops_said(served.output()) == {"asyncio"}, served.output()
+
+
+def loops_said(output: str) -> set[str]:
+    """The event loops the supervisor's "serving" line and each "serving process ready" line name."""
+    lines = [line for line in output.splitlines() if re.search(r'"serving( process ready)?"', line)]
+    assert any("serving process ready" in line for line in lines) and len(lines) >= 2, output
+    return {m.group(1) if (m := re.search(r'event_loop="?(\w+)', line)) else "unsaid" for line in lines}
 
 
 def test_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None:
