@@ -43,6 +43,8 @@ BEFORE = {
     "pool-check": lambda: setattr(engine, "QuietCheck", _CheckEveryCheckout),
     "read-coalescing": lambda: _alone("fetch_offsets"),
     "describe-coalescing": lambda: _alone("describe_group"),
+    # Issue 46's: asyncio's own loop, through the product's own setting (read before the settings load).
+    "uvloop": lambda: os.environ.__setitem__("OFFSETSTORE_EVENT_LOOP", "asyncio"),
 }
 
 for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(",")):

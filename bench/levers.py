@@ -1,4 +1,4 @@
-"""Each speed lever of issue 33 before and after, in one run, and where a serving process spends its time.
+"""Each speed lever of issues 33 and 46 before and after, in one run, and where a serving process spends its time.
 
 For each lever, two servers run side by side on one PostgreSQL: one with the lever undone
 (bench/_levers_serve.py, ``OFFSETSTORE_BENCH_BEFORE``), one as shipped. Their measurements
@@ -41,6 +41,8 @@ LEVERS = {
     "describe-coalescing": ("describe16", "fetch16"),
     # The pool check where every read takes a connection of its own (as before coalescing).
     "pool-check/reads-alone": ("fetch16",),
+    # Issue 46: the serving processes on uvloop (the default) against asyncio's own loop.
+    "uvloop": ("commit1", "fetch16", "commit16"),
 }
 #: lever -> what both of its servers undo (the baseline it is measured on).
 BASE = {"pool-check/reads-alone": "read-coalescing"}
