@@ -50,19 +50,13 @@ BEGIN
                 NULL::timestamptz, gen;
             CONTINUE;
         END IF;
-        -- Each partition's stored offset is read by a probe of its own (LATERAL ... LIMIT 1, which
-        -- PostgreSQL cannot flatten into a join): planned as a join, a group the statistics did
-        -- not know yet (a new consumer of 10,000 partitions) was estimated at one row, and the
-        -- nested loop over all its rows per partition took seconds (10,000 x 10,000 comparisons).
         IF r_cas[i] THEN
             SELECT u.topic, u.partition, u.expected, coalesce(o."offset", -1) AS actual INTO bad
             FROM unnest(
                 o_topic[r_first[i] : r_last[i]], o_partition[r_first[i] : r_last[i]], o_expected[r_first[i] : r_last[i]]
             ) WITH ORDINALITY AS u(topic, partition, expected, n)
-            LEFT JOIN LATERAL (
-                SELECT o."offset" FROM offsetstore.offsets AS o
-                WHERE o.group_id = r_group[i] AND o.topic = u.topic AND o.partition = u.partition LIMIT 1
-            ) AS o ON true
+            LEFT JOIN offsetstore.offsets AS o
+                ON o.group_id = r_group[i] AND o.topic = u.topic AND o.partition = u.partition
             WHERE u.expected IS NOT NULL AND u.expected <> coalesce(o."offset", -1)
             ORDER BY u.n
             LIMIT 1;
@@ -80,10 +74,9 @@ BEGIN
             -- A commit brings a deleted group back, with the generation its id kept.
             UPDATE offsetstore.groups AS g SET deleted_at = NULL WHERE g.group_id = r_group[i];
         END IF;
-        -- u reads each partition's offset before the upsert (one statement, one snapshot), by a
-        -- probe of its own as above; history records real changes only. No join between two
-        -- CTEs: a cached generic plan cannot know their sizes, and a nested loop over two large
-        -- ones is quadratic.
+        -- u reads each partition's offset before the upsert (one statement, one snapshot);
+        -- history records real changes only. No join between two CTEs: a cached generic
+        -- plan cannot know their sizes, and a nested loop over two large ones is quadratic.
         RETURN QUERY
         WITH u AS (
             SELECT u.topic, u.partition, u."offset", u.metadata, o."offset" AS previous
@@ -91,10 +84,8 @@ BEGIN
                 o_topic[r_first[i] : r_last[i]], o_partition[r_first[i] : r_last[i]],
                 o_offset[r_first[i] : r_last[i]], o_metadata[r_first[i] : r_last[i]]
             ) AS u(topic, partition, "offset", metadata)
-            LEFT JOIN LATERAL (
-                SELECT o."offset" FROM offsetstore.offsets AS o
-                WHERE o.group_id = r_group[i] AND o.topic = u.topic AND o.partition = u.partition LIMIT 1
-            ) AS o ON true
+            LEFT JOIN offsetstore.offsets AS o
+                ON o.group_id = r_group[i] AND o.topic = u.topic AND o.partition = u.partition
         ), up AS (
             INSERT INTO offsetstore.offsets AS o (group_id, topic, partition, "offset", metadata)
             SELECT r_group[i], u.topic, u.partition, u."offset", u.metadata FROM u
