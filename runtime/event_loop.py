@@ -1,8 +1,9 @@
-"""The serving processes' event loop: uvloop where it is installed (the server extra brings it), asyncio's own otherwise.
+"""The serving processes' event loop: asyncio's own by default, uvloop with ``--event-loop uvloop``.
 
-uvloop runs grpc.aio, psycopg's async connections and aiohttp unchanged, for less CPU per call
-(docs/performance.md, "The event loop"). ``--event-loop asyncio`` keeps asyncio's own loop; on a
-platform without uvloop the supervisor says so once and every process serves on asyncio's.
+uvloop (the server extra brings it) runs grpc.aio, psycopg's async connections and aiohttp
+unchanged, for less CPU per call, but a load test of huge-group reads starves under it
+(docs/performance.md, "The event loop"), so it is not the default yet. Where it is asked for and
+not installed, the supervisor says so once and every process serves on asyncio's own loop.
 """
 
 from __future__ import annotations

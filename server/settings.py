@@ -142,10 +142,10 @@ class SettingFields:
     )
     grace_seconds: float = setting(10.0, "How long SIGTERM waits for in-flight calls before cancelling them.")
     event_loop: str = setting(
-        "uvloop",
-        "The serving processes' event loop: uvloop (less CPU per call; asyncio's own, said once at start, where "
-        "uvloop is not installed) or asyncio.",
-        choices=("uvloop", "asyncio"),
+        "asyncio",
+        "The serving processes' event loop: asyncio's own, or uvloop (less CPU per call; not yet the default: "
+        "docs/performance.md, The event loop).",
+        choices=("asyncio", "uvloop"),
     )
     group_metrics_limit: int = setting(1000, "At most this many groups get per-group metric series per scrape.")
     metrics_series_limit: int = setting(
