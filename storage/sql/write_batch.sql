@@ -18,6 +18,8 @@ DECLARE
     gone timestamptz;
     created boolean;
     bad record;
+    nestloop text;
+    mismatch boolean;
 BEGIN
     -- An acknowledged offset is durable whoever calls: the SQL API's callers bring sessions of
     -- their own (and a pooler may drop settings). synchronous_commit is read at COMMIT, so
@@ -51,6 +53,13 @@ BEGIN
             CONTINUE;
         END IF;
         IF r_cas[i] THEN
+            -- Planned without nested loops: for a group the statistics do not know yet (a new
+            -- consumer of 10,000 partitions), PostgreSQL estimated the group at one row and
+            -- compared every requested partition with every stored row (6 s for one commit, past
+            -- the statement timeout). A hash or merge join is linear whatever the estimate; the
+            -- caller's setting is back for the rest of its transaction right after.
+            nestloop := current_setting('enable_nestloop');
+            PERFORM set_config('enable_nestloop', 'off', true);
             SELECT u.topic, u.partition, u.expected, coalesce(o."offset", -1) AS actual INTO bad
             FROM unnest(
                 o_topic[r_first[i] : r_last[i]], o_partition[r_first[i] : r_last[i]], o_expected[r_first[i] : r_last[i]]
@@ -60,7 +69,9 @@ BEGIN
             WHERE u.expected IS NOT NULL AND u.expected <> coalesce(o."offset", -1)
             ORDER BY u.n
             LIMIT 1;
-            IF FOUND THEN
+            mismatch := FOUND;  -- before PERFORM, which sets FOUND itself
+            PERFORM set_config('enable_nestloop', nestloop, true);
+            IF mismatch THEN
                 IF created THEN
                     DELETE FROM offsetstore.groups AS g WHERE g.group_id = r_group[i];
                 END IF;
