@@ -1,4 +1,4 @@
-"""The serving processes' event loop (runtime/event_loop.py): uvloop by default, asyncio's own when asked or absent."""
+"""The serving processes' event loop (runtime/event_loop.py): asyncio's own by default, uvloop when asked and installed."""
 
 from __future__ import annotations
 
