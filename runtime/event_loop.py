@@ -25,7 +25,7 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 def resolve(choice: str) -> str:
-    """The loop a server will run for ``choice``: ``uvloop`` unless asked otherwise or not installed (said once, here)."""
+    """The loop a server will run for ``choice``: as asked, but asyncio's own where uvloop is not installed (said once, here)."""
     if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:
         log.warning("uvloop is not installed here: serving on asyncio's own event loop (--event-loop asyncio)")
         return "asyncio"
