@@ -11,12 +11,13 @@ statistics (auto_explain with ANALYZE) say how many rows a join filter threw awa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
 
 from offsetstore.runtime import migrate
+from tests.fixtures.fix_db import conninfo
 
 PARTITIONS = 10_000
 _REMOVED = re.compile(r"Rows Removed by Join Filter: (\d+)")
@@ -26,8 +27,7 @@ _REMOVED = re.compile(r"Rows Removed by Join Filter: (\d+)")
 def conn(scratch_database_url: str) -> Iterator[psycopg.Connection]:
     """A database of its own with many small groups, analyzed; then a group of 10,000 partitions."""
     migrate.upgrade(scratch_database_url)
-    url = scratch_database_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url, autocommit=True) as c:
+    with psycopg.connect(conninfo(scratch_database_url), autocommit=True) as c:
         try:
             c.execute("LOAD 'auto_explain'")
         except psycopg.errors.UndefinedFile:
@@ -51,11 +51,13 @@ def commit(c: psycopg.Connection, group: str, offsets: list[int], expected: list
     return int(row[0])
 
 
-def rows_thrown_away(c: psycopg.Connection, action: str, *args: object) -> int:
-    """Run ``action`` with every plan (nested ones included) reported, and sum its join filters' removed rows."""
+def rows_thrown_away(c: psycopg.Connection, action: Callable[[], object]) -> int:
+    """Run ``action`` with every plan (nested ones included) reported, and sum its join filters' removed rows.
+
+    auto_explain is loaded in ``c``'s session already (the fixture).
+    """
     plans: list[str] = []
     c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    c.execute("LOAD 'auto_explain'")
     for name, value in [
         ("auto_explain.log_min_duration", "0"),
         ("auto_explain.log_analyze", "on"),
@@ -66,7 +68,7 @@ def rows_thrown_away(c: psycopg.Connection, action: str, *args: object) -> int:
     ]:
         c.execute("SELECT set_config(%s, %s, false)", [name, value])
     try:
-        globals()[action](c, *args)
+        action()
     finally:
         c.execute("SET auto_explain.log_min_duration = -1")
     assert any("offsets" in p for p in plans), "auto_explain reported no plan: nothing was measured"
@@ -75,7 +77,7 @@ def rows_thrown_away(c: psycopg.Connection, action: str, *args: object) -> int:
 
 def test_a_compare_and_set_commit_compares_each_partition_once(conn: psycopg.Connection) -> None:
     expected = [p + 1 for p in range(PARTITIONS)]
-    removed = rows_thrown_away(conn, "commit", "big", [p + 2 for p in range(PARTITIONS)], expected)
+    removed = rows_thrown_away(conn, lambda: commit(conn, "big", [p + 2 for p in range(PARTITIONS)], expected))
     # A hash join throws nothing away; the nested loop over the group's rows threw away 49,995,000.
     assert removed < PARTITIONS, f"{removed:,} rows compared and thrown away for {PARTITIONS:,} partitions"
     assert conn.execute("SELECT min(\"offset\") FROM offsetstore.offsets WHERE group_id = 'big'").fetchone() == (2,)
