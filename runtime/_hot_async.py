@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import psycopg
@@ -20,7 +20,7 @@ from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.steps import is_wide
 
-__all__ = ["FETCH_SLICE", "bounded_read", "on_primary", "drive_steps_async"]
+__all__ = ["FETCH_SLICE", "bounded_read", "on_primary", "drive_steps_async", "write_transaction"]
 
 R = TypeVar("R")
 
@@ -74,6 +74,67 @@ async def drive_steps_async(
     except StopIteration as done:
         result: R = done.value
         return result
+
+
+async def write_transaction(
+    conn: psycopg.AsyncConnection,
+    steps: storage.HotSteps[R],
+    settings: SessionSettings,
+    timeout_ms: int | None,
+    *,
+    lock_timeout_ms: int | None,
+    before_commit: Callable[[], None],
+) -> R:
+    """Drives write ``steps`` in one transaction of an autocommit ``conn``, in three round trips of one send each.
+
+    ``BEGIN`` and the transaction's settings go as one simple query (no parameters: one
+    message), each statement on its own (prepared where ``settings.prepare`` allows, unless
+    wide), then ``COMMIT``; ``before_commit()`` runs just before it, and what it raises
+    rolls the transaction back. Not pipelined on purpose: psycopg's pipeline mode sends each
+    queued command with a send() of its own, and each send wakes the backend — the two
+    pipelined round trips cost the client twice the CPU of these three (issue 46).
+    Anything raised in between rolls back (a connection that broke is the pool's to drop).
+    """
+    began = False
+    try:
+        try:
+            statement = next(steps)
+            while True:
+                if statement is storage.PAUSE:
+                    await asyncio.sleep(0)  # other calls run between slices of a wide request
+                    statement = steps.send(None)
+                    continue
+                sql, params = statement
+                wide = is_wide(params)
+                if not began:
+                    before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
+                    await conn.execute("BEGIN; " + before)
+                    began = True
+                cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
+                statement = steps.send(await _rows(cursor))
+        except StopIteration as done:
+            result: R = done.value
+        before_commit()
+    except BaseException:
+        if began:
+            await _roll_back(conn)
+        raise
+    if began:
+        await conn.execute("COMMIT")
+    return result
+
+
+async def _roll_back(conn: psycopg.AsyncConnection) -> None:
+    """Ends ``conn``'s failed transaction; a connection that cannot is left to the pool (which drops it)."""
+    if conn.closed or conn.info.transaction_status not in (
+        psycopg.pq.TransactionStatus.INTRANS,
+        psycopg.pq.TransactionStatus.INERROR,
+    ):
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except psycopg.Error as error:  # the error that brought us here is the one the caller hears
+        log.warning("rollback failed", extra={"error": type(error).__name__})
 
 
 async def bounded_read(

@@ -18,7 +18,7 @@ from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
 from offsetstore.runtime._calls import Bound, caller_bound
 from offsetstore.runtime._flushers import Flushers
-from offsetstore.runtime._hot_async import drive_steps_async
+from offsetstore.runtime._hot_async import write_transaction
 from offsetstore.runtime.config import Carry
 from offsetstore.storage.engine import SessionSettings
 
@@ -66,12 +66,19 @@ class AsyncWriteBatcher:
     A caller whose call is cancelled counts as gone, as one whose deadline passed.
     """
 
-    def __init__(self, store: Runtime, *, flushers: int = 2, carry: Carry | None = None) -> None:
+    def __init__(
+        self,
+        store: Runtime,
+        *,
+        flushers: int = 2,
+        carry: Carry | None = None,
+        observe: Callable[[int], None] | None = None,
+    ) -> None:
         if flushers < 1:
             raise ValueError("write_flushers must be >= 1")
         self.store = store
         self.carry = carry
-        self._flushers: Flushers[_Write] = Flushers("offsetstore-writes", flushers, gc.take_batch, self._flush)
+        self._flushers: Flushers[_Write] = Flushers("offsetstore-writes", flushers, gc.take_batch, self._flush, observe)
 
     @property
     def flushers(self) -> int:
@@ -130,10 +137,17 @@ class AsyncWriteBatcher:
         async def transaction() -> list[storage.WriteOutcome]:
             nonlocal committing
             committing = False
-            # BEGIN rides in the pipeline with the settings and the batch: one round trip, and
-            # COMMIT another. synchronous_commit, among the settings, is read at COMMIT.
-            async with self.store.hot_connection(ms) as conn, conn.pipeline(), conn.transaction():
-                outcomes = await drive_steps_async(
+
+            def before_commit() -> None:
+                nonlocal committing
+                flush.check_callers()  # raises: rolled back
+                committing = True  # from here a lost connection leaves the outcome unknown
+
+            # BEGIN with the settings, the batch, COMMIT: three round trips of one send each
+            # (write_transaction says why not pipelined). synchronous_commit, among the
+            # settings, is read at COMMIT.
+            async with self.store.hot_connection(ms) as conn:
+                return await write_transaction(
                     conn,
                     storage.write_batch_steps(requests),
                     self.store.settings,
@@ -142,9 +156,7 @@ class AsyncWriteBatcher:
                     # transaction (a Spark sink's, a SQL API caller's) fails the batch at once,
                     # and each request runs alone in its caller's task, with the whole lock timeout.
                     lock_timeout_ms=flush.lock_timeout_ms,
+                    before_commit=before_commit,
                 )
-                flush.check_callers()  # raises: rolled back
-                committing = True  # from here a lost connection leaves the outcome unknown
-                return outcomes
 
         return await self.store.attempts("write_batch", transaction, unapplied=lambda: not committing)
