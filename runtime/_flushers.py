@@ -27,7 +27,8 @@ class Flushers(Generic[T]):
     """``count`` tasks named ``name-<n>`` taking batches of ``T`` off one queue (see the module's docstring).
 
     ``take(queue)`` is called with a queue that is not empty and may leave it empty (it may
-    take nothing, answering what it drops itself).
+    take nothing, answering what it drops itself). ``observe``, if given, is told each
+    batch's size before it is flushed (the metrics).
     """
 
     def __init__(
@@ -36,11 +37,13 @@ class Flushers(Generic[T]):
         count: int,
         take: Callable[[deque[T]], list[T]],
         flush: Callable[[list[T]], Awaitable[None]],
+        observe: Callable[[int], None] | None = None,
     ) -> None:
         self.name = name
         self.count = count
         self._take = take
         self._flush = flush
+        self._observe = observe
         self._queue: deque[T] = deque()
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -84,4 +87,6 @@ class Flushers(Generic[T]):
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another task may take it
             if batch:
+                if self._observe is not None:
+                    self._observe(len(batch))
                 await self._flush(batch)

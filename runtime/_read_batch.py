@@ -175,6 +175,7 @@ class ReadBatcher:
         *,
         kinds: tuple[ReadKind, ...] = (FETCH,),
         flushers: int = 2,
+        observe: Callable[[int], None] | None = None,
     ) -> None:
         if flushers < 1:
             raise ValueError("read_flushers must be >= 1")
@@ -185,7 +186,7 @@ class ReadBatcher:
         self._kinds = {id(kind.first): kind for kind in kinds}
         if len(self._kinds) != len(kinds):  # two kinds of one string object: one would take the other's reads
             raise ValueError("each read kind needs a first statement of its own (the same text is fine)")
-        self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush)
+        self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush, observe)
 
     @property
     def flushers(self) -> int:

@@ -96,11 +96,21 @@ class AsyncStore:
         self._health_lock: asyncio.Lock | None = None
         self.status_rules = config.status_rules
         self.write_flushers = config.write_flushers
-        self.writes = AsyncWriteBatcher(self, flushers=config.write_flushers, carry=config.carry)
+        self.writes = AsyncWriteBatcher(
+            self,
+            flushers=config.write_flushers,
+            carry=config.carry,
+            observe=lambda calls: self._batched("write", calls),
+        )
         kinds = (FETCH, *describe_kinds(config.status_rules.window))  # the first statements concurrent reads share
         statement_ms = self.settings.statement_timeout_ms
         self.reads = ReadBatcher(
-            self._read_rows, self.timeout_ms, statement_ms, kinds=kinds, flushers=config.read_flushers
+            self._read_rows,
+            self.timeout_ms,
+            statement_ms,
+            kinds=kinds,
+            flushers=config.read_flushers,
+            observe=lambda calls: self._batched("read", calls),
         )
 
     async def __aenter__(self) -> AsyncStore:
@@ -111,13 +121,24 @@ class AsyncStore:
         await self.close()
 
     def observe_with(
-        self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
+        self,
+        *,
+        operation: Callable[[str, float], None] | None = None,
+        expired: Callable[[int], None] | None = None,
+        batch: Callable[[str, int], None] | None = None,
     ) -> None:
         """Replaces the hooks given, the others stay: how a metrics registry built over a store already open attaches.
 
         A second registry built over the same store takes the hooks it gives over.
         """
-        self.observer = StoreObserver(operation or self.observer.operation, expired or self.observer.expired)
+        self.observer = StoreObserver(
+            operation or self.observer.operation, expired or self.observer.expired, batch or self.observer.batch
+        )
+
+    def _batched(self, kind: str, calls: int) -> None:
+        hook = self.observer.batch
+        if hook is not None:
+            hook(kind, calls)
 
     def pool_in_use(self) -> int:
         """Hot connections checked out now (the metrics' gauge; safe to read from any thread).

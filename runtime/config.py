@@ -30,6 +30,8 @@ class StoreObserver:
     operation: Callable[[str, float], None] | None = None
     #: Called with the number of groups each expiry removed.
     expired: Callable[[int], None] | None = None
+    #: Called with each batch's kind ("write": a group commit, "read": a coalesced read) and its calls.
+    batch: Callable[[str, int], None] | None = None
 
 
 class Carry(NamedTuple):

@@ -108,9 +108,13 @@ class Store:
         return self.aio.observer
 
     def observe_with(
-        self, *, operation: Callable[[str, float], None] | None = None, expired: Callable[[int], None] | None = None
+        self,
+        *,
+        operation: Callable[[str, float], None] | None = None,
+        expired: Callable[[int], None] | None = None,
+        batch: Callable[[str, int], None] | None = None,
     ) -> None:
-        self.aio.observe_with(operation=operation, expired=expired)
+        self.aio.observe_with(operation=operation, expired=expired, batch=batch)
 
     def pool_in_use(self) -> int:
         return self.aio.pool_in_use()

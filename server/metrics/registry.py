@@ -58,13 +58,19 @@ def _build_version() -> str:
         return "unknown"
 
 
-def _observe_store(store: Store, *, query_seconds: Histogram | None = None, expired: Counter | None = None) -> None:
-    """Points ``store``'s observer at these series: each operation's duration, the groups each expiry removed.
+def _observe_store(
+    store: Store,
+    *,
+    query_seconds: Histogram | None = None,
+    expired: Counter | None = None,
+    batch_calls: Histogram | None = None,
+) -> None:
+    """Points ``store``'s observer at these series: each operation's duration, the groups each expiry removed, batch sizes.
 
     A second registry built over the same store takes the hooks it gives over.
     """
-    hooks = _observer(query_seconds, expired)
-    store.observe_with(operation=hooks.operation, expired=hooks.expired)
+    hooks = _observer(query_seconds, expired, batch_calls)
+    store.observe_with(operation=hooks.operation, expired=hooks.expired, batch=hooks.batch)
 
 
 _SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
@@ -171,16 +177,39 @@ def worker_metrics() -> tuple[CollectorRegistry, StoreObserver]:
     """
     registry = CollectorRegistry()
     server_metrics(registry)
-    return registry, _observer(_query_seconds(registry), RetentionMetrics(registry).groups_expired)
+    return registry, _observer(
+        _query_seconds(registry), RetentionMetrics(registry).groups_expired, _batch_calls(registry)
+    )
 
 
-def _observer(query_seconds: Histogram | None, expired: Counter | None) -> StoreObserver:
+def _observer(
+    query_seconds: Histogram | None, expired: Counter | None, batch_calls: Histogram | None = None
+) -> StoreObserver:
     return StoreObserver(
         operation=(lambda operation, seconds: query_seconds.labels(operation).observe(seconds))
         if query_seconds is not None
         else None,
         expired=expired.inc if expired is not None else None,
+        batch=(lambda kind, calls: batch_calls.labels(kind).observe(calls)) if batch_calls is not None else None,
     )
+
+
+#: Calls per batch: 1 (a batch of one: no sharing), up to the write batch's 512 requests.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def _batch_calls(registry: CollectorRegistry) -> Histogram:
+    batch_calls = Histogram(
+        "offsetstore_database_batch_calls",
+        "Calls sharing one database round of the hot path: a group commit's transaction (batch=write), "
+        "a coalesced read's statement (batch=read).",
+        ("batch",),
+        buckets=BATCH_BUCKETS,
+        registry=registry,
+    )
+    for kind in ("write", "read"):
+        batch_calls.labels(kind)
+    return batch_calls
 
 
 def _query_seconds(registry: CollectorRegistry) -> Histogram:
@@ -248,7 +277,9 @@ def build_registry(
     registry.register(ReplicationCollector(scrape_store or store, cache_seconds=cache_seconds))
     with _SERVER_METRICS_LOCK:
         retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
-    _observe_store(store, query_seconds=query_seconds, expired=retention.groups_expired)
+    _observe_store(
+        store, query_seconds=query_seconds, expired=retention.groups_expired, batch_calls=_batch_calls(values)
+    )
     return registry
 
 
