@@ -15,7 +15,9 @@ from typing import Any
 
 import psycopg_pool
 
-from offsetstore.runtime import async_store
+from offsetstore.runtime import _write_batcher, async_store
+from offsetstore.runtime._flushers import Flushers
+from offsetstore.runtime._hot_async import drive_steps_async
 from offsetstore.runtime._read_batch import ReadBatcher
 from offsetstore.storage import engine
 
@@ -38,6 +40,16 @@ def _alone(operation: str) -> None:
     ReadBatcher.kind_of = patched  # type: ignore[method-assign]
 
 
+async def _pipelined(
+    conn: Any, steps: Any, settings: Any, timeout_ms: Any, *, lock_timeout_ms: Any, before_commit: Any
+) -> Any:
+    """The write batch's transaction as issue 46 found it: BEGIN, the settings and the batch in one pipeline, COMMIT."""
+    async with conn.pipeline(), conn.transaction():
+        result = await drive_steps_async(conn, steps, settings, timeout_ms, lock_timeout_ms=lock_timeout_ms)
+        before_commit()
+        return result
+
+
 #: lever name -> how to undo it.
 BEFORE = {
     "pool-check": lambda: setattr(engine, "QuietCheck", _CheckEveryCheckout),
@@ -45,6 +57,9 @@ BEFORE = {
     "describe-coalescing": lambda: _alone("describe_group"),
     # Issue 46's: asyncio's own loop, through the product's own setting (read before the settings load).
     "uvloop": lambda: os.environ.__setitem__("OFFSETSTORE_EVENT_LOOP", "asyncio"),
+    "commit-round-trips": lambda: setattr(_write_batcher, "write_transaction", _pipelined),
+    # A free flusher takes whatever is queued at once, even while the other one is in the database.
+    "gather": lambda: setattr(Flushers, "_ready", lambda self: bool(self._queue)),
 }
 
 for _lever in filter(None, os.environ.get("OFFSETSTORE_BENCH_BEFORE", "").split(",")):

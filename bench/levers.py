@@ -25,10 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
-from _server import served
+from _server import free_port, served
+from prometheus_client.parser import text_string_to_metric_families
 from rpc_throughput import measure
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +45,10 @@ LEVERS = {
     "pool-check/reads-alone": ("fetch16",),
     # Issue 46: the serving processes on uvloop (--event-loop uvloop) against asyncio's own loop.
     "uvloop": ("commit1", "fetch16", "commit16"),
+    # Issue 46: the write batch's transaction in three round trips of one send each, against the pipeline.
+    "commit-round-trips": ("commit1", "commit16"),
+    # Issue 46: a free flusher waits for half a batch while the other is in the database.
+    "gather": ("commit1", "fetch16", "commit16"),
 }
 #: lever -> what both of its servers undo (the baseline it is measured on).
 BASE = {"pool-check/reads-alone": "read-coalescing"}
@@ -50,6 +56,27 @@ BASE = {"pool-check/reads-alone": "read-coalescing"}
 
 def load_average() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+#: load -> the batches it rides (offsetstore_database_batch_calls{batch=...}).
+BATCH_OF = {"commit1": "write", "commit16": "write", "fetch16": "read", "describe16": "read"}
+
+
+def batch_counts(metrics: str, kind: str) -> tuple[float, float, float]:
+    """The server's (batches, calls in them, batches of one call) of ``kind`` so far, from its /metrics."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    found = {"_count": 0.0, "_sum": 0.0, "_bucket": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name != "offsetstore_database_batch_calls":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("batch") != kind:
+                continue
+            suffix = sample.name.removeprefix(family.name)
+            if suffix in ("_count", "_sum") or (suffix == "_bucket" and float(sample.labels["le"]) == 1.0):
+                found[suffix] += sample.value
+    return found["_count"], found["_sum"], found["_bucket"]
 
 
 def serving_pid(supervisor: int) -> int:
@@ -67,16 +94,25 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
     after_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": base}
     if lever == "uvloop":  # not the default yet: the "after" server asks for it
         after_env["OFFSETSTORE_EVENT_LOOP"] = "uvloop"
+    # Each server's /metrics on a port of its own: the batch sizes each load rode.
+    metrics = {name: f"127.0.0.1:{free_port()}" for name in ("before", "after")}
     with (
-        served(extra_args=served_args, program=program, env=before_env) as before,
-        served(extra_args=served_args, program=program, env=after_env) as after,
+        served(
+            extra_args=[*served_args, "--metrics-listen", metrics["before"]], program=program, env=before_env
+        ) as before,
+        served(
+            extra_args=[*served_args, "--metrics-listen", metrics["after"]], program=program, env=after_env
+        ) as after,
     ):
         totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+        batches: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
         started = load_average()
         for _ in range(args.rounds):
             for name, server in (("before", before), ("after", after)):
                 for kind in ("echo", *loads):
                     for clients in args.concurrency:
+                        batch = BATCH_OF.get(kind)
+                        so_far = batch_counts(metrics[name], batch) if batch else (0.0, 0.0, 0.0)
                         r = measure(
                             kind, server.address, clients, args.seconds, args.client_processes, server.process.pid
                         )
@@ -85,6 +121,11 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
                         t[0] += calls
                         t[1] += args.seconds
                         t[2] += r["cpu_us"] * calls
+                        if batch:
+                            now = batch_counts(metrics[name], batch)
+                            b = batches[(name, f"{kind}@{clients}")]
+                            for i in range(3):
+                                b[i] += now[i] - so_far[i]
         for kind in loads:
             for clients in args.concurrency:
                 cells = []
@@ -95,7 +136,11 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
                     rate, e_rate = calls / seconds, e_calls / e_seconds
                     us, e_us = cpu / calls, e_cpu / e_calls
                     rates[name] = (rate, us)
-                    cells.append(f"{rate:,.0f}/s ({rate / e_rate:.2f}× echo), {us:,.0f} µs CPU ({us / e_us:.2f}× echo)")
+                    cell = f"{rate:,.0f}/s ({rate / e_rate:.2f}× echo), {us:,.0f} µs CPU ({us / e_us:.2f}× echo)"
+                    count, carried, ones = batches[(name, f"{kind}@{clients}")]
+                    if count:
+                        cell += f", {carried / count:.1f} calls a batch ({ones / count:.0%} of one)"
+                    cells.append(cell)
                 gain = rates["after"][0] / rates["before"][0]
                 cpu_gain = rates["after"][1] / rates["before"][1]
                 say(
