@@ -20,9 +20,20 @@ demo: $(DEMO_STAMP)  ## With `make run` serving (another terminal): a local brok
 # compileall writes the caches whatever that setting says, and skips what is current.
 BYTECODE = $(PY) -m compileall -q -j 0 src/offsetstore/*/ tests examples bench >/dev/null
 
+# Two pytest-xdist workers share the suite (tests/fixtures/scheduling.py: which tests go together),
+# then the tests marked alone run by themselves: they compare a victim's latency quiet and under a
+# load they make, which a neighbour would skew. The second run runs whatever the first said; the
+# target fails if either failed (5: nothing selected, as PYTEST_ARGS may leave one of them).
+TEST_WORKERS ?= 2
+
 test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
 	$(BYTECODE)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@status=0; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --alone exclude $(PYTEST_ARGS) \
+		|| { code=$$?; [ $$code -eq 5 ] || status=$$code; }; \
+	echo "--- the tests marked alone, by themselves ---"; \
+	$(PY) -m pytest --alone only $(PYTEST_ARGS) || { code=$$?; [ $$code -eq 5 ] || status=$$code; }; \
+	exit $$status
 
 # The quick subset: everything but the tests that start processes or run long (slow) and those
 # that need Spark, Apache Kafka or Flink (a JVM each).

@@ -17,6 +17,7 @@ os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "fixtures" /
 pytest.register_assert_rewrite("tests.fixtures")
 
 pytest_plugins = [
+    "tests.fixtures.scheduling",
     "tests.fixtures.fix_db",
     "tests.fixtures.fix_sql_roles",
     "tests.fixtures.fix_server",

@@ -15,6 +15,7 @@ import time
 import uuid
 
 import psycopg
+import pytest
 
 from offsetstore.client import OffsetCommit, OffsetStoreClient, StoreUnavailableError
 from offsetstore.storage.database_url import conninfo
@@ -39,6 +40,7 @@ def _victim(client: OffsetStoreClient, seconds: float) -> list[float]:
     return latencies
 
 
+@pytest.mark.alone
 def test_a_group_held_by_a_sql_api_transaction_does_not_stall_other_tenants(
     server: ServerHandle, client: OffsetStoreClient, database_url: str
 ) -> None:

@@ -116,6 +116,7 @@ def scrape(url: str, timeout: float = 10) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_slow_metrics_connections_cannot_starve_token_holders(served: Served) -> None:
     assert "offsetstore_database_up 1.0" in scrape(served.metrics_url)
     host, port = served.metrics_url.split("/")[2].split(":")
@@ -255,6 +256,7 @@ def huge_group(engine: sa.Engine, partitions: int = 10_000) -> str:
     return group
 
 
+@pytest.mark.alone
 def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: PKI, engine: sa.Engine) -> None:
     group = huge_group(engine)
     auth = AccessControl(AuthConfig.load(pki.tokens_file))
@@ -279,6 +281,7 @@ def test_one_principal_gets_at_most_its_share_of_the_workers(store: Store, pki: 
     assert len(latencies) == 20
 
 
+@pytest.mark.alone
 def test_a_principal_reading_huge_responses_in_a_loop_gets_its_byte_budget(
     store: Store, pki: PKI, engine: sa.Engine
 ) -> None:
@@ -428,6 +431,7 @@ def measure(served: Served, huge: str | None) -> tuple[list[float], list[float],
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_token_holder_keeps_its_latency_while_an_abuser_holds_streams_and_connections(served: Served) -> None:
     # 40 idle reflection streams and 200 slow /metrics connections released at once.
     unloaded, loaded, _ = measure(served, None)
@@ -435,6 +439,7 @@ def test_a_token_holder_keeps_its_latency_while_an_abuser_holds_streams_and_conn
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_token_holder_keeps_its_latency_while_an_abuser_also_fetches_huge_groups(
     served: Served, module_database_url: str
 ) -> None:

@@ -122,6 +122,7 @@ def _victim(address: str, seconds: float) -> list[float]:
     return latencies
 
 
+@pytest.mark.alone
 def test_reading_ones_own_huge_group_in_a_loop_keeps_another_tenants_commits_within_5x(
     big_served: tuple[Served, str],
 ) -> None:

@@ -174,6 +174,7 @@ def stalled(address: str, method: str, count: int, token: str = "", tls: tuple[s
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_calls_that_never_send_their_request_stop_no_one(database_url: str, pki: PKI, tmp_path: Path) -> None:
     # 200 anonymous health checks and 50 reads of a token holder, none sending its request.
     with serve(database_url, tmp_path, "--tokens-file", str(pki.tokens_file)) as served:
@@ -191,6 +192,7 @@ def test_calls_that_never_send_their_request_stop_no_one(database_url: str, pki:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_stalled_calls_under_mutual_tls_with_a_certificate_without_grants(
     database_url: str, pki: PKI, tmp_path: Path
 ) -> None:
@@ -210,6 +212,7 @@ def test_stalled_calls_under_mutual_tls_with_a_certificate_without_grants(
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_one_tenants_widest_commits_and_reports_do_not_stall_another(
     database_url: str, pki: PKI, tmp_path: Path
 ) -> None:
