@@ -10,7 +10,8 @@ restarted, ``KILLS`` times:
   the stored position is the last transaction's commit LSN + 1 with the engine's map at it.
 - the negative control, what Debezium does by default: the engine's ``FileOffsetBackingStore``
   flushed on its interval, a handler that commits its rows by itself. The same kills
-  make it deliver rows again (no row is lost: it is at least once).
+  make it deliver rows again, and now and then lose some (a run resumed from a position
+  stored mid-transaction): it must not come out exactly once, or the kills proved nothing.
 
 Prints the seed (``OFFSETSTORE_TEST_SEED`` replays it), the kills and the duplicates.
 """
@@ -152,7 +153,7 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
                 return eo, control
 
             try:
-                wait_for(lambda: [c.working() for c in captures] and counts() == (total, total), "catching up", 120)
+                wait_for(lambda: [c.working() for c in captures] and counts()[0] == total, "catching up", 120)
             except AssertionError:
                 missing = conn.execute(
                     "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM source_rows EXCEPT"
@@ -162,10 +163,18 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
                     f"{counts()} distinct changes of {total} after 120 s (seed {seed}); offsetstore lacks"
                     f" {len(missing or [])}: {(missing or [])[:20]}"
                 ) from None
+            # The control is Debezium's default, not offsetstore: what it delivers is reported, and
+            # it may lose changes too (2 of 1,488 in a CI run, seed 863508, whose last start resumed
+            # from a file-store position at an INSERT inside a transaction). It gets a minute more
+            # to catch up, then is counted as it stands.
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda: counts()[1] == total, "the control catching up", 60)
             rows, distinct, last = conn.execute(
                 "SELECT count(*), count(DISTINCT (after::json->>'id')), max(\"offset\") FROM changes"
             ).fetchone()
-            control_rows = conn.execute("SELECT count(*) FROM control_changes").fetchone()[0]
+            control_rows, control_distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT (after::json->>'id')) FROM control_changes"
+            ).fetchone()
             stored = conn.execute("SELECT next_offset, metadata FROM offsetstore.read_offsets('cdc-eo')").fetchall()
             torn = conn.execute(
                 'SELECT count(*) FROM (SELECT tx_id FROM changes GROUP BY tx_id HAVING count(DISTINCT "offset") > 1) t'
@@ -178,7 +187,8 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
     print(
         f"\nseed {seed}: {KILLS} kills, {transactions[0]} source transactions, {total} changes;"
         f" offsetstore wrote {rows} rows ({rows - distinct} duplicates),"
-        f" the file store's control {control_rows} rows ({control_rows - total} duplicates); {wall:.1f} s"
+        f" the file store's control {control_rows} rows ({control_rows - control_distinct} duplicates,"
+        f" {total - control_distinct} lost); {wall:.1f} s"
     )
     assert distinct == total and rows == total, f"offsetstore: {rows} rows for {total} changes (seed {seed})"
     assert torn == 0, "a source transaction's rows were written in two transactions"
@@ -191,4 +201,6 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
         and kept["next"] == next_offset
         and kept["partition"] == {"server": "source"}
     )
-    assert control_rows > total, f"the control delivered no change twice under {KILLS} kills (seed {seed})"
+    assert (control_rows, control_distinct) != (total, total), (
+        f"the control delivered each change once under {KILLS} kills (seed {seed}): the kills proved nothing"
+    )
