@@ -10,8 +10,7 @@ restarted, ``KILLS`` times:
   the stored position is the last transaction's commit LSN + 1 with the engine's map at it.
 - the negative control, what Debezium does by default: the engine's ``FileOffsetBackingStore``
   flushed on its interval, a handler that commits its rows by itself. The same kills
-  make it deliver rows again, and now and then lose some (a run resumed from a position
-  stored mid-transaction): it must not come out exactly once, or the kills proved nothing.
+  make it deliver rows again (no row is lost: it is at least once).
 
 Prints the seed (``OFFSETSTORE_TEST_SEED`` replays it), the kills and the duplicates.
 """
@@ -123,8 +122,15 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
     started = time.monotonic()
 
     def slots_streaming() -> bool:
+        # Active is not enough: a slot is active while CREATE_REPLICATION_SLOT still waits for its
+        # consistent point, and a transaction committed before that point is never decoded (one
+        # capture lacked the first transaction, ids 1 and 2, in a CI run where the two cores were
+        # busy). confirmed_flush_lsn is set once the slot is consistent.
         with cdc_node.connect() as conn:
-            query = "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name IN ('cdc_eo', 'cdc_file')"
+            query = (
+                "SELECT count(*) FROM pg_replication_slots WHERE active AND confirmed_flush_lsn IS NOT NULL"
+                " AND slot_name IN ('cdc_eo', 'cdc_file')"
+            )
             return conn.execute(query).fetchone()[0] == 2
 
     try:
@@ -153,28 +159,27 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
                 return eo, control
 
             try:
-                wait_for(lambda: [c.working() for c in captures] and counts()[0] == total, "catching up", 120)
+                wait_for(lambda: [c.working() for c in captures] and counts() == (total, total), "catching up", 120)
             except AssertionError:
-                missing = conn.execute(
-                    "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM source_rows EXCEPT"
-                    " SELECT (after::json->>'id')::bigint FROM changes) m"
-                ).fetchone()[0]
+
+                def lacking(table: str) -> list[int]:
+                    return (
+                        conn.execute(
+                            "SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM source_rows EXCEPT"
+                            f" SELECT (after::json->>'id')::bigint FROM {table}) m"
+                        ).fetchone()[0]
+                        or []
+                    )
+
+                eo, control = lacking("changes"), lacking("control_changes")
                 raise AssertionError(
                     f"{counts()} distinct changes of {total} after 120 s (seed {seed}); offsetstore lacks"
-                    f" {len(missing or [])}: {(missing or [])[:20]}"
+                    f" {len(eo)}: {eo[:20]}; the control lacks {len(control)}: {control[:20]}"
                 ) from None
-            # The control is Debezium's default, not offsetstore: what it delivers is reported, and
-            # it may lose changes too (2 of 1,488 in a CI run, seed 863508, whose last start resumed
-            # from a file-store position at an INSERT inside a transaction). It gets a minute more
-            # to catch up, then is counted as it stands.
-            with contextlib.suppress(AssertionError):
-                wait_for(lambda: counts()[1] == total, "the control catching up", 60)
             rows, distinct, last = conn.execute(
                 "SELECT count(*), count(DISTINCT (after::json->>'id')), max(\"offset\") FROM changes"
             ).fetchone()
-            control_rows, control_distinct = conn.execute(
-                "SELECT count(*), count(DISTINCT (after::json->>'id')) FROM control_changes"
-            ).fetchone()
+            control_rows = conn.execute("SELECT count(*) FROM control_changes").fetchone()[0]
             stored = conn.execute("SELECT next_offset, metadata FROM offsetstore.read_offsets('cdc-eo')").fetchall()
             torn = conn.execute(
                 'SELECT count(*) FROM (SELECT tx_id FROM changes GROUP BY tx_id HAVING count(DISTINCT "offset") > 1) t'
@@ -187,8 +192,7 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
     print(
         f"\nseed {seed}: {KILLS} kills, {transactions[0]} source transactions, {total} changes;"
         f" offsetstore wrote {rows} rows ({rows - distinct} duplicates),"
-        f" the file store's control {control_rows} rows ({control_rows - control_distinct} duplicates,"
-        f" {total - control_distinct} lost); {wall:.1f} s"
+        f" the file store's control {control_rows} rows ({control_rows - total} duplicates); {wall:.1f} s"
     )
     assert distinct == total and rows == total, f"offsetstore: {rows} rows for {total} changes (seed {seed})"
     assert torn == 0, "a source transaction's rows were written in two transactions"
@@ -201,6 +205,4 @@ def test_sigkilled_engine_delivers_each_change_once(cdc_node: PgNode, tmp_path: 
         and kept["next"] == next_offset
         and kept["partition"] == {"server": "source"}
     )
-    assert (control_rows, control_distinct) != (total, total), (
-        f"the control delivered each change once under {KILLS} kills (seed {seed}): the kills proved nothing"
-    )
+    assert control_rows > total, f"the control delivered no change twice under {KILLS} kills (seed {seed})"

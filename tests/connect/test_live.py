@@ -175,7 +175,10 @@ def test_the_java_store_alone_commits_the_engines_flushes_fenced(
         ]
         engine = Process(argv, tmp_path)
         try:
-            slot = "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = 'plain_engine'"
+            slot = (  # consistent, not only active (test_kill.py's slots_streaming says why)
+                "SELECT count(*) FROM pg_replication_slots"
+                " WHERE active AND confirmed_flush_lsn IS NOT NULL AND slot_name = 'plain_engine'"
+            )
             wait_for(lambda: engine.process.poll() is None and conn.execute(slot).fetchone()[0] == 1, "the slot", 120)
             before_last = 0
             for i in range(3):

@@ -82,7 +82,11 @@ def test_sigterm_and_sigint_stop_the_capture_gracefully(cdc_node: PgNode, tmp_pa
 
     def slot_active() -> bool:
         with cdc_node.connect() as conn:
-            query = "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = 'cdc_sig'"
+            # Consistent, not only active (test_kill.py's slots_streaming says why).
+            query = (
+                "SELECT count(*) FROM pg_replication_slots"
+                " WHERE active AND confirmed_flush_lsn IS NOT NULL AND slot_name = 'cdc_sig'"
+            )
             return conn.execute(query).fetchone()[0] == 1
 
     process = _start(cdc_node, work, logs, out)
