@@ -22,8 +22,9 @@ BYTECODE = $(PY) -m compileall -q -j 0 src/offsetstore/*/ tests examples bench >
 
 # Two pytest-xdist workers share the suite (tests/fixtures/scheduling.py: which tests go together),
 # then the tests marked alone run by themselves: they compare a victim's latency quiet and under a
-# load they make, which a neighbour would skew. The second run runs whatever the first said; the
-# target fails if either failed (5: nothing selected, as PYTEST_ARGS may leave one of them).
+# load they make, or hold a call to a short time budget, which a neighbour would skew. The second
+# run runs whatever the first said; the target fails if either failed (5: nothing selected, as
+# PYTEST_ARGS may leave one of them).
 TEST_WORKERS ?= 2
 
 test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
