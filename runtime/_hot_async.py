@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import psycopg
@@ -50,30 +50,21 @@ async def drive_steps_async(
     pooler as well and costs no statement. Statements are prepared where
     ``settings.prepare`` allows, unless wide (then planned for their arrays).
     """
-    try:
-        statement = next(steps)
-        while True:
-            if statement is storage.PAUSE:
-                await asyncio.sleep(0)  # other calls run between slices of a wide request
-                statement = steps.send(None)
-                continue
-            sql, params = statement
-            wide = is_wide(params)
-            if read_only and not wide:
-                rows = await bounded_read(conn, sql, params, settings, timeout_ms)
-            else:
-                # Prepared: the settings' few fixed texts, not one per deadline or lock bound.
-                fixed = settings.prepare and timeout_ms is None and lock_timeout_ms is None and not wide
-                before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
-                async with conn.pipeline() as pipeline:
-                    await conn.execute(before, prepare=fixed)
-                    cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
-                    await pipeline.sync()
-                    rows = await _rows(cursor)
-            statement = steps.send(rows)
-    except StopIteration as done:
-        result: R = done.value
-        return result
+
+    async def run(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        wide = is_wide(params)
+        if read_only and not wide:
+            return await bounded_read(conn, sql, params, settings, timeout_ms)
+        # Prepared: the settings' few fixed texts, not one per deadline or lock bound.
+        fixed = settings.prepare and timeout_ms is None and lock_timeout_ms is None and not wide
+        before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
+        async with conn.pipeline() as pipeline:
+            await conn.execute(before, prepare=fixed)
+            cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
+            await pipeline.sync()
+            return await _rows(cursor)
+
+    return await _drive(steps, run)
 
 
 async def write_transaction(
@@ -96,24 +87,17 @@ async def write_transaction(
     Anything raised in between rolls back (a connection that broke is the pool's to drop).
     """
     began = False
+
+    async def run(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        nonlocal began
+        wide = is_wide(params)
+        if not began:
+            await conn.execute("BEGIN; " + settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms))
+            began = True
+        return await _rows(await conn.execute(sql, params, prepare=settings.prepare and not wide))
+
     try:
-        try:
-            statement = next(steps)
-            while True:
-                if statement is storage.PAUSE:
-                    await asyncio.sleep(0)  # other calls run between slices of a wide request
-                    statement = steps.send(None)
-                    continue
-                sql, params = statement
-                wide = is_wide(params)
-                if not began:
-                    before = settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
-                    await conn.execute("BEGIN; " + before)
-                    began = True
-                cursor = await conn.execute(sql, params, prepare=settings.prepare and not wide)
-                statement = steps.send(await _rows(cursor))
-        except StopIteration as done:
-            result: R = done.value
+        result = await _drive(steps, run)
         before_commit()
     except BaseException:
         if began:
@@ -122,6 +106,24 @@ async def write_transaction(
     if began:
         await conn.execute("COMMIT")
     return result
+
+
+async def _drive(
+    steps: storage.HotSteps[R], run: Callable[[str, Mapping[str, object]], Awaitable[list[tuple[Any, ...]]]]
+) -> R:
+    """Runs each statement ``steps`` yield with ``run`` and sends it the rows; between slices of a wide request, others run."""
+    try:
+        statement = next(steps)
+        while True:
+            if statement is storage.PAUSE:
+                await asyncio.sleep(0)
+                statement = steps.send(None)
+                continue
+            sql, params = statement
+            statement = steps.send(await run(sql, params))
+    except StopIteration as done:
+        result: R = done.value
+        return result
 
 
 async def _roll_back(conn: psycopg.AsyncConnection) -> None:
