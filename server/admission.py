@@ -180,10 +180,20 @@ class Admission:
         state.cost -= cost
         now = time.monotonic()
         if cost >= WIDE_COST and self._others_active(principal, now):
-            state.rest_until = now + REST_FACTOR * (now - admitted)
-            asyncio.get_running_loop().call_later(REST_FACTOR * (now - admitted), self._wake, state)
+            rest = REST_FACTOR * (now - admitted)
+            state.rest_until = until = now + rest
+            asyncio.get_running_loop().call_later(rest, self._end_rest, state, until)
             return
         self._wake(state)
+
+    def _end_rest(self, state: _Principal, until: float) -> None:
+        # The timer says when the rest is over, not the clock: uvloop's timers count libuv's
+        # milliseconds from the loop turn's start and may fire before time.monotonic() reaches
+        # ``until``; a waiter that then waited for the clock would wait for ever (nothing else
+        # wakes it). A later wide call's rest, set since, has its own timer.
+        if state.rest_until == until:
+            state.rest_until = 0.0
+            self._wake(state)
 
     def _others_active(self, principal: str, now: float) -> bool:
         if len(self._seen) > 4096:  # forget the long gone, so the map stays small
@@ -202,7 +212,7 @@ class Admission:
 
     def _wake(self, state: _Principal) -> None:
         if time.monotonic() < state.rest_until:
-            return  # the timer set at the rest's start wakes it
+            return  # the timer set at the rest's start wakes it (_end_rest)
         while state.waiting:
             cost, turn = state.waiting[0]
             if turn.done():  # cancelled, its task not yet told: it takes nothing

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextvars import Context
 
 import pytest
 
 from offsetstore.client import ResourceExhaustedError
 from offsetstore.core.calls import FACTS
+from offsetstore.runtime import event_loop
+from offsetstore.runtime.event_loop import EVENT_LOOPS
 from offsetstore.server.admission import WIDE_COST, Admission, cost_of
 from offsetstore.server.call import Call
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -116,3 +120,47 @@ def test_a_wide_call_rests_only_while_another_principal_is_active() -> None:
         return rested_alone, rested_shared
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+class _EarlyTimers(asyncio.SelectorEventLoop):
+    """A loop whose timers fire 5 ms before time.monotonic() says they are due, as uvloop's may.
+
+    libuv counts timers in whole milliseconds from a clock read at the loop turn's start: a
+    timer set late in a busy turn fires that much early by ``time.monotonic()``.
+    """
+
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: object, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        return super().call_later(max(0.0, delay - 0.005), callback, *args, context=context)
+
+
+async def _rest_then_next_call(admission: Admission) -> None:
+    """b is active; a's wide call ends (took 10 ms, so a rests 30 ms); a's next call must be admitted."""
+    for principal in ("a", "a", "b"):
+        admission.enter(principal, limited=True)
+    await admission.run("b", 1)
+    admitted = await admission.run("a", WIDE_COST)
+    admission.done("a", WIDE_COST, admitted - 0.01)
+    following = await asyncio.wait_for(admission.run("a", 1), 2)
+    admission.done("a", 1, following)
+    for principal in ("a", "a", "b"):
+        admission.leave(principal, limited=True)
+
+
+def test_a_rest_ends_when_its_timer_fires_even_before_the_clock_says_so() -> None:
+    # Before: the timer's wake-up looked at time.monotonic(), found the rest not over, and
+    # left a's next call waiting for ever (under uvloop, tests/server/test_scan_cost.py's
+    # readers past their 60 s deadline, the server idle).
+    with asyncio.Runner(loop_factory=_EarlyTimers) as runner:
+        runner.run(_rest_then_next_call(Admission(max_calls=10, share=WIDE_COST * 10)))
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_rests_end_on_either_event_loop(loop: str) -> None:
+    async def scenario() -> None:
+        admission = Admission(max_calls=10, share=WIDE_COST * 10)
+        for _ in range(10):
+            await _rest_then_next_call(admission)
+
+    event_loop.run(scenario(), loop)
