@@ -43,7 +43,7 @@ LEVERS = {
     "describe-coalescing": ("describe16", "fetch16"),
     # The pool check where every read takes a connection of its own (as before coalescing).
     "pool-check/reads-alone": ("fetch16",),
-    # Issue 46: the serving processes on uvloop (--event-loop uvloop) against asyncio's own loop.
+    # Issue 46: the serving processes on uvloop (the default) against asyncio's own loop (--event-loop asyncio).
     "uvloop": ("commit1", "fetch16", "commit16"),
     # Issue 46: the write batch's transaction in three round trips of one send each, against the pipeline.
     "commit-round-trips": ("commit1", "commit16"),
@@ -92,8 +92,6 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
     undo = ",".join(filter(None, (lever.split("/")[0], base)))
     before_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": undo}
     after_env = {**os.environ, "OFFSETSTORE_BENCH_BEFORE": base}
-    if lever == "uvloop":  # not the default yet: the "after" server asks for it
-        after_env["OFFSETSTORE_EVENT_LOOP"] = "uvloop"
     # Each server's /metrics on a port of its own: the batch sizes each load rode.
     metrics = {name: f"127.0.0.1:{free_port()}" for name in ("before", "after")}
     with (

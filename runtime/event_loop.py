@@ -1,9 +1,11 @@
-"""The serving processes' event loop: asyncio's own by default, uvloop with ``--event-loop uvloop``.
+"""The serving processes' event loop: uvloop by default, asyncio's own with ``--event-loop asyncio``.
 
 uvloop (the server extra brings it) runs grpc.aio, psycopg's async connections and aiohttp
-unchanged, for less CPU per call, but a load test of huge-group reads starves under it
-(docs/performance.md, "The event loop"), so it is not the default yet. Where it is asked for and
-not installed, the supervisor says so once and every process serves on asyncio's own loop.
+unchanged, for less CPU per call (docs/performance.md, "The event loop"). Where it is not
+installed (the platforms it does not build on), the supervisor says so once and every process
+serves on asyncio's own loop. Code that waits on a timer must trust the timer, not the clock:
+uvloop's fire by libuv's millisecond clock, read at the loop turn's start, so
+``time.monotonic()`` may still be a little short of the time asked for when one fires.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["EVENT_LOOPS", "resolve", "run", "running"]
+__all__ = ["EVENT_LOOPS", "new_loop", "resolve", "run", "running"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,20 @@ def _factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
         return uvloop.new_event_loop
     return None  # asyncio.Runner's default: asyncio's own loop
+
+
+def new_loop(choice: str | None = None) -> asyncio.AbstractEventLoop:
+    """A new event loop for a thread of one's own, of the kind a server would serve on.
+
+    ``choice`` by default is what ``OFFSETSTORE_EVENT_LOOP`` names (uvloop unset), so the tests'
+    and tools' in-process stores run on the serving processes' loop; asyncio's own where uvloop
+    is not installed.
+    """
+    choice = choice or os.environ.get("OFFSETSTORE_EVENT_LOOP") or "uvloop"
+    if choice not in EVENT_LOOPS:
+        raise ValueError("OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio")
+    factory = _factory(choice) if importlib.util.find_spec("uvloop") is not None else None
+    return factory() if factory is not None else asyncio.new_event_loop()
 
 
 def run(main: Coroutine[Any, Any, T], choice: str) -> T:

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from offsetstore.runtime import event_loop
+
 __all__ = ["LoopThread"]
 
 R = TypeVar("R")
@@ -21,7 +23,7 @@ class LoopThread:
     """A running event loop on a daemon thread; :meth:`run` waits for a coroutine on it, :meth:`close` ends it."""
 
     def __init__(self, name: str = "offsetstore-loop") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop.new_loop()  # the serving processes' kind (OFFSETSTORE_EVENT_LOOP)
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 

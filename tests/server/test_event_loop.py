@@ -1,4 +1,4 @@
-"""The serving processes' event loop (runtime/event_loop.py): asyncio's own by default, uvloop when asked and installed."""
+"""The serving processes' event loop (runtime/event_loop.py): uvloop by default where installed, asyncio's own when asked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from offsetstore.runtime import event_loop
+from offsetstore.runtime.loop_thread import LoopThread
 from offsetstore.server.config import Settings
 
 
@@ -43,3 +44,22 @@ def test_asking_for_asyncio_says_nothing(caplog: pytest.LogCaptureFixture) -> No
 def test_an_unknown_event_loop_in_the_environment_stops_the_start(given: str) -> None:
     with pytest.raises(ValueError, match="OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio"):
         Settings.load({}, {"OFFSETSTORE_EVENT_LOOP": given})
+
+
+@pytest.mark.parametrize(("given", "kind"), [(None, "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")])
+def test_a_loop_thread_runs_the_kind_the_servers_would(
+    monkeypatch: pytest.MonkeyPatch, given: str | None, kind: str
+) -> None:
+    # The tests' and tools' in-process stores (LoopThread) run on what OFFSETSTORE_EVENT_LOOP names.
+    if given is None:
+        monkeypatch.delenv("OFFSETSTORE_EVENT_LOOP", raising=False)
+    else:
+        monkeypatch.setenv("OFFSETSTORE_EVENT_LOOP", given)
+    with LoopThread() as thread:
+        assert thread.run(_kind()) == kind
+
+
+def test_a_loop_thread_refuses_an_unknown_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OFFSETSTORE_EVENT_LOOP", "trio")
+    with pytest.raises(ValueError, match="OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio"):
+        LoopThread()

@@ -51,18 +51,18 @@ def test_serve_on_the_embedded_default_round_trips_and_exits_0_on_sigterm(data_d
     finally:
         code = served.terminate()
     assert code == 0, served.output()
-    # asyncio's own loop by default, in the supervisor and in each serving process.
-    assert loops_said(served.output()) == {"asyncio"}, served.output()
+    # uvloop by default (the dev install has it), in the supervisor and in each serving process.
+    assert loops_said(served.output()) == {"uvloop"}, served.output()
 
-    # Restarting on the same data directory finds the same offsets; on uvloop as asked (the dev install has it).
-    served = start_serve(data_dir, "--event-loop", "uvloop")
+    # Restarting on the same data directory finds the same offsets; on asyncio's own loop as asked.
+    served = start_serve(data_dir, "--event-loop", "asyncio")
     try:
         with OffsetStoreClient(served.address) as client:
             fetched = client.fetch_offsets("orders-etl", {"orders": [0, 1]})
             assert [c.offset for c in fetched.offsets.values()] == [42, 7]
     finally:
         assert served.terminate() == 0, served.output()
-    assert loops_said(served.output()) == {"uvloop"}, served.output()
+    assert loops_said(served.output()) == {"asyncio"}, served.output()
 
 
 def loops_said(output: str) -> set[str]:
