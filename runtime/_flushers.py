@@ -4,12 +4,15 @@ Callers :meth:`Flushers.put` what they wait for; ``count`` tasks, started at the
 each take a batch off the queue (``take``) whenever it is free and hand it to ``flush``, so
 the next batch gathers while one is in the database (no timer). A free task takes at once
 while no other is in the database (an idle server adds no wait); while another is, it waits
-for half a batch to gather (half the recent batches' mean) or for that one to come back,
-whichever is first: taken at once, the first call to arrive went alone (at 64 clients, 40% of
-the batches held one call) while the next batch waited for everything else. The tasks run in a context of
-their own, not the first caller's (its deadline, its trace), for good. What a batch does, and
-how each caller hears its outcome, is the batcher's: ``flush`` must answer every caller of
-its batch, whatever happens.
+until more calls are queued than that batch holds, or for that one to come back, whichever is
+first: taken at once, the first call to arrive went alone (at 64 clients, 40% of the batches
+held one call) while the next batch waited for everything else. "More than the batch in the
+database" lets batches grow until they take a round trip to gather; a rule on the recent
+batches' sizes (half their mean, tried first) took a second call at once behind a batch of
+one, and some runs stayed at batches of one or two (a third of them single calls). The tasks
+run in a context of their own, not the first caller's (its deadline, its trace), for good.
+What a batch does, and how each caller hears its outcome, is the batcher's: ``flush`` must
+answer every caller of its batch, whatever happens.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Flushers(Generic[T]):
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
         self._busy = 0  # tasks whose batch is in the database
-        self._mean = 1.0  # the recent batches' mean size (exponentially weighted)
+        self._in_db = 0  # the calls of the batches in the database
 
     def __len__(self) -> int:
         """How many are queued, not yet taken."""
@@ -82,7 +85,7 @@ class Flushers(Generic[T]):
 
     def _ready(self) -> bool:
         """Whether a free task takes a batch now (the module's docstring says when)."""
-        return bool(self._queue) and (self._busy == 0 or self._stopped or len(self._queue) >= self._mean / 2)
+        return bool(self._queue) and (self._busy == 0 or self._stopped or len(self._queue) > self._in_db / self._busy)
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -97,12 +100,13 @@ class Flushers(Generic[T]):
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another task may take it
             if batch:
-                self._mean += (len(batch) - self._mean) / 8
                 if self._observe is not None:
                     self._observe(len(batch))
                 self._busy += 1
+                self._in_db += len(batch)
                 try:
                     await self._flush(batch)
                 finally:
                     self._busy -= 1
+                    self._in_db -= len(batch)
                     self._wake.set()  # a task waiting for this one to come back takes what gathered

@@ -1,4 +1,4 @@
-"""When the flusher tasks take a batch: at once on an idle server, half a batch gathered while another is in the database."""
+"""When the flusher tasks take a batch: at once on an idle server; while one is in the database, more than it holds, or when it returns."""
 
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ def test_an_idle_server_takes_the_first_call_at_once() -> None:
     async def scenario() -> list[list[str]]:
         held = Held()
         flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
-        flushers._mean = 16.0  # recent batches were large: an idle server still does not wait for half of one
         flushers.put("alone")
         await turns()
         await flushers.stop()
@@ -49,43 +48,64 @@ def test_an_idle_server_takes_the_first_call_at_once() -> None:
     assert asyncio.run(scenario()) == [["alone"]]
 
 
-def test_while_one_batch_is_in_the_database_the_next_gathers_half_a_batch() -> None:
+def test_while_one_batch_is_in_the_database_the_next_gathers_more_than_it_holds() -> None:
     async def scenario() -> list[list[str]]:
         held = Held()
         sizes: list[int] = []
         flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush, sizes.append)
-        flushers.put("hold")
+        for name in ("hold", "h2", "h3"):
+            flushers.put(name)
         await turns()
-        assert held.batches == [["hold"]]
-        flushers._mean = 8.0  # recent batches held 8 calls: the free task waits for 4
+        assert held.batches == [["hold", "h2", "h3"]]
+        # Three calls in the database: the free task waits for a fourth.
         for name in ("a", "b", "c"):
             flushers.put(name)
             await turns()
-            assert held.batches == [["hold"]], f"taken at {name}"
+            assert held.batches == [["hold", "h2", "h3"]], f"taken at {name}"
         flushers.put("d")
         await turns()
-        assert held.batches == [["hold"], ["a", "b", "c", "d"]]
-        # Fewer than half a batch, and the held batch comes back: the task it frees takes them.
+        assert held.batches == [["hold", "h2", "h3"], ["a", "b", "c", "d"]]
+        # Fewer than the held batch, and it comes back: the task it frees takes them.
         flushers.put("e")
         await turns()
         assert len(held.batches) == 2
         held.release()
         await turns()
         assert held.batches[2:] == [["e"]]
-        assert sizes == [1, 4, 1]
+        assert sizes == [3, 4, 1]
         await flushers.stop()
         return held.batches
 
     asyncio.run(scenario())
 
 
-def test_stop_flushes_what_is_queued_even_short_of_half_a_batch() -> None:
+def test_batches_grow_from_one_call_where_taking_at_the_threshold_would_keep_them_small() -> None:
+    # Half the recent mean (the rule before) took a second call at once behind a first one in the
+    # database; at 64 clients that kept a third of the batches at one call in some runs. Behind a
+    # batch of one, two calls gather.
     async def scenario() -> list[list[str]]:
         held = Held()
         flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
         flushers.put("hold")
         await turns()
-        flushers._mean = 100.0
+        flushers.put("a")
+        await turns()
+        assert held.batches == [["hold"]]
+        flushers.put("b")
+        await turns()
+        held.release()
+        await flushers.stop()
+        return held.batches
+
+    assert asyncio.run(scenario()) == [["hold"], ["a", "b"]]
+
+
+def test_stop_flushes_what_is_queued_even_short_of_what_it_waits_for() -> None:
+    async def scenario() -> list[list[str]]:
+        held = Held()
+        flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
+        flushers.put("hold")
+        await turns()
         flushers.put("late")
         await turns()
         stopping = asyncio.create_task(flushers.stop())
