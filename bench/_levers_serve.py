@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg_pool
 
 from offsetstore.runtime import _write_batcher, async_store
 from offsetstore.runtime._flushers import Flushers
-from offsetstore.runtime._hot_async import drive_steps_async
+from offsetstore.runtime._hot_async import _drive, drive_steps_async
 from offsetstore.runtime._read_batch import ReadBatcher
 from offsetstore.storage import engine
 
@@ -50,6 +52,54 @@ async def _pipelined(
         return result
 
 
+_ASYNCPG: dict[int, Any] = {}  # id(loop) -> this process's asyncpg pool (the serving process's one loop)
+
+
+def _positional(sql: str, params: Mapping[str, object]) -> tuple[str, list[object]]:
+    """psycopg's ``%(name)s`` placeholders as asyncpg's ``$n``, each sent as text (the array literals psycopg sends)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}::text"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), [params[name] for name in names]
+
+
+async def _on_asyncpg(
+    conn: Any, steps: Any, settings: Any, timeout_ms: Any, *, lock_timeout_ms: Any, before_commit: Any
+) -> Any:
+    """The write batch's transaction on asyncpg: the same three round trips (BEGIN with the settings, the
+    prepared write, COMMIT), on a pool of its own sized like the hot pool (psycopg's connection is checked
+    out and left unused: one select() of its pool's quiet check, here on both sides)."""
+    import asyncio
+
+    import asyncpg
+
+    loop = id(asyncio.get_running_loop())
+    if loop not in _ASYNCPG:
+        info = conn.info
+        _ASYNCPG[loop] = await asyncpg.create_pool(
+            host=info.host, port=info.port, user=info.user, database=info.dbname, min_size=2, max_size=8
+        )
+    async with _ASYNCPG[loop].acquire() as apg:
+
+        async def run(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+            query, args = _positional(sql, params)
+            return [tuple(row) for row in await apg.fetch(query, *args)]
+
+        await apg.execute("BEGIN; " + settings.sql(timeout_ms, custom_plans=False, lock_timeout_ms=lock_timeout_ms))
+        try:
+            result = await _drive(steps, run)
+            before_commit()
+        except BaseException:
+            await apg.execute("ROLLBACK")
+            raise
+        await apg.execute("COMMIT")
+        return result
+
+
 #: lever name -> how to undo it.
 BEFORE = {
     "pool-check": lambda: setattr(engine, "QuietCheck", _CheckEveryCheckout),
@@ -58,6 +108,8 @@ BEFORE = {
     # Issue 46's: asyncio's own loop, through the product's own setting (read before the settings load).
     "uvloop": lambda: os.environ.__setitem__("OFFSETSTORE_EVENT_LOOP", "asyncio"),
     "commit-round-trips": lambda: setattr(_write_batcher, "write_transaction", _pipelined),
+    # Issue 46's driver question, the other way round: the "before" server writes on asyncpg.
+    "asyncpg": lambda: setattr(_write_batcher, "write_transaction", _on_asyncpg),
     # A free flusher takes whatever is queued at once, even while the other one is in the database.
     "gather": lambda: setattr(Flushers, "_ready", lambda self: bool(self._queue)),
 }

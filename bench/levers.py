@@ -45,9 +45,11 @@ LEVERS = {
     "pool-check/reads-alone": ("fetch16",),
     # Issue 46: the serving processes on uvloop (the default) against asyncio's own loop (--event-loop asyncio).
     "uvloop": ("commit1", "fetch16", "commit16"),
+    # Issue 46: the write batch on asyncpg ("before", bench/_levers_serve.py) against psycopg ("after").
+    "asyncpg": ("commit1", "commit16"),
     # Issue 46: the write batch's transaction in three round trips of one send each, against the pipeline.
     "commit-round-trips": ("commit1", "commit16"),
-    # Issue 46: a free flusher waits for half a batch while the other is in the database.
+    # Issue 46: a free flusher waits for more calls than the batch in the database holds.
     "gather": ("commit1", "fetch16", "commit16"),
 }
 #: lever -> what both of its servers undo (the baseline it is measured on).
