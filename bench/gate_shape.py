@@ -1,14 +1,23 @@
-"""The gate's shape against the cheapest grpc.aio shape that still decides from metadata first (issue 33, item 3).
+"""The gate's shape against the cheapest grpc.aio shapes, without a database (issue 33 item 3, issue 46 item 4).
 
 The gate (server/gate.py) serves every method as a client-streaming handler of raw bytes,
-so that it authenticates and admits from the metadata before it reads the request. The
-alternative: an interceptor that decides from the metadata, then a unary handler of raw
-bytes. Both are served here without a database (a canned FetchOffsets response, the request
-decoded), each by its own grpc.aio server process, and driven alternately by the same
-grpc.aio clients; the lines give each shape's rate and server CPU per call, and their
-ratio. Timings are printed, never asserted.
+so that it authenticates and admits from the metadata before it reads the request. Shapes,
+each served by its own grpc.aio server process without a database (a canned FetchOffsets
+response, the request decoded) and driven alternately by the same grpc.aio clients:
 
-Usage: ``python bench/gate_shape.py [--seconds 5] [--rounds 3] [--concurrency 64]``
+- ``stream``: the gate's shape, answering at once;
+- ``interceptor+unary``: an interceptor that decides from the metadata, then a unary handler;
+- ``stream+wait``: the gate's shape, but each call waits for its answer as a call on the
+  database does: it queues a future that a flusher task resolves, for everything queued,
+  after one round trip through a socket pair (a stand-in for the database's answer: one
+  readiness event of the loop per batch, no database CPU);
+- ``stream+loop``: the gate's shape, each call yielding to the loop once (``sleep(0)``)
+  before it answers.
+
+The lines give each shape's rate and server CPU per call, and their ratio to the first
+shape asked for. Timings are printed, never asserted.
+
+Usage: ``python bench/gate_shape.py [--shapes stream stream+wait] [--seconds 5] [--rounds 3] [--concurrency 64]``
 """
 
 from __future__ import annotations
@@ -22,11 +31,11 @@ from typing import Any
 
 import psutil
 
-SHAPES = ("stream", "interceptor+unary")
+SHAPES = ("stream", "interceptor+unary", "stream+wait", "stream+loop")
 TOKEN = ("authorization", "Bearer bench")
 
 
-def _server(shape: str, port: Any, ready: Any) -> None:
+def _server(shape: str, loop: str, port: Any, ready: Any) -> None:
     import grpc
 
     from offsetstore.v1 import offset_store_pb2 as pb
@@ -44,12 +53,42 @@ def _server(shape: str, port: Any, ready: Any) -> None:
                 return True
         return False
 
+    queued: list[asyncio.Future[bytes]] = []
+    wake = asyncio.Event()
+
+    async def flusher() -> None:
+        # As a write batcher's flusher: everything queued, one round trip, every caller answered.
+        import socket
+
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        while True:
+            await wake.wait()
+            wake.clear()
+            batch = queued[:]
+            queued.clear()
+            await loop.sock_sendall(ours, b"q")
+            await loop.sock_sendall(theirs, await loop.sock_recv(theirs, 1))
+            await loop.sock_recv(ours, 1)
+            for future in batch:
+                if not future.done():
+                    future.set_result(response)
+
     async def stream(requests: Any, context: Any) -> bytes:
         if not decide(context.invocation_metadata()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")
         async with asyncio.timeout(30):
             data = await anext(requests)
         pb.FetchOffsetsRequest.FromString(data)
+        if shape == "stream+loop":
+            await asyncio.sleep(0)
+        elif shape == "stream+wait":
+            answer = asyncio.get_running_loop().create_future()
+            queued.append(answer)
+            wake.set()
+            return await answer
         return response
 
     async def unary(data: bytes, context: Any) -> bytes:
@@ -63,19 +102,22 @@ def _server(shape: str, port: Any, ready: Any) -> None:
             return await continuation(details)
 
     async def main() -> None:
-        if shape == "stream":
+        if shape.startswith("stream"):
             server = grpc.aio.server()
             handler = grpc.stream_unary_rpc_method_handler(stream)
         else:
             server = grpc.aio.server(interceptors=[Decide()])
             handler = grpc.unary_unary_rpc_method_handler(unary)
+        flushing = asyncio.create_task(flusher())  # noqa: F841  # idle unless stream+wait queues
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bench.Shape", {"Fetch": handler})])
         port.value = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         ready.set()
         await server.wait_for_termination()
 
-    asyncio.run(main())
+    from offsetstore.runtime import event_loop
+
+    event_loop.run(main(), loop)
 
 
 def _clients(target: str, clients: int, seconds: float, out: Any) -> None:
@@ -125,21 +167,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=["stream", "interceptor+unary"])
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop", help="the servers' event loop")
     args = parser.parse_args()
+    shapes = args.shapes
 
     ctx = multiprocessing.get_context("spawn")
     servers = {}
-    for shape in SHAPES:
+    for shape in shapes:
         port, ready = ctx.Value("i", 0), ctx.Event()
-        process = ctx.Process(target=_server, args=(shape, port, ready), daemon=True)
+        process = ctx.Process(target=_server, args=(shape, args.loop, port, ready), daemon=True)
         process.start()
         ready.wait(30)
         servers[shape] = (f"127.0.0.1:{port.value}", process)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
-    totals = {shape: [0.0, 0.0] for shape in SHAPES}  # calls, CPU µs
+    totals = {shape: [0.0, 0.0] for shape in shapes}  # calls, CPU µs
     try:
         for _ in range(args.rounds):
-            for shape in SHAPES:
+            for shape in shapes:
                 target, process = servers[shape]
                 rate, us = measure(target, process.pid, args.concurrency, args.seconds, args.client_processes)
                 totals[shape][0] += rate * args.seconds
@@ -149,12 +194,14 @@ def main() -> None:
         for _, process in servers.values():
             process.kill()
     seconds = args.rounds * args.seconds
-    (s_calls, s_cpu), (u_calls, u_cpu) = totals["stream"], totals["interceptor+unary"]
-    print(
-        f"gate shape, {args.concurrency} clients, {args.rounds} alternating rounds: stream {s_calls / seconds:,.0f}/s "
-        f"{s_cpu / s_calls:,.0f} µs; interceptor+unary {u_calls / seconds:,.0f}/s {u_cpu / u_calls:,.0f} µs; "
-        f"rate ×{(u_calls / s_calls):.2f}, CPU per call ×{(u_cpu / u_calls) / (s_cpu / s_calls):.2f}"
-    )
+    first_calls, first_cpu = totals[shapes[0]]
+    print(f"gate shape, {args.concurrency} clients, {args.rounds} alternating rounds, {args.loop}:")
+    for shape in shapes:
+        calls, cpu = totals[shape]
+        print(
+            f"  {shape}: {calls / seconds:,.0f}/s {cpu / calls:,.0f} µs per call; against {shapes[0]}: "
+            f"rate ×{calls / first_calls:.2f}, CPU per call ×{(cpu / calls) / (first_cpu / first_calls):.2f}"
+        )
 
 
 if __name__ == "__main__":
