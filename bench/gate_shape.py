@@ -12,7 +12,8 @@ response, the request decoded) and driven alternately by the same grpc.aio clien
   after one round trip through a socket pair (a stand-in for the database's answer: one
   readiness event of the loop per batch, no database CPU);
 - ``stream+loop``: the gate's shape, each call yielding to the loop once (``sleep(0)``)
-  before it answers.
+  before it answers;
+- ``stream-untimed``: the gate's shape without the timer that bounds the request's read.
 
 The lines give each shape's rate and server CPU per call, and their ratio to the first
 shape asked for. Timings are printed, never asserted.
@@ -31,7 +32,7 @@ from typing import Any
 
 import psutil
 
-SHAPES = ("stream", "interceptor+unary", "stream+wait", "stream+loop")
+SHAPES = ("stream", "interceptor+unary", "stream+wait", "stream+loop", "stream-untimed")
 TOKEN = ("authorization", "Bearer bench")
 
 
@@ -79,8 +80,11 @@ def _server(shape: str, loop: str, port: Any, ready: Any) -> None:
     async def stream(requests: Any, context: Any) -> bytes:
         if not decide(context.invocation_metadata()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")
-        async with asyncio.timeout(30):
+        if shape == "stream-untimed":
             data = await anext(requests)
+        else:
+            async with asyncio.timeout(30):
+                data = await anext(requests)
         pb.FetchOffsetsRequest.FromString(data)
         if shape == "stream+loop":
             await asyncio.sleep(0)
