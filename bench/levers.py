@@ -49,6 +49,8 @@ LEVERS = {
     "asyncpg": ("commit1", "commit16"),
     # Issue 46: the write batch's transaction in three round trips of one send each, against the pipeline.
     "commit-round-trips": ("commit1", "commit16"),
+    # Issue 46: the gate bounds request reads with one sweep, not a timer per call.
+    "read-bound": ("commit1", "fetch16"),
     # Issue 46: a free flusher waits for more calls than the batch in the database holds.
     "gather": ("commit1", "fetch16", "commit16"),
 }
