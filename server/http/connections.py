@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +73,14 @@ class LimitedProtocol(asyncio.Protocol):
 
     ``make_inner`` is aiohttp's protocol factory (its ``web.Server``), called once the
     connection is admitted (and, with ``ssl_context``, its handshake done).
+
+    With TLS, the accepted TCP transport is only the door: it is counted, then closed before
+    it reads a byte, and a duplicate of its socket goes to the loop's own TLS
+    (``connect_accepted_socket``), under the handshake deadline; this same protocol is then the
+    TLS connection's. ``start_tls`` on the accepted transport instead needed it paused from
+    ``connection_made`` on, and uvloop starts reading right after ``connection_made`` returns:
+    a ClientHello read in that turn went to this protocol, not to TLS, and the handshake
+    stalled until its deadline (the client saw an EOF).
     """
 
     def __init__(
@@ -83,56 +93,51 @@ class LimitedProtocol(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.peer: str | None = None  # set while counted in
         self._expiry: asyncio.TimerHandle | None = None
-        # What TLS decrypted between the handshake's end and start_tls returning (a request
-        # sent with the client's Finished): handed to aiohttp's protocol once it exists.
-        self._early: list[bytes] = []
-        self._early_eof = False
+        self._door_open = False  # with TLS: the accepted transport, closed unread, not yet told lost
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.peer is not None:  # with TLS: the loop's TLS connection, its handshake done
+            self.transport = transport
+            self._start(transport)
+            return
         peername = transport.get_extra_info("peername")
         peer = str(peername[0]) if peername else "unknown"
         if not self.tally.enter(peer):
             _abort(transport)  # full, or this peer holds its share: refused before anything is read
             return
         self.peer = peer
-        self.transport = transport
         loop = asyncio.get_running_loop()
         self._expiry = loop.call_later(self.tally.limits.connection_seconds, self._expire)
         if self.ssl_context is None:
+            self.transport = transport
             self._start(transport)
-        else:
-            transport.pause_reading()  # type: ignore[attr-defined]  # the ClientHello waits for start_tls
-            loop.create_task(self._handshake(transport))
-
-    async def _handshake(self, transport: asyncio.BaseTransport) -> None:
-        loop = asyncio.get_running_loop()
-        assert self.ssl_context is not None
+            return
         try:
-            secure = await loop.start_tls(
-                transport,  # type: ignore[arg-type]
-                self,
-                self.ssl_context,
-                server_side=True,
-                ssl_handshake_timeout=self.tally.limits.request_seconds,
-            )
-        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            secured = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+        except OSError:
             _abort(transport)
             self._leave()
             return
-        if secure is None:  # the peer went away during the handshake
+        self._door_open = True
+        _abort(transport)  # from connection_made: the loop never starts reading it
+        loop.create_task(self._handshake(secured))
+
+    async def _handshake(self, secured: socket.socket) -> None:
+        assert self.ssl_context is not None
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: self,
+                secured,
+                ssl=self.ssl_context,
+                ssl_handshake_timeout=self.tally.limits.request_seconds,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            secured.close()  # closed already where the loop had made it a transport
             self._leave()
-            return
-        self.transport = secure
-        self._start(secure)
 
     def _start(self, transport: asyncio.BaseTransport) -> None:
         self.inner = self.make_inner()
         self.inner.connection_made(transport)
-        early, self._early = self._early, []
-        for data in early:
-            self.inner.data_received(data)
-        if self._early_eof:
-            self.inner.eof_received()
 
     def _expire(self) -> None:
         self._expiry = None
@@ -151,14 +156,9 @@ class LimitedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.inner is not None:
             self.inner.data_received(data)
-        elif self.peer is not None:
-            self._early.append(data)
 
     def eof_received(self) -> bool | None:
-        if self.inner is None:
-            self._early_eof = True
-            return True  # keep the transport open until aiohttp's protocol has seen the data
-        return self.inner.eof_received()
+        return self.inner.eof_received() if self.inner is not None else None
 
     def pause_writing(self) -> None:
         if self.inner is not None:
@@ -169,6 +169,9 @@ class LimitedProtocol(asyncio.Protocol):
             self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._door_open:  # the door's close, told first (it was closed before TLS began)
+            self._door_open = False
+            return
         self._leave()
         self.transport = None
         if self.inner is not None:

@@ -138,6 +138,29 @@ def test_an_idle_keep_alive_connection_is_closed(quick: tuple[ServerHandle, PKI 
         assert closed_by_server(kept)
 
 
+def test_tls_connections_one_after_another_each_get_their_answer_and_leave_no_count(store: Store, pki: PKI) -> None:
+    # The listener counts a connection before its handshake. It ran the handshake with start_tls
+    # on the accepted transport, paused until then; uvloop starts reading once connection_made
+    # returns, so a ClientHello read in that turn went to the listener's protocol, not to TLS:
+    # the handshake stalled until its deadline and the client saw an EOF (1 to 3 connections in
+    # 50 here, on uvloop). Now the loop's own TLS gets the socket before a byte is read.
+    server = serve(store, QUICK, pki)
+    try:
+        for n in range(50):
+            with connect(server, pki) as sock:
+                assert b"openapi" in (answer(sock) or b""), f"connection {n}"
+            if n % 10 == 9:
+                with connect(server, pki) as idle:  # and one the server closes at its deadline
+                    assert closed_by_server(idle)
+        assert server.http is not None
+        stop_at = time.monotonic() + 10
+        while server.http.tally.total and time.monotonic() < stop_at:
+            time.sleep(0.05)
+        assert (server.http.tally.total, server.http.tally.peers) == (0, {})
+    finally:
+        server.stop()
+
+
 def test_one_peer_cannot_hold_every_connection_nor_anyone_the_grpc_service(store: Store) -> None:
     server = serve(store, CAPPED)
     held: list[socket.socket] = []
