@@ -132,7 +132,8 @@ class LimitedProtocol(asyncio.Protocol):
                 ssl_handshake_timeout=self.tally.limits.request_seconds,
             )
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
-            secured.close()  # closed already where the loop had made it a transport
+            # The loop owns the socket once given it, and closes it with its transport (uvloop
+            # from libuv's close callback, later: closing it here could close a reused number).
             self._leave()
 
     def _start(self, transport: asyncio.BaseTransport) -> None:
