@@ -27,12 +27,17 @@ T = TypeVar("T")
 EVENT_LOOPS = ("uvloop", "asyncio")
 
 
+def _available(choice: str) -> str:
+    """``choice``, or asyncio where it is uvloop and uvloop is not installed."""
+    return "asyncio" if choice == "uvloop" and importlib.util.find_spec("uvloop") is None else choice
+
+
 def resolve(choice: str) -> str:
     """The loop a server will run for ``choice``: as asked, but asyncio's own where uvloop is not installed (said once, here)."""
-    if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:
+    available = _available(choice)
+    if available != choice:
         log.warning("uvloop is not installed here: serving on asyncio's own event loop (--event-loop asyncio)")
-        return "asyncio"
-    return choice
+    return available
 
 
 def _factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -53,7 +58,7 @@ def new_loop(choice: str | None = None) -> asyncio.AbstractEventLoop:
     choice = choice or os.environ.get("OFFSETSTORE_EVENT_LOOP") or "uvloop"
     if choice not in EVENT_LOOPS:
         raise ValueError("OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio")
-    factory = _factory(choice) if importlib.util.find_spec("uvloop") is not None else None
+    factory = _factory(_available(choice))
     return factory() if factory is not None else asyncio.new_event_loop()
 
 
