@@ -36,6 +36,17 @@ async def turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+async def behind(batch: tuple[str, ...], sizes: list[int] | None = None) -> tuple[Held, Flushers[str]]:
+    """Two flusher tasks, one of them holding ``batch`` in the 'database' (one batch: queued in one turn)."""
+    held = Held()
+    flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush, sizes.append if sizes is not None else None)
+    for name in batch:
+        flushers.put(name)
+    await turns()
+    assert held.batches == [list(batch)]
+    return held, flushers
+
+
 def test_an_idle_server_takes_the_first_call_at_once() -> None:
     async def scenario() -> list[list[str]]:
         held = Held()
@@ -50,13 +61,8 @@ def test_an_idle_server_takes_the_first_call_at_once() -> None:
 
 def test_while_one_batch_is_in_the_database_the_next_gathers_more_than_it_holds() -> None:
     async def scenario() -> list[list[str]]:
-        held = Held()
         sizes: list[int] = []
-        flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush, sizes.append)
-        for name in ("hold", "h2", "h3"):
-            flushers.put(name)
-        await turns()
-        assert held.batches == [["hold", "h2", "h3"]]
+        held, flushers = await behind(("hold", "h2", "h3"), sizes)
         # Three calls in the database: the free task waits for a fourth.
         for name in ("a", "b", "c"):
             flushers.put(name)
@@ -84,10 +90,7 @@ def test_batches_grow_from_one_call_where_taking_at_the_threshold_would_keep_the
     # database; at 64 clients that kept a third of the batches at one call in some runs. Behind a
     # batch of one, two calls gather.
     async def scenario() -> list[list[str]]:
-        held = Held()
-        flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
-        flushers.put("hold")
-        await turns()
+        held, flushers = await behind(("hold",))
         flushers.put("a")
         await turns()
         assert held.batches == [["hold"]]
@@ -102,10 +105,7 @@ def test_batches_grow_from_one_call_where_taking_at_the_threshold_would_keep_the
 
 def test_stop_flushes_what_is_queued_even_short_of_what_it_waits_for() -> None:
     async def scenario() -> list[list[str]]:
-        held = Held()
-        flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
-        flushers.put("hold")
-        await turns()
+        held, flushers = await behind(("hold",))
         flushers.put("late")
         await turns()
         stopping = asyncio.create_task(flushers.stop())
