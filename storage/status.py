@@ -191,7 +191,10 @@ def judge(f: PartitionFacts, rules: StatusRules = DEFAULT_RULES) -> Verdict:
                 f"{watermark_age} ago, before the last commit)",
             )
         return Verdict(
-            GroupStatus.STOPPED, f"no commit for {_age(quiet)} while the log end moved to {end}: lag {lag}{behind}"
+            # What was observed, not a movement: one report of the log end after the commit suffices.
+            GroupStatus.STOPPED,
+            f"no commit for {_age(quiet)} while {lag} records wait{behind}; the log end {end} was seen "
+            f"{watermark_age} ago, after the last commit",
         )
     still = _seconds(f.now, f.moved_time or f.commit_time)
     if still > w:

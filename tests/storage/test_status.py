@@ -127,3 +127,14 @@ def test_unconfirmed_ends_when_the_consumer_does() -> None:
     idle = judge(replace(ahead, commit_time=ago(61), moved_time=ago(61), watermark_time=ago(3600)))
     assert idle.status == GroupStatus.IDLE
     assert "caught up as far as known, lag unknown (no log end seen for 60m)" in idle.reason
+
+
+def test_stopped_says_what_was_observed_not_a_movement() -> None:
+    """Issue 59: the log end reported once (200), after the last commit, never moved: the reason says so."""
+    once = replace(HEALTHY, offset=150, commit_time=ago(90), moved_time=ago(90), log_end=200, watermark_time=ago(30))
+    verdict = judge(replace(once, log_end_then=None, offset_then=None))
+    assert verdict.status == GroupStatus.STOPPED
+    assert "moved" not in verdict.reason
+    assert verdict.reason == (
+        "no commit for 90s while 50 records wait (2s behind); the log end 200 was seen 30s ago, after the last commit"
+    )
