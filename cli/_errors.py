@@ -56,7 +56,9 @@ def error_message(error: OffsetStoreError, args: argparse.Namespace, server: str
         return "\n".join(lines)
     if isinstance(error, StaleGenerationError):
         current = error.current_generation
-        suffix = f" (current generation {current})" if current is not None else ""
+        # The server's message names the current generation already ("... the current generation is 5").
+        said = current is None or f"current generation is {current}" in error.message
+        suffix = "" if said else f" (current generation {current})"
         message = f"Error: {error.message}{suffix}. Another writer or a reset changed the group meanwhile."
         if getattr(args, "expected_generation", None) is not None:
             message += " Nothing was reset: run the dry run again, check it, and pass the generation it shows."

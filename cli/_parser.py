@@ -52,9 +52,11 @@ _EXPECTED_GENERATION_HELP = (
     "if a consumer joined or another reset came in between, nothing changes and the command says the "
     "generation the group is at now (one group only)"
 )
+#: What every duration option takes (cli/_values.py parse_by_duration).
+_DURATION_FORMS = "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d (a unit is required)"
 _BY_DURATION_HELP = (
     "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
-    "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d (a unit is required)"
+    + _DURATION_FORMS
 )
 _TO_CURRENT_HELP = (
     "keep each offset where it is (a placeholder resolves to a known watermark, an offset past a known "
@@ -84,10 +86,10 @@ _IMPORT_HELP = (
     "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
     "lines with 'import GROUP FILE'."
 )
-_IDLE_FOR_HELP = "groups with no commit, join or reset for this long: 90s, 15m, 12h, 7d or seconds"
+_IDLE_FOR_HELP = f"groups with no commit, join or reset for this long: {_DURATION_FORMS}"
 _IDLE_FOR_LIST_HELP = (
     "list instead the groups idle (no commit, join or reset) for this long, which 'expire' and the "
-    "server's --offsets-retention would expire (needs admin on --prefix)"
+    f"server's --offsets-retention would expire (needs admin on --prefix): {_DURATION_FORMS}"
 )
 _EXPIRE_HELP = (
     "Expire the offsets of groups idle for --idle-for, as the server's --offsets-retention does (Kafka's "
@@ -113,7 +115,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_common_options(parser, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
     _add_common_options(common, suppress=True)
-    sub = parser.add_subparsers(dest="groups_command", required=True, metavar="COMMAND", parser_class=_CommandParser)
+    sub = parser.add_subparsers(
+        dest="groups_command", required=True, metavar="COMMAND", parser_class=_GroupsCommandParser
+    )
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], help=summary, description=description)
@@ -276,16 +280,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_execute(p)
 
 
-class _CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser: an unknown option is reported by this command, in two lines.
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: any usage error is reported by this command, in two lines.
 
     argparse hands a subcommand's unknown arguments back to the top-level parser, which
     would print its own usage, not the one of the command the user got wrong. And argparse
-    prints a command's whole usage before its error: twelve lines for ``reset``, above the one
-    that says what is wrong. The error comes alone here, with where the usage is.
+    prints a command's whole usage before its error: twelve lines for ``reset``, five for
+    ``groups`` itself, above the one that says what is wrong. So every command of
+    ``offsetstore`` says its errors in two lines: its usage and the error, argparse's own
+    form, where the usage is one line; else the error first, and where the usage is.
     """
 
     def error(self, message: str) -> NoReturn:
+        usage = self.format_usage()
+        if usage.count("\n") == 1:
+            self.exit(2, f"{usage}{self.prog}: error: {message}\n")
         self.exit(2, f"{self.prog}: error: {message}\nSee '{self.prog} --help' for its options.\n")
 
     def parse_known_args(  # type: ignore[override]
@@ -294,6 +303,16 @@ class _CommandParser(argparse.ArgumentParser):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+class _GroupsCommandParser(CommandParser):
+    """A groups command's parser, which also reads ``import``'s operands."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
         if getattr(namespace, "operands", None) is not None:
             try:
                 namespace.group, namespace.file = import_operands(namespace)

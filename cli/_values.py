@@ -52,7 +52,11 @@ def merge_topic_specs(specs: Iterable[tuple[str, tuple[int, ...]]]) -> dict[str,
 
 
 def parse_by_duration(text: str) -> timedelta:
-    """A duration as kafka writes it (``PT1H30M``, ``P1D``) or shortly (``90s``, ``15m``, ``2h``, ``1d``)."""
+    """A duration as kafka writes it (``PT1H30M``, ``P1D``) or shortly (``90s``, ``15m``, ``2h``, ``1d``).
+
+    Every duration option of the groups commands takes these forms, and refuses a bare number: "7"
+    could be meant as seconds or days, and a look-back or an expiry of the wrong length is costly.
+    """
     try:
         duration = parse_duration(text, iso=True)
     except ValueError as error:
@@ -66,11 +70,8 @@ def parse_by_duration(text: str) -> timedelta:
 
 
 def parse_idle_for(text: str) -> timedelta:
-    """An idle time above zero: ``90s``, ``15m``, ``12h``, ``7d`` or plain seconds."""
-    try:
-        value = parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    """An idle time above zero, in parse_by_duration's forms: ``90s``, ``15m``, ``12h``, ``7d``, ``P7D``."""
+    value = parse_by_duration(text)
     if value <= timedelta(0):
         raise argparse.ArgumentTypeError(f"invalid idle time {text!r}: must be above zero")
     return value

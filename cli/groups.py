@@ -37,7 +37,7 @@ from offsetstore.cli._errors import EXIT_ERROR, error_message
 from offsetstore.cli._history import cmd_history
 from offsetstore.cli._list import cmd_expire, cmd_list, cmd_topics
 from offsetstore.cli._offsets_file import cmd_import
-from offsetstore.cli._parser import configure_parser
+from offsetstore.cli._parser import CommandParser, configure_parser
 from offsetstore.cli._profile import ProfileError, apply_profile
 from offsetstore.cli._render import Output
 from offsetstore.cli._reset import cmd_reset
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m offsetstore.cli.groups COMMAND ...``: the groups commands on their own."""
-    parser = argparse.ArgumentParser(prog="python -m offsetstore.cli.groups")
+    parser = CommandParser(prog="python -m offsetstore.cli.groups")
     configure_parser(parser)
     return run(parser.parse_args(argv))
 

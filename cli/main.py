@@ -10,15 +10,15 @@ from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
 from offsetstore.cli._completion import bash_script, group_names
+from offsetstore.cli._parser import CommandParser
 from offsetstore.cli._serve_flags import add_serve_flags
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="offsetstore", description="A transactional offset store for stream consumers."
-    )
+    parser = CommandParser(prog="offsetstore", description="A transactional offset store for stream consumers.")
     parser.add_argument("--version", action="version", version=f"offsetstore {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each command reports its own usage errors (an unknown option of 'token' is token's), in two lines.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
 
     serve = sub.add_parser(
         "serve",
@@ -56,8 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Print a completion script of every command and option: source <(offsetstore completion bash) "
         "in ~/.bashrc, or save it in bash-completion's directory. Zsh runs it after "
         "autoload -U bashcompinit && bashcompinit.",
+        usage="offsetstore completion [-h] {bash}",
     )
-    completion.add_argument("shell", choices=["bash"])
+    # Optional to argparse, so that a missing shell is said in words (main), not as "required: shell, line".
+    completion.add_argument("shell", nargs="?", choices=["bash"])
+    completion.set_defaults(usage_error=completion.error)
     # What the script itself calls for a group's name: the groups starting with PREFIX on the server
     # the words typed so far name (their --server, TLS and token options), one a line.
     completion.add_argument("--groups", metavar="PREFIX", help=argparse.SUPPRESS)
@@ -167,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.command == "completion":
+        if args.shell is None:
+            args.usage_error("name the shell to complete for: offsetstore completion bash")
         if args.groups is not None:
             line = args.line[1:] if args.line[:1] == ["--"] else args.line
             print("".join(f"{name}\n" for name in group_names(line, args.groups)), end="")

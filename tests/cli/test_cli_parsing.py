@@ -130,6 +130,26 @@ def test_bad_duration(text: str) -> None:
     assert repr(text) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "option", [("list", "--idle-for"), ("expire", "--idle-for"), ("reset", "g", "--all-topics", "--by-duration")]
+)
+def test_every_duration_option_takes_the_same_forms(
+    option: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 59: --idle-for took bare seconds and no ISO 8601, --by-duration the reverse."""
+    dest = option[-1].lstrip("-").replace("-", "_")
+    for text, expected in (
+        ("PT15M", timedelta(minutes=15)),
+        ("15m", timedelta(minutes=15)),
+        ("P7D", timedelta(days=7)),
+    ):
+        assert getattr(parse(*option, text), dest) == expected
+    with pytest.raises(SystemExit) as info:
+        parse(*option, "15")
+    assert info.value.code == 2
+    assert f"argument {option[-1]}: invalid duration '15': give a unit, e.g. 15s, 15m" in capsys.readouterr().err
+
+
 # --- date-times ---
 
 
@@ -375,6 +395,13 @@ def test_error_messages() -> None:
     assert _error_message(missing, args, NOWHERE) == "Error: group orders-etl does not exist."
     stale = StaleGenerationError("generation 3 is stale", metadata={"current_generation": "5"})
     assert _error_message(stale, args, NOWHERE).startswith("Error: generation 3 is stale (current generation 5).")
+    # The server's own message names the current generation: the CLI does not say it twice (issue 59).
+    said = StaleGenerationError(
+        "generation 3 of group 'orders-etl' is stale; the current generation is 5", metadata={"current_generation": "5"}
+    )
+    assert _error_message(said, args, NOWHERE).startswith(
+        "Error: generation 3 of group 'orders-etl' is stale; the current generation is 5. Another writer"
+    )
     one = InvalidArgumentError.field("group_id", "must not be empty")
     assert _error_message(one, args, NOWHERE) == "Error: group_id: must not be empty"
     many = InvalidArgumentError(
@@ -393,3 +420,57 @@ def test_version_prints_the_installed_version_and_exits_0() -> None:
         f"offsetstore {metadata.version('offsetstore')}",
         "",
     )
+
+
+# --- usage errors of every command: two lines (issue 59) ---
+
+
+@pytest.mark.parametrize(
+    ("argv", "first", "second"),
+    [
+        # A long usage: the error first, and where the usage is (as each groups command, issue 49).
+        (
+            ["groups"],
+            "offsetstore groups: error: the following arguments are required: COMMAND",
+            "See 'offsetstore groups --help'",
+        ),
+        (
+            ["groups", "frobnicate"],
+            "offsetstore groups: error: argument COMMAND: invalid choice: 'frobnicate'",
+            "See 'offsetstore groups --help'",
+        ),
+        (
+            ["groups", "list", "--bogus"],
+            "offsetstore groups list: error: unrecognized arguments: --bogus",
+            "See 'offsetstore groups list --help'",
+        ),
+        # A one-line usage: argparse's own two lines, the command's usage (not the top level's) and the error.
+        (
+            ["token", "--bogus"],
+            "usage: offsetstore token [-h] [--hash]",
+            "offsetstore token: error: unrecognized arguments: --bogus",
+        ),
+        (
+            ["completion"],
+            "usage: offsetstore completion [-h] {bash}",
+            "offsetstore completion: error: name the shell to complete for: offsetstore completion bash",
+        ),
+        (
+            ["bogus"],
+            "usage: offsetstore [-h] [--version] COMMAND ...",
+            "offsetstore: error: argument COMMAND: invalid choice: 'bogus'",
+        ),
+    ],
+)
+def test_a_usage_error_is_two_lines_of_the_command_that_was_wrong(
+    argv: list[str], first: str, second: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from offsetstore.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main.main(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(first) and lines[1].startswith(second), lines
+    assert "required: shell" not in lines[1]

@@ -47,7 +47,7 @@ def test_cli_lists_what_would_expire_and_expires_only_with_execute(
     code, out = run("list", "--prefix", prefix, "--idle-for", "1h")
     assert code == 0 and len(out.splitlines()) == 1
 
-    code, out = run("expire", "--prefix", prefix, "--idle-for", "1")
+    code, out = run("expire", "--prefix", prefix, "--idle-for", "PT1S")  # kafka's form, as --by-duration takes
     assert code == 0 and "Dry run" in out and group in out
     assert client.fetch_offsets(group).offsets[("t", 0)].offset == 7
 
@@ -61,7 +61,7 @@ def test_cli_lists_what_would_expire_and_expires_only_with_execute(
 
 
 def test_cli_refuses_a_zero_or_bad_idle_time(capsys: pytest.CaptureFixture[str]) -> None:
-    for bad in ("0", "soon", "-1s"):
+    for bad in ("0s", "PT0S", "soon", "-1s", "1"):
         with pytest.raises(SystemExit) as raised:
             cli.main(["expire", "--idle-for", bad])
         assert raised.value.code == 2
