@@ -63,7 +63,8 @@ _TO_CURRENT_HELP = (
     "log end is capped to it); applied, it only bumps the generation, which fences live writers"
 )
 _HISTORY_HELP = (
-    "The group's audit trail, newest first. In PREVIOUS and NEW, - is no offset; 'earliest' and 'latest' "
+    "The group's audit trail, newest first: consumers' commits, resets (an import is one), adoptions with "
+    "their source, deletes and expiries. In PREVIOUS and NEW, - is no offset; 'earliest' and 'latest' "
     "are the placeholders -2 and -1. The contract writes both 'no offset' and the latest placeholder as -1; "
     "the table tells them apart from the partition's change before, where it is listed."
 )
@@ -205,7 +206,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_selection(p, required=True)
     _add_execute(p)
 
-    p = command("history", "show a group's commits, resets and deletes", _HISTORY_HELP)
+    p = command("history", "show a group's commits, resets, adoptions, deletes and expiries", _HISTORY_HELP)
     p.add_argument("group", metavar="GROUP")
     _add_selection(p, required=False)
     p.add_argument("--since", type=parse_datetime, metavar="ISO8601", help="changes from this on (no offset = UTC)")

@@ -474,3 +474,14 @@ def test_a_usage_error_is_two_lines_of_the_command_that_was_wrong(
     assert len(lines) == 2, lines
     assert lines[0].startswith(first) and lines[1].startswith(second), lines
     assert "required: shell" not in lines[1]
+
+
+def test_groups_help_says_the_history_holds_adoptions(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 59: 'history' was 'commits, resets and deletes' though adoptions and expiries are in it too."""
+    from offsetstore.cli import main as cli_main
+
+    for argv in (["groups", "--help"], ["groups", "history", "--help"]):
+        with pytest.raises(SystemExit):
+            cli_main.main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert "adoptions" in text and "expiries" in text, argv
