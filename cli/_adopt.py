@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from offsetstore.cli import _broker, _offsets_file
@@ -23,7 +24,8 @@ from offsetstore.cli._offsets_file import OffsetsFileError, parse_plan_csv
 from offsetstore.cli._render import Output, offset_cell, unknown_cell
 from offsetstore.cli._spark_checkpoint import CheckpointError, read_checkpoint
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.types import EARLIEST, LATEST, TopicPartition
+from offsetstore.core.errors import OffsetStoreError
+from offsetstore.core.types import EARLIEST, LATEST, TopicPartition, Watermark
 
 Offsets = dict[TopicPartition, int]
 
@@ -34,8 +36,10 @@ ADOPT_HELP = (
     "(the default) shows each offset beside its partition's log start and end (from --bootstrap-server, else "
     "the store's watermarks) and flags one before the start or past the end. --execute sets them all in one "
     "reset: the generation moves on (live writers of the group are fenced) and the history records the "
-    "adoption (CHANGE_KIND_ADOPT) with its source. Partitions the source does not name keep their offsets. "
-    "Stop the old consumer first; 'export' is the way back out."
+    "adoption (CHANGE_KIND_ADOPT) with its source (a file or checkpoint by its absolute path); with "
+    "--bootstrap-server it also reports the log start and end it read to the store, as a watermark reporter "
+    "does, so the group's status verdict is known at once. Partitions the source does not name keep their "
+    "offsets. Stop the old consumer first; 'export' is the way back out."
 )
 
 
@@ -72,6 +76,9 @@ def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) 
         # Without a broker the store's watermarks are the ranges, and the server clamps to them.
         clamp=args.clamp and not args.bootstrap_server,
     )
+    reported = 0
+    if args.bootstrap_server and not result.dry_run:
+        reported = _report_log_ends(client, ranges, args.bootstrap_server, out)
     for o in result.out_of_range:
         # The store knows watermarks of partitions the group has no offset for yet.
         tp = TopicPartition(o.topic, o.partition)
@@ -85,6 +92,7 @@ def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) 
                 "source": source,
                 "generation": result.generation,
                 "dry_run": result.dry_run,
+                "watermarks_reported": reported,
                 "offsets": [
                     {
                         "topic": tp.topic,
@@ -132,11 +140,38 @@ def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) 
             f"Adopted {len(rows)} offset(s): group {args.group} is now at generation {result.generation} (writers "
             f"of older generations are fenced); its history records the adoption from {source}."
         )
+        if reported:
+            out.line(
+                f"Reported the log start and end of {reported} partition(s), read from {args.bootstrap_server}, "
+                "to the store: the group's status verdict is known at once."
+            )
     return EXIT_OK
+
+
+def _report_log_ends(
+    client: OffsetStoreClient, ranges: dict[TopicPartition, tuple[int, int]], bootstrap: str, out: Output
+) -> int:
+    """Hands the store the log ends just read from the broker, as a watermark reporter would; returns how many.
+
+    Without them the group would read UNCONFIRMED "no log end known" until a reporter
+    (or the server's own reader) came by, though the adoption had just seen them.
+    """
+    marks = [Watermark(tp.topic, tp.partition, low, high) for tp, (low, high) in sorted(ranges.items()) if high >= 0]
+    if not marks:
+        return 0
+    try:
+        client.report_watermarks(marks)
+    except OffsetStoreError as error:
+        # The adoption stands; only the verdict waits for a reporter.
+        out.error(f"Note: the log ends read from {bootstrap} were not reported to the store: {error.message}")
+        return 0
+    return len(marks)
 
 
 def _read_source(args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
     """The offsets the chosen source holds and the words that name it in the history."""
+    if args.file_group is not None and not args.from_file:
+        raise UsageError("--file-group picks a group's lines of a --from-file FILE: give --from-file too")
     if args.from_kafka_group:
         if not args.bootstrap_server:
             raise UsageError("--from-kafka-group needs --bootstrap-server HOST:PORT, the Kafka cluster of the group")
@@ -154,14 +189,28 @@ def _read_source(args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
                 f"Note: batch {checkpoint.in_flight} was planned but not committed (in flight when the job stopped): "
                 f"adopting the end of batch {checkpoint.batch}, so its records are read again by the new job."
             )
-        return checkpoint.offsets, f"spark checkpoint {args.from_spark_checkpoint} batch {checkpoint.batch}"
+        # The history outlives the shell it was typed in: the path as it was resolved then.
+        where = os.path.abspath(args.from_spark_checkpoint)
+        return checkpoint.offsets, f"spark checkpoint {where} batch {checkpoint.batch}"
     plans = _read_file(args.from_file)
+    shown = "standard input" if args.from_file == "-" else os.path.abspath(args.from_file)
     if None in plans:
-        return plans[None], f"file {args.from_file}"
-    if args.group not in plans:
-        named = ", ".join(sorted(g for g in plans if g is not None))
-        raise UsageError(f"{args.from_file} has no offsets of group {args.group} (it has {named})")
-    return plans[args.group], f"file {args.from_file} (group {args.group})"
+        if args.file_group is not None:
+            raise UsageError(
+                f"{args.from_file} has no group column (topic,partition,offset): --file-group is for a "
+                "group,topic,partition,offset file"
+            )
+        return plans[None], f"file {shown}"
+    # A group,topic,partition,offset file names Kafka's groups, which need not be called as the one adopting.
+    wanted = args.file_group if args.file_group is not None else args.group
+    if wanted not in plans:
+        named = sorted(g for g in plans if g is not None)
+        hint = ""
+        if args.file_group is None:
+            pick = named[0] if len(named) == 1 else "NAME"
+            hint = f": add --file-group {pick} to adopt those lines into {args.group}"
+        raise UsageError(f"{args.from_file} has no offsets of group {wanted} (it has {', '.join(named)}){hint}")
+    return plans[wanted], f"file {shown} (group {wanted})"
 
 
 def _read_file(path: str) -> dict[str | None, Offsets]:

@@ -250,13 +250,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--from-file",
         metavar="FILE",
-        help="kafka-consumer-groups' CSV: topic,partition,offset, or group,topic,partition,offset (GROUP's lines)",
+        help="kafka-consumer-groups' CSV: topic,partition,offset, or group,topic,partition,offset (GROUP's lines, "
+        "or --file-group's)",
     )
     p.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT",
         help="the Kafka cluster: where --from-kafka-group lives, and whose log start and end the dry run shows "
         "(else the store's known watermarks)",
+    )
+    p.add_argument(
+        "--file-group",
+        metavar="KAFKA_GROUP",
+        help="with a group,topic,partition,offset --from-file (kafka-consumer-groups --all-groups --export): "
+        "adopt KAFKA_GROUP's lines into GROUP (default: GROUP's own lines)",
     )
     _add_selection(p, required=False)
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)

@@ -111,6 +111,48 @@ def test_adopt_from_a_file_shows_the_log_range_first_and_records_its_source(clie
     assert "ADOPT" in history.out and f"file {plan} (group {group_id})" in history.out
 
 
+def test_adopt_records_the_absolute_path_of_a_relative_file_and_checkpoint(
+    client, groups, group_id, tmp_path, monkeypatch
+) -> None:
+    """Issue 59: 'file positions.csv' in the history says nothing once the shell that typed it is gone."""
+    monkeypatch.chdir(tmp_path)
+    Path("positions.csv").write_text("adopt-h,0,5\n")
+    write_checkpoint(tmp_path / "ckpt", {3: {"adopt-h": {"0": 7}}}, committed=[3])
+
+    assert groups("adopt", group_id, "--from-file", "positions.csv", "--execute").code == 0
+    assert groups("adopt", group_id, "--from-spark-checkpoint", "ckpt", "--execute").code == 0
+    sources = [c.source for c in client.list_offset_history(group_id).items]
+    assert sources == [f"spark checkpoint {tmp_path / 'ckpt'} batch 3", f"file {tmp_path / 'positions.csv'}"]
+
+
+def test_adopt_takes_another_groups_lines_of_a_kafka_export_with_file_group(client, groups, group_id, tmp_path) -> None:
+    """Issue 59: kafka-consumer-groups --all-groups --export names the Kafka group, not the one adopting."""
+    plan = tmp_path / "all-groups.csv"
+    plan.write_text("legacy-etl,adopt-i,0,11\nlegacy-etl,adopt-i,1,12\nother,adopt-i,0,99\n")
+
+    refused = groups("adopt", group_id, "--from-file", str(plan))
+    assert refused.code == 1
+    assert f"has no offsets of group {group_id} (it has legacy-etl, other): add --file-group NAME" in refused.err
+    one = tmp_path / "one-group.csv"
+    one.write_text("legacy-etl,adopt-i,0,11\n")
+    assert (
+        "add --file-group legacy-etl to adopt those lines into"
+        in groups("adopt", group_id, "--from-file", str(one)).err
+    )
+
+    done = groups("adopt", group_id, "--from-file", str(plan), "--file-group", "legacy-etl", "--execute")
+    assert done.code == 0, done.err
+    assert offsets_of(client, group_id) == {("adopt-i", 0): 11, ("adopt-i", 1): 12}
+    assert {c.source for c in client.list_offset_history(group_id).items} == {f"file {plan} (group legacy-etl)"}
+
+    # A file without a group column has nothing to pick, and --file-group belongs to --from-file.
+    plain = tmp_path / "plain.csv"
+    plain.write_text("adopt-i,0,5\n")
+    assert "no group column" in groups("adopt", group_id, "--from-file", str(plain), "--file-group", "x").err
+    no_file = groups("adopt", group_id, "--from-spark-checkpoint", str(tmp_path), "--file-group", "x")
+    assert no_file.code == 1 and "give --from-file too" in no_file.err
+
+
 def test_adopt_flags_an_offset_past_the_log_end_the_store_knows_for_a_new_group(
     client, groups, group_id, tmp_path
 ) -> None:

@@ -120,6 +120,29 @@ def test_starting_at_earliest_or_latest_instead_is_caught_by_the_same_check(
         check_takeover(rows_of(table), topic.coordinates(), committed, BATCH)
 
 
+def test_an_adoption_with_a_bootstrap_server_reports_the_log_ends_it_read(
+    broker, client, group_id, groups, make_topic, tmp_path
+) -> None:
+    """Issue 59: right after the adoption the group read UNCONFIRMED "no log end known", though adopt had read them."""
+    topic = make_topic(partitions=2, records=30)
+    plan = tmp_path / "positions.csv"
+    plan.write_text(f"{topic.name},0,10\n{topic.name},1,30\n")
+
+    done = groups("adopt", group_id, "--from-file", str(plan), "--bootstrap-server", broker.bootstrap, "--execute")
+    assert done.code == 0, done.err
+
+    described = client.describe_group(group_id)
+    assert {(p.partition, p.log_start_offset, p.log_end_offset) for p in described.partitions} == {
+        (0, 0, 30),
+        (1, 0, 30),
+    }
+    state = groups("describe", group_id, "--state", "--output", "json").json()
+    assert state["status"] != "UNCONFIRMED", state
+    # Partition 0 waits 20 records for its consumer; the reason says it is an adoption's, not a consumer's offset.
+    assert "no consumer commit since: waiting for the consumer, lag 20" in state["status_reason"], state
+    assert f"Reported the log start and end of 2 partition(s), read from {broker.bootstrap}" in done.out
+
+
 def test_the_check_counts_what_it_lets_through() -> None:
     """Unit: the legacy writer's own uncommitted poll is counted and let through; nothing else is."""
     expected = {("t", 0, o) for o in range(10)}
