@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -251,3 +252,47 @@ def test_a_busy_server_does_not_show_a_reader_the_reset_controls(
     open_group(browser, seeded + "orders", admin="unsure")  # not "unknown": that is the page loading
     assert "reload to ask again" in browser.find_element(By.ID, "admin-unknown").text
     assert browser.find_elements(By.ID, "reset-preview") == []
+
+
+def test_last_active_on_the_group_page_is_the_cli_describes_and_last_commit_the_cli_lists(
+    browser: Any, http_server: HttpServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 59: the page's "Last active" was the last join (activeTime) while the CLI's was the last commit.
+
+    Both are now the latest commit, join or reset; "Last commit" beside it is the list's LAST-COMMIT.
+    """
+    from datetime import datetime
+
+    from selenium.webdriver.common.by import By
+
+    from offsetstore.cli import groups as cli
+
+    group = f"console-active-{uuid.uuid4().hex[:6]}"
+    status, joined = http_server.curl("JoinGroup", {"groupId": group, "memberId": "worker-1"})
+    assert status == 200, joined
+    offsets = [{"topic": "console-orders", "partition": 0, "offset": "7"}]
+    body = {"groupId": group, "generation": joined["generation"], "offsets": offsets}
+    assert http_server.curl("CommitOffsets", body)[0] == 200  # after the join: the latest activity
+
+    def cli_json(*argv: str) -> Any:
+        capsys.readouterr()
+        token = ["--token", http_server.tokens["admin"]]
+        assert cli.main([*argv, "--output", "json", "--server", http_server.server.address, *token]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    state = cli_json("describe", group, "--state")
+    listed = next(g for g in cli_json("list", "--prefix", group) if g["group_id"] == group)
+
+    sign_in(browser, http_server, "admin")
+    browser.get(f"{http_server.url}/#/?prefix={group}")
+    open_group(browser, group, admin="yes")
+
+    def shown(label: str) -> datetime:
+        xpath = f"//dl[@class='facts']/dt[.='{label}']/following-sibling::dd[1]/time"
+        return datetime.fromisoformat(
+            wait(browser, lambda d: d.find_element(By.XPATH, xpath)).get_attribute("datetime")
+        )
+
+    assert shown("Last active") == datetime.fromisoformat(state["last_active_time"])
+    assert shown("Last commit") == datetime.fromisoformat(listed["last_commit_time"])
+    assert shown("Last active") == shown("Last commit")  # the commit came after the join

@@ -154,6 +154,13 @@ function sparkline(points) {
   return svg;
 }
 
+// The newest of some RFC 3339 instants (undefined: none). "Last active" is the latest commit, join or
+// reset, as the CLI's LAST-ACTIVE and ExpireGroups' last_active_time: activeTime is only the join or reset.
+function latest(instants) {
+  const known = instants.filter(Boolean);
+  return known.length ? known.reduce((a, b) => (Date.parse(b) > Date.parse(a) ? b : a)) : undefined;
+}
+
 function when(iso) {
   if (!iso) return el("span", { class: "muted" }, "never");
   const then = new Date(iso);
@@ -178,7 +185,8 @@ const GROUP_COLUMNS = [
   { key: "partitionCount", label: "Partitions", num: true, value: (g) => num(g.partitionCount), cell: (g) => String(num(g.partitionCount)) },
   { key: "generation", label: "Generation", num: true, value: (g) => num(g.generation), cell: (g) => String(g.generation) },
   { key: "totalLag", label: "Lag (offsets)", num: true, value: (g) => num(g.totalLag), cell: (g) => lagText(g.totalLag) },
-  { key: "lastCommitTime", label: "Last activity", value: (g) => g.lastCommitTime || "", cell: (g) => when(g.lastCommitTime) },
+  // ListGroups' last_commit_time, the CLI list's LAST-COMMIT: a group's newest offset.
+  { key: "lastCommitTime", label: "Last commit", value: (g) => g.lastCommitTime || "", cell: (g) => when(g.lastCommitTime) },
   { key: "status", label: "Status", value: (g) => STATUS_ORDER.indexOf(statusName(g.status)), cell: (g) => statusBadge(g.status, g.statusReason) },
 ];
 
@@ -259,6 +267,7 @@ async function groupPage(groupId, mine) {
   const g = described.last;
   const partitions = described.items;
   const first = described.first || g;
+  const commits = partitions.map((p) => p.commitTime);
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/?prefix=" + encodeURIComponent(view.prefix) }, "← groups")),
     el("h1", { id: "group-id" }, groupId),
@@ -268,7 +277,8 @@ async function groupPage(groupId, mine) {
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
       el("dt", {}, "Member"), el("dd", {}, g.memberId ? (g.memberHost ? `${g.memberId} (${g.memberHost})` : g.memberId) : "none"),
-      el("dt", {}, "Last active"), el("dd", {}, when(g.activeTime))),
+      el("dt", {}, "Last active"), el("dd", { id: "last-active" }, when(latest([g.activeTime, ...commits]))),
+      el("dt", {}, "Last commit"), el("dd", { id: "last-commit" }, when(latest(commits)))),
     el("div", { class: "toolbar", id: "actions" },
       el("button", { type: "button", id: "export", onclick: () => exportCsv(groupId) }, "Export CSV")),
     el("h2", {}, "Partitions"),
