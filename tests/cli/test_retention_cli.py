@@ -60,6 +60,32 @@ def test_cli_lists_what_would_expire_and_expires_only_with_execute(
     assert code == 0 and "EXPIRE" in out
 
 
+def test_last_active_is_one_instant_in_describe_and_in_list_idle_for(
+    server: ServerHandle, client: OffsetStoreClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 59: LAST-ACTIVE is the latest commit, join or reset wherever it is shown; here the join is last."""
+    prefix = fresh("cli-active-")
+    group = prefix + "-a"
+    client.commit_offsets(group, {("t", 0): 7})
+    client.join_group(group, "worker-1")
+    wait_for(lambda: client.expire_groups(1, prefix=prefix) != [], "the group idle for 1 s", 10)
+
+    def document(*argv: str) -> object:
+        capsys.readouterr()
+        assert cli.main([*argv, "--output", "json", "--server", server.address]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    idle = document("list", "--prefix", prefix, "--idle-for", "1s")
+    state = document("describe", group, "--state")
+    members = document("describe", group, "--members")
+    assert [g["last_active_time"] for g in idle] == [state["last_active_time"]] == [members["last_active_time"]]
+    listed = document("list", "--prefix", prefix)
+    last_commit, last_active = (
+        datetime.fromisoformat(t) for t in (listed[0]["last_commit_time"], state["last_active_time"])
+    )
+    assert last_commit < last_active  # the join came after the commit
+
+
 def test_cli_refuses_a_zero_or_bad_idle_time(capsys: pytest.CaptureFixture[str]) -> None:
     for bad in ("0s", "PT0S", "soon", "-1s", "1"):
         with pytest.raises(SystemExit) as raised:
