@@ -1,9 +1,11 @@
 """The Flink integration's Java classes: Flink's jars from Maven Central once, the sink compiled from this package's source once.
 
 Flink and its Kafka connector are pinned here as a pair that resolves (:data:`FLINK_VERSION`,
-:data:`KAFKA_CONNECTOR_VERSION`). The jars come through :func:`maven_classpath` (cached under
-``~/.cache/offsetstore``); the compiled classes go to a folder keyed by the sources' hash, so a
-changed source compiles anew and an unchanged one never again. Nothing here is committed as a jar.
+:data:`KAFKA_CONNECTOR_VERSION`). The jars come through :func:`maven_classpath` (their list cached
+under :func:`~offsetstore.kafka_integration.maven.cache_dir`: ``~/.cache/offsetstore``, or where
+``OFFSETSTORE_CACHE_DIR`` says); the compiled classes go to a folder there keyed by the sources'
+hash, so a changed source compiles anew and an unchanged one never again. Nothing here is
+committed as a jar.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
-from offsetstore.kafka_integration.maven import MissingPiece, maven_classpath
+from offsetstore.kafka_integration.maven import MissingPiece, cache_dir, maven_classpath
 
 __all__ = [
     "FLINK_VERSION",
@@ -63,10 +65,6 @@ _JDBC_CONNECTOR = (
 )
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "offsetstore"
-
-
 def flink_classpath(*, jdbc_connector: bool = True) -> list[str]:
     """The jars of a local Flink (a MiniCluster in one JVM), the Kafka connector and PostgreSQL's driver.
 
@@ -82,7 +80,7 @@ def compile_java(sources: list[Path], classpath: list[str], *, name: str) -> Pat
     digest = hashlib.sha256()
     for source in sorted(sources):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    out = _cache_root() / f"{name}-{digest.hexdigest()[:16]}"
+    out = cache_dir() / f"{name}-{digest.hexdigest()[:16]}"
     if (out / ".done").exists():
         return out
     javac = shutil.which("javac")

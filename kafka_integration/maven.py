@@ -1,8 +1,8 @@
 """Jars from Maven Central, fetched once: the runtime classpath of a few artifacts, for the JVM pieces the tests run.
 
-Maven resolves them into its local repository (``~/.m2``, outside any checkout); the
-resulting list of jars is remembered in a file under ``~/.cache/offsetstore`` (or
-``$XDG_CACHE_HOME``), so a second call reaches no network and starts no Maven.
+Maven resolves them into its local repository (``~/.m2``, outside any checkout; Maven's own
+``MAVEN_OPTS=-Dmaven.repo.local=DIR`` moves it); the resulting list of jars is remembered in a
+file under :func:`cache_dir`, so a second call reaches no network and starts no Maven.
 """
 
 from __future__ import annotations
@@ -16,14 +16,21 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MissingPiece", "maven_classpath"]
+__all__ = ["CACHE_DIR_ENV", "MissingPiece", "cache_dir", "maven_classpath"]
+
+#: The environment variable that moves :func:`cache_dir`.
+CACHE_DIR_ENV = "OFFSETSTORE_CACHE_DIR"
 
 
 class MissingPiece(RuntimeError):
     """A piece cannot run here; the message, one line, names what to install or set."""
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """offsetstore's cache (jar lists, compiled Java): ``$OFFSETSTORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/offsetstore``,
+    else ``~/.cache/offsetstore``. Read at each call, so a process that sets the variable first is followed."""
+    if chosen := os.environ.get(CACHE_DIR_ENV):
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "offsetstore"
 
@@ -36,7 +43,7 @@ def maven_classpath(artifacts: Sequence[str], *, name: str) -> list[str]:
     Java or Maven is missing or Maven Central cannot be reached.
     """
     key = hashlib.sha256("\n".join(artifacts).encode()).hexdigest()[:12]
-    listing = _cache_dir() / f"{name}-{key}.classpath"
+    listing = cache_dir() / f"{name}-{key}.classpath"
     with contextlib.suppress(OSError):
         jars = listing.read_text().split(os.pathsep)
         if jars and all(os.path.isfile(j) for j in jars):

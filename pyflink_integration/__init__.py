@@ -3,7 +3,7 @@
 This package needs PyFlink alone (``apache-flink``, the version of the jars) and nothing else of
 offsetstore, so it runs where offsetstore's own dependencies cannot: apache-flink 2.2 pins
 ``grpcio<1.66`` and ``protobuf<6`` (through apache-beam 2.61), offsetstore needs grpcio 1.85 and
-protobuf 7. Install it into PyFlink's environment with ``pip install --no-deps offsetstore``; the
+protobuf 7. Install it into PyFlink's environment from a checkout, ``pip install --no-deps .`` (or the wheel); the
 jars come from offsetstore's environment, ``python -m offsetstore.flink_integration --pyflink``
 (docs/flink.md, "PyFlink").
 

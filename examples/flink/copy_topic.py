@@ -1,7 +1,7 @@
 """A PyFlink job: a Kafka topic into a PostgreSQL table, exactly once, through offsetstore's sink (docs/flink.md).
 
 Run it with apache-flink's Python, offsetstore's PyFlink module installed beside it
-(``pip install --no-deps offsetstore``) and the jars offsetstore's environment prints::
+(``pip install --no-deps .`` from a checkout, or the wheel) and the jars offsetstore's environment prints::
 
     python copy_topic.py --jars "$(python -m offsetstore.flink_integration --pyflink)" \\
         --bootstrap localhost:9092 --topic orders --group orders-copy \\

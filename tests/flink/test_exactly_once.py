@@ -109,6 +109,12 @@ def test_a_live_reset_fences_the_job_and_the_next_one_redelivers_the_range_once(
     # The next flush is refused: no restart (the fence is not recoverable), nothing written after the reset.
     assert run.finish() == 2
     assert "FencedException" in run.lines[-1] and f"group {group_id} fenced generation" in run.lines[-1], run.lines[-1]
+    # With the guide's Log4j file, the fence is one line per fenced writer (the sink's ERROR) and the job's last
+    # line: no stack trace, no message repeated by Flink (docs/flink.md, step 5).
+    fenced = [line for line in run.lines if "fenced generation" in line]
+    assert all(line.startswith(f"offsetstore: group {group_id} fenced") for line in fenced[:-1]), fenced
+    assert 1 < len(fenced) <= 1 + 2, fenced  # CopyTopicJob's parallelism: 2 writers
+    assert not [line for line in run.lines if line.startswith(("\tat ", "Caused by"))], run.lines[-20:]
     first = rows(engine, copy_table)
 
     run = flink_jobs.start(**job, run=2)  # no checkpoint: from the store's positions

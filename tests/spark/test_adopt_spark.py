@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore.cli._spark_checkpoint import read_checkpoint
+from tests.fixtures.doc_snippets import snippets
 from tests.fixtures.fix_spark import records, run_driver
 from tests.fixtures.fix_spark_kafka import make_topic, produce
 from tests.fixtures.takeover import check_takeover
@@ -42,7 +43,9 @@ CREATE TABLE {table} (
 """
 
 
+ADOPT_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "adopt.md"
 LEGACY = Path(__file__).with_name("legacy_driver.py")
+GUIDE_DRIVER = Path(__file__).with_name("adopt_guide_driver.py")
 
 #: The drivers' environment: a Python worker may take its time to connect back to the JVM on a
 #: loaded machine (Spark's default wait is 15 s; under a load of 20 the data source's planner
@@ -122,9 +125,23 @@ def successor(database_url: str, group_id: str, topic: str, table: str, start: s
     assert status == 0 and "finished" in out, out[-3000:]
 
 
+def guide_successor(database_url: str, group_id: str, topic: str, table: str, work: Path, bootstrap: str) -> None:
+    """docs/adopt.md's offsetstore job as printed (``adopt_guide_driver.py``), in a driver of its own."""
+    status, out = run_driver(
+        *("--database-url", database_url, "--group-id", group_id, "--table", table, "--topic", topic),
+        *("--partitions", str(PARTITIONS), "--bootstrap", bootstrap),
+        *("--checkpoint", str(work / "checkpoint"), "--workdir", str(work / "spark")),
+        command=[sys.executable, str(GUIDE_DRIVER)],
+        env=DRIVER_ENV,
+        timeout=1200,
+    )
+    assert status == 0 and "finished" in out, out[-3000:]
+
+
 def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
     database_url, engine, group_id, groups, broker, legacy, takeover_table, tmp_path
 ) -> None:
+    """The successor is docs/adopt.md's own job, as printed (its broker, names and checkpoint the test's)."""
     topic, _, checkpoint = legacy
     found = read_checkpoint(str(checkpoint))
     assert (found.batch, found.in_flight) == (DIES_IN - 1, DIES_IN)
@@ -132,7 +149,7 @@ def test_adopting_a_spark_checkpoint_hands_over_exactly_once(
     adopted = groups("adopt", group_id, "--from-spark-checkpoint", str(checkpoint), "--execute")
     assert adopted.code == 0, adopted.err
     assert f"batch {DIES_IN} was planned but not committed" in adopted.err
-    successor(database_url, group_id, topic, takeover_table, "store", tmp_path, broker.bootstrap)
+    guide_successor(database_url, group_id, topic, takeover_table, tmp_path, broker.bootstrap)
 
     handed_over = {(tp.topic, tp.partition): offset for tp, offset in found.offsets.items()}
     takeover = check_takeover(rows_of(engine, takeover_table), records(topic, PARTITIONS, END), handed_over, PER_BATCH)
@@ -162,3 +179,11 @@ def test_the_checkpoint_spark_wrote_is_the_format_the_parser_reads(legacy) -> No
     assert lines[0] == "v1"
     assert "batchTimestampMs" in json.loads(lines[1])
     assert set(json.loads(lines[2])) == {topic}
+    # docs/adopt.md's sample entry has the same shape: version, metadata keys Spark writes, {topic: {"p": offset}}.
+    (sample,) = [s for s in snippets(ADOPT_GUIDE, "text") if s.startswith("v1\n")]
+    doc = sample.splitlines()
+    assert len(doc) == len(lines) and doc[0] == lines[0]
+    assert set(json.loads(doc[1])) <= set(json.loads(lines[1]))
+    written = json.loads(lines[2])[topic]
+    assert all(p.isdigit() and type(o) is int for p, o in [*written.items(), *json.loads(doc[2])["orders"].items()])
+    assert (checkpoint / "commits" / str(DIES_IN - 1)).read_text().splitlines() == ["v1", '{"nextBatchWatermarkMs":0}']
