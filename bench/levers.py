@@ -5,7 +5,8 @@ For each lever, two servers run side by side on one PostgreSQL: one with the lev
 alternate (``--rounds`` times: echo, then the lever's loads), so that a machine whose load
 changes during the run weighs on both alike. A line per lever and load gives the rates, the
 server's CPU per call (its process tree's, from /proc) and both as multiples of the echo
-(grpc.health Check) of the same server in the same round. Then py-spy samples the shipped
+(grpc.health Check) of the same server in the same round, and PostgreSQL's CPU per call where
+it runs on this machine (the servers take turns, so a window's is the measured server's). Then py-spy samples the shipped
 server's serving process under each load and prints where its busy time goes: by source
 file (inclusive) and by function (its own time). Timings are printed, never asserted; say
 the load average printed with them when you quote them.
