@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run demo test test-quick install proto bench clean postgres kafka
+.PHONY: run demo test test-quick install proto bench bench-peer clean postgres kafka
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
@@ -77,6 +77,9 @@ proto: $(DEV_STAMP)  ## Regenerate the committed gRPC code from proto/.
 
 bench: $(DEV_STAMP)  ## RPC throughput vs the transport and PostgreSQL alone (embedded PostgreSQL); see docs/performance.md.
 	$(PY) bench/rpc_throughput.py $(BENCH_ARGS)
+
+bench-peer: $(DEV_STAMP)  ## Synchronous commits: Kafka's group coordinator (fsync every append) beside the server, same run (~2 min).
+	$(PY) bench/peer.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -53,6 +53,45 @@ async def _pipelined(
         return result
 
 
+async def _merged_begin(
+    conn: Any, steps: Any, settings: Any, timeout_ms: Any, *, lock_timeout_ms: Any, before_commit: Any
+) -> Any:
+    """The write batch's transaction in two round trips (issue 55, not shipped): BEGIN, the settings and the
+    statement as one simple query, its parameters merged in as literals (psycopg's client-side binding), then
+    COMMIT. PostgreSQL (13 and later) times each statement of a query string on its own, so the settings
+    before the statement still bound it."""
+    import psycopg
+
+    from offsetstore.runtime._hot_async import _drive, _roll_back, _rows
+    from offsetstore.storage.steps import is_wide
+
+    began = False
+
+    async def run(sql: str, params: Mapping[str, object]) -> Any:
+        nonlocal began
+        wide = is_wide(params)
+        if began:
+            return await _rows(await conn.execute(sql, params, prepare=settings.prepare and not wide))
+        began = True
+        begin = "BEGIN; " + settings.sql(timeout_ms, custom_plans=wide, lock_timeout_ms=lock_timeout_ms)
+        cursor = psycopg.AsyncClientCursor(conn)
+        await cursor.execute(f"{begin}; {cursor.mogrify(sql, params)}")  # no parameters left: sent verbatim
+        while cursor.nextset():  # past BEGIN's and the settings' results
+            pass
+        return await _rows(cursor)
+
+    try:
+        result = await _drive(steps, run)
+        before_commit()
+    except BaseException:
+        if began:
+            await _roll_back(conn)
+        raise
+    if began:
+        await conn.execute("COMMIT")
+    return result
+
+
 _ASYNCPG: dict[int, Any] = {}  # id(loop) -> this process's asyncpg pool (the serving process's one loop)
 
 
@@ -118,6 +157,9 @@ BEFORE = {
     # Issue 46's: asyncio's own loop, through the product's own setting (read before the settings load).
     "uvloop": lambda: os.environ.__setitem__("OFFSETSTORE_EVENT_LOOP", "asyncio"),
     "commit-round-trips": lambda: setattr(_write_batcher, "write_transaction", _pipelined),
+    # Issue 55, the other way round (not shipped): the "before" server sends BEGIN, the settings and the batch's
+    # statement as one simple query (two round trips, not three).
+    "merged-begin": lambda: setattr(_write_batcher, "write_transaction", _merged_begin),
     "read-bound": lambda: setattr(gate._ReadBound, "first", _timed_first),
     # Issue 46's driver question, the other way round: the "before" server writes on asyncpg.
     "asyncpg": lambda: setattr(_write_batcher, "write_transaction", _on_asyncpg),

@@ -5,7 +5,8 @@ For each lever, two servers run side by side on one PostgreSQL: one with the lev
 alternate (``--rounds`` times: echo, then the lever's loads), so that a machine whose load
 changes during the run weighs on both alike. A line per lever and load gives the rates, the
 server's CPU per call (its process tree's, from /proc) and both as multiples of the echo
-(grpc.health Check) of the same server in the same round. Then py-spy samples the shipped
+(grpc.health Check) of the same server in the same round, and PostgreSQL's CPU per call where
+it runs on this machine (the servers take turns, so a window's is the measured server's). Then py-spy samples the shipped
 server's serving process under each load and prints where its busy time goes: by source
 file (inclusive) and by function (its own time). Timings are printed, never asserted; say
 the load average printed with them when you quote them.
@@ -31,7 +32,7 @@ from pathlib import Path
 import psutil
 from _server import free_port, served
 from prometheus_client.parser import text_string_to_metric_families
-from rpc_throughput import measure
+from rpc_throughput import measure, postmaster_pid
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,6 +54,9 @@ LEVERS = {
     "read-bound": ("commit1", "fetch16"),
     # Issue 46: a free flusher waits for more calls than the batch in the database holds.
     "gather": ("commit1", "fetch16", "commit16"),
+    # Issue 55 (not shipped): the "before" server sends BEGIN, the settings and the batch's statement as one
+    # simple query, two round trips instead of three; after ÷ before is the shipped three ÷ that.
+    "merged-begin": ("commit1", "commit16"),
 }
 #: lever -> what both of its servers undo (the baseline it is measured on).
 BASE = {"pool-check/reads-alone": "read-coalescing"}
@@ -106,7 +110,9 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
             extra_args=[*served_args, "--metrics-listen", metrics["after"]], program=program, env=after_env
         ) as after,
     ):
-        totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+        # PostgreSQL's CPU per call too, where it runs here: the servers take turns, so a window's is the one measured.
+        database = postmaster_pid(before.database_url.replace("postgresql+psycopg://", "postgresql://"))
+        totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         batches: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
         started = load_average()
         for _ in range(args.rounds):
@@ -116,13 +122,20 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
                         batch = BATCH_OF.get(kind)
                         so_far = batch_counts(metrics[name], batch) if batch else (0.0, 0.0, 0.0)
                         r = measure(
-                            kind, server.address, clients, args.seconds, args.client_processes, server.process.pid
+                            kind,
+                            server.address,
+                            clients,
+                            args.seconds,
+                            args.client_processes,
+                            server.process.pid,
+                            database,
                         )
                         calls = r["per_s"] * args.seconds
                         t = totals[(name, f"{kind}@{clients}")]
                         t[0] += calls
                         t[1] += args.seconds
                         t[2] += r["cpu_us"] * calls
+                        t[3] += r["database_cpu_us"] * calls
                         if batch:
                             now = batch_counts(metrics[name], batch)
                             b = batches[(name, f"{kind}@{clients}")]
@@ -133,21 +146,24 @@ def compare(lever: str, loads: tuple[str, ...], args: argparse.Namespace, say: c
                 cells = []
                 rates = {}
                 for name in ("before", "after"):
-                    calls, seconds, cpu = totals[(name, f"{kind}@{clients}")]
-                    e_calls, e_seconds, e_cpu = totals[(name, f"echo@{clients}")]
+                    calls, seconds, cpu, db_cpu = totals[(name, f"{kind}@{clients}")]
+                    e_calls, e_seconds, e_cpu, _ = totals[(name, f"echo@{clients}")]
                     rate, e_rate = calls / seconds, e_calls / e_seconds
-                    us, e_us = cpu / calls, e_cpu / e_calls
-                    rates[name] = (rate, us)
+                    us, e_us, db_us = cpu / calls, e_cpu / e_calls, db_cpu / calls
+                    rates[name] = (rate, us, db_us)
                     cell = f"{rate:,.0f}/s ({rate / e_rate:.2f}× echo), {us:,.0f} µs CPU ({us / e_us:.2f}× echo)"
+                    if db_us:
+                        cell += f", PostgreSQL {db_us:,.0f} µs"
                     count, carried, ones = batches[(name, f"{kind}@{clients}")]
                     if count:
                         cell += f", {carried / count:.1f} calls a batch ({ones / count:.0%} of one)"
                     cells.append(cell)
                 gain = rates["after"][0] / rates["before"][0]
                 cpu_gain = rates["after"][1] / rates["before"][1]
+                db_gain = f", PostgreSQL's ×{rates['after'][2] / rates['before'][2]:.2f}" if rates["before"][2] else ""
                 say(
                     f"- {lever}, {kind} at {clients} clients: before {cells[0]} → after {cells[1]};"
-                    f" rate ×{gain:.2f}, CPU per call ×{cpu_gain:.2f} [{started} at its start]"
+                    f" rate ×{gain:.2f}, CPU per call ×{cpu_gain:.2f}{db_gain} [{started} at its start]"
                 )
 
 

@@ -271,6 +271,10 @@ class KafkaCluster:
     def running(self) -> list[int]:
         return [n for n, p in self._processes.items() if p.poll() is None]
 
+    def pid(self, node: int) -> int:
+        """The process id of node ``node``'s JVM (the bench reads its CPU time)."""
+        return self._processes[node].pid
+
     def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
         """Sends ``sig`` to node ``node`` and waits for it to end (a crash by default)."""
         proc = self._processes[node]
