@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from offsetstore.runtime.held_lock import HeldLock
 from offsetstore.runtime.store import Store
 from offsetstore.storage.changes import ChangePage, changes_since, history_end, latest_offsets
 
@@ -64,6 +65,8 @@ MAX_PAGES = 10
 START_ROWS = 10_000
 #: Ranges of unseen history ids (transactions still open) remembered at most; beyond, the oldest is given up.
 MAX_HOLES = 1_000
+#: Key of the advisory lock its mirror holds: one mirror a database, whatever the servers.
+MIRROR_LOCK_ID = 0x6F66_6673_6574_0003
 #: Seconds one round waits for Kafka's answers (a broker that is down answers nothing).
 REQUEST_SECONDS = 10.0
 #: Seconds between two warnings about the same group.
@@ -134,6 +137,7 @@ class KafkaMirror:
         self._pending: dict[str, dict[tuple[str, int], None]] = {}
         self._pending_count = 0
         self._warned: dict[str, float] = {}
+        self._lock = HeldLock(store.aio, MIRROR_LOCK_ID, "the kafka mirror")
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.registry = registry = registry if registry is not None else CollectorRegistry()
@@ -179,11 +183,15 @@ class KafkaMirror:
         return self
 
     def stop(self) -> None:
-        """Mirrors what is pending (one last round) and stops the thread."""
+        """Mirrors what is pending (one last round), stops the thread and gives the lock up (another server's turn)."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(self.request_seconds + 10)
             self._thread = None
+        try:
+            self.store.wait(self._lock.release())
+        except Exception as error:  # the database is gone: so is the lock
+            log.info("kafka mirror: lock not released: %s", error)
 
     def _loop(self) -> None:
         while True:
@@ -198,8 +206,16 @@ class KafkaMirror:
         """One round: the history's new rows, then a fair share of the pending partitions to Kafka.
 
         Returns True when the history has more rows than the round read (the next round
-        starts at once).
+        starts at once). Does nothing while another server's mirror holds the lock.
         """
+        try:
+            ours = self.store.wait(self._lock.hold())
+        except Exception as error:
+            self._failed("(lock)", error)
+            ours = False
+        if not ours:  # another mirror runs; when this one takes over, it starts over
+            self._cursor, self._holes, self._pending, self._pending_count = None, [], {}, 0
+            return False
         try:
             behind = self._read_history()
         except Exception as error:  # the database is down: the cursor stays, the next round reads again

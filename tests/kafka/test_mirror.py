@@ -184,6 +184,53 @@ def test_a_broker_that_is_down_neither_fails_nor_slows_commits(store, engine, gr
         mirror.stop()
 
 
+def test_one_mirror_a_database_and_another_server_takes_over(broker, store, engine, make_topic):
+    """Two servers' mirrors on one database: one writes (the lock), the other takes over when it stops."""
+    topic = make_topic(partitions=1)
+    prefix = f"mirror-{uuid.uuid4().hex[:8]}-"
+    group = f"{prefix}g"
+    first = new_mirror(store, broker.bootstrap, [prefix]).start()
+    second = None
+    try:
+        commit(engine, group, {(topic.name, 0): 3})
+        eventually(lambda: kafka_offsets(broker.bootstrap, group, topic.name, 1), {(topic.name, 0): 3})
+        second = new_mirror(store, broker.bootstrap, [prefix]).start()
+        commit(engine, group, {(topic.name, 0): 5})
+        eventually(lambda: kafka_offsets(broker.bootstrap, group, topic.name, 1), {(topic.name, 0): 5})
+        assert (written(first), written(second)) == (2, 0)
+        first.stop()  # its server stops: the lock is free
+        commit(engine, group, {(topic.name, 0): 8})
+        eventually(lambda: kafka_offsets(broker.bootstrap, group, topic.name, 1), {(topic.name, 0): 8})
+        assert written(second) >= 1
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_a_transaction_that_commits_after_a_later_one_is_mirrored_too(broker, store, engine, make_topic):
+    """History ids are taken at insert and seen at COMMIT: the cursor passes an open transaction's, and comes back for it."""
+    topic = make_topic(partitions=1)
+    prefix = f"mirror-{uuid.uuid4().hex[:8]}-"
+    slow, fast = f"{prefix}slow", f"{prefix}fast"
+    mirror = new_mirror(store, broker.bootstrap, [prefix]).start()
+    try:
+        with engine.connect() as conn:
+            with conn.begin():  # the sink's long transaction: its offsets are written, its COMMIT comes later
+                storage.commit_offsets(conn, slow, [OffsetCommit(topic.name, 0, 4)])
+                commit(engine, fast, {(topic.name, 0): 6})  # a later id, committed first
+                eventually(lambda: kafka_offsets(broker.bootstrap, fast, topic.name, 1), {(topic.name, 0): 6})
+                assert kafka_offsets(broker.bootstrap, slow, topic.name, 1) == {}
+        eventually(lambda: kafka_offsets(broker.bootstrap, slow, topic.name, 1), {(topic.name, 0): 4})
+        assert failures(mirror) == 0
+    finally:
+        mirror.stop()
+
+
+def written(mirror: KafkaMirror) -> float:
+    return mirror.registry.get_sample_value("offsetstore_kafka_mirror_offsets_total") or 0
+
+
 def commit(engine, group: str, offsets: dict[tuple[str, int], int]) -> None:
     with engine.begin() as conn:
         storage.commit_offsets(conn, group, [OffsetCommit(t, p, o) for (t, p), o in offsets.items()])
@@ -203,13 +250,16 @@ def test_one_tenants_flood_of_commits_neither_pushes_out_nor_holds_back_another_
     # Rounds run by the test (no thread): 10 partitions a round, shared by the two groups.
     mirror = new_mirror(store, broker.bootstrap, [prefix], max_partitions=10)
     mirror.start_client()
-    mirror.round()
-    assert kafka_offsets(broker.bootstrap, victim, topic.name, 40) == {(topic.name, 3): 5}
-    assert len(kafka_offsets(broker.bootstrap, flooder, topic.name, 40)) == 5  # its share: 10 // 2 groups
-    rounds = 1
-    while mirror.round() or mirror.pending_partitions:
-        rounds += 1
-    mirror.round()
+    try:
+        mirror.round()
+        assert kafka_offsets(broker.bootstrap, victim, topic.name, 40) == {(topic.name, 3): 5}
+        assert len(kafka_offsets(broker.bootstrap, flooder, topic.name, 40)) == 5  # its share: 10 // 2 groups
+        rounds = 1
+        while mirror.round() or mirror.pending_partitions:
+            rounds += 1
+        mirror.round()
+    finally:
+        mirror.stop()
     print(f"flood: 300 commits of one partition + 39 partitions copied in {rounds + 1} rounds of 10")
     assert kafka_offsets(broker.bootstrap, flooder, topic.name, 40) == stored_offsets(engine, flooder)
     assert kafka_offsets(broker.bootstrap, flooder, topic.name, 40)[(topic.name, 0)] == 300
