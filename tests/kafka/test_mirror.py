@@ -20,7 +20,7 @@ from offsetstore.runtime.store import Store
 from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.sink.batch_write import SinkTarget, deliver_batch
 from tests.fixtures.fix_db import stored_offsets
-from tests.fixtures.fix_server import ServerHandle, free_port
+from tests.fixtures.fix_server import ServerHandle, free_port, start_serve
 from tests.fixtures.fix_spark_kafka import kafka_source
 
 pytestmark = pytest.mark.kafka
@@ -306,6 +306,29 @@ def test_a_sink_commit_in_its_own_transaction_and_the_sql_api_are_mirrored(
         assert failures(mirror) == 0
     finally:
         mirror.stop()
+
+
+def test_serve_mirrors_once_whatever_its_processes(broker, database_url, engine, make_topic, tmp_path):
+    """``offsetstore serve --processes 2``: the supervisor mirrors (one mirror), an SQL API commit reaches Kafka's tool."""
+    topic = make_topic(partitions=2, records=10)
+    prefix = f"mirror-{uuid.uuid4().hex[:8]}-"
+    group = f"{prefix}sql"
+    served = start_serve(
+        tmp_path / "data",
+        *("--database-url", database_url, "--processes", "2", "--log-format", "json"),
+        *("--mirror-kafka-bootstrap", broker.bootstrap, "--mirror-kafka-groups", prefix, "--mirror-interval", "1s"),
+    )
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "SELECT * FROM offsetstore.commit_offsets(%s, 0, ARRAY[%s, %s], ARRAY[0, 1], ARRAY[3, 10])",
+                (group, topic.name, topic.name),
+            )
+        expected = {(topic.name, "0", "3", "10", "7"), (topic.name, "1", "10", "10", "0")}
+        eventually(lambda: kafka_describe(broker, group), expected, timeout=30)
+    finally:
+        assert served.terminate() == 0
+    assert served.output().count("kafka mirror started") == 1, served.output()
 
 
 @pytest.mark.spark
