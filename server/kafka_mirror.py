@@ -159,9 +159,6 @@ class KafkaMirror:
             registry=registry,
         )
 
-    def wants(self, group_id: str) -> bool:
-        return group_id.startswith(self.prefixes)
-
     @property
     def pending_partitions(self) -> int:
         """Changed partitions read from the history and not yet written (beyond the last round's shares)."""

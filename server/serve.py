@@ -148,7 +148,9 @@ class _Supervisor:
         # Its store serves the maintenance task, the scrapes', the watermark reader's and the mirror's threads;
         # no RPCs. The colder pool holds the maintenance's lock and its work, and the scrapes'
         # two queries (the sums are read by a thread of their own) beside the reader's.
-        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=6)
+        # The mirror holds one more, its advisory lock's, for as long as it runs.
+        cold = 6 + (1 if settings.mirror_kafka_bootstrap else 0)
+        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=cold)
         async with AsyncStore(config) as aio:
             store = Store(aio, asyncio.get_running_loop())  # the portal the threads call through
             registry = metrics.build_registry(
