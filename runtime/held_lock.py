@@ -58,8 +58,8 @@ class HeldLock:
             holder = None if got else await conn.run_sync(describe_holder, self.key)
             await conn.commit()
         except BaseException:
-            await conn.invalidate()
-            await stack.aclose()
+            self._conn, self._stack = conn, stack
+            await self._drop()
             raise
         if not got:
             await stack.aclose()

@@ -179,11 +179,15 @@ class KafkaMirror:
         log.info("kafka mirror started", extra={"prefixes": ",".join(self.prefixes), "interval": self.interval})
         return self
 
-    def stop(self) -> None:
-        """Mirrors what is pending (one last round), stops the thread and gives the lock up (another server's turn)."""
+    def stop(self, wait: float = 5.0) -> None:
+        """Mirrors what is pending (one last round), stops the thread and gives the lock up (another server's turn).
+
+        Waits ``wait`` seconds at most for the last round: a round waiting for a broker that is
+        down is abandoned (its thread is a daemon), so a stop never waits out Kafka's timeout.
+        """
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(self.request_seconds + 10)
+            self._thread.join(wait)
             self._thread = None
         try:
             self.store.wait(self._lock.release())
