@@ -192,7 +192,7 @@ class _Supervisor:
                 )
                 maintenance = asyncio.create_task(rounds.run(), name="offsetstore-maintenance")
                 reader = _watermarks_reader(settings, store, registry)
-                mirror = _kafka_mirror(settings, store, registry)
+                mirror = _kafka_mirror(settings, store)
                 log.info(
                     "serving",
                     extra={
@@ -257,10 +257,12 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
     ).start()
 
 
-def _kafka_mirror(settings: Settings, store: Any, registry: Any) -> Any:
+def _kafka_mirror(settings: Settings, store: Any) -> Any:
     """The Kafka mirror (once, here: not in each serving process), started; None unless ``--mirror-kafka-bootstrap``."""
     if not settings.mirror_kafka_bootstrap:
         return None
+    from prometheus_client import CollectorRegistry
+
     from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
 
     return KafkaMirror(
@@ -268,7 +270,9 @@ def _kafka_mirror(settings: Settings, store: Any, registry: Any) -> Any:
         settings.mirror_kafka_bootstrap,
         parse_prefixes(settings.mirror_kafka_groups),
         settings.mirror_interval,
-        registry=registry,
+        # Never served: its counters live in the multiprocess files that ``registry`` sums (registered
+        # there as well, they would be scraped twice).
+        registry=CollectorRegistry(),
     ).start()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -333,6 +334,13 @@ def test_serve_mirrors_once_whatever_its_processes(broker, database_url, engine,
             lambda: kafka_offsets(broker.bootstrap, group, topic.name, 2), {(topic.name, 0): 3, (topic.name, 1): 10}
         )
         assert kafka_describe(broker, group) == {(topic.name, "0", "3", "10", "7"), (topic.name, "1", "10", "10", "0")}
+        # The supervisor's /metrics counts the mirror's writes, once.
+        with urllib.request.urlopen(f"http://{served.metrics}/metrics", timeout=10) as response:
+            scraped = [
+                line for line in response.read().decode().splitlines() if line.startswith("offsetstore_kafka_mirror")
+            ]
+        written_lines = [line for line in scraped if line.startswith("offsetstore_kafka_mirror_offsets_total")]
+        assert written_lines == ["offsetstore_kafka_mirror_offsets_total 2.0"], scraped
     finally:
         assert served.terminate() == 0
     assert served.output().count("kafka mirror started") == 1, served.output()
