@@ -7,7 +7,8 @@ sink's own write (:func:`offsetstore.sink.batch_write.deliver_batch`, in a trans
 own, as the sink's driver runs it: the server never sees the commit), a random pause between
 them, and after each COMMIT polls Kafka (AdminClient ``list_consumer_group_offsets``, every
 20 ms) until the group's offsets are the batch's. Prints the lags' p50/p90/max, then Kafka's
-own ``kafka-consumer-groups --describe`` of the group. Exits 1 when a batch never shows up
+own ``kafka-consumer-groups --describe`` of the group (the topic has no records: its log end
+is 0, and the tool's lag negative). Exits 1 when a batch never shows up
 (``--timeout``): what the mirror fed by the servicer's commits did.
 
 Usage: ``python bench/kafka_mirror_lag.py [--batches 20] [--timeout 15]``
