@@ -21,7 +21,6 @@ from offsetstore.server.auth.callers import CallerContext
 from offsetstore.server.gate import CallObserver, Gate
 from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
-from offsetstore.server.kafka_mirror import KafkaMirror
 from offsetstore.server.limits import Limits
 from offsetstore.server.partition_quota import PartitionQuota
 from offsetstore.server.quota import GroupQuota
@@ -163,8 +162,7 @@ class OffsetStoreServer:
 
     Its parts are composed from what it is given: ``limits`` make the gate's admission, the
     quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
-    given, an HTTP listener beside gRPC on the same gate; ``kafka_mirror`` (started and stopped by
-    its owner) is offered every commit once it is in the store; ``auth``, an
+    given, an HTTP listener beside gRPC on the same gate; ``auth``, an
     :class:`~offsetstore.server.auth.AccessControl`, authenticates and authorises every call;
     ``credentials`` serve TLS; ``interceptors`` (metrics, say; ``grpc.aio`` interceptors) see
     every call, also those refused. ``reuse_port`` lets several processes listen on one port
@@ -183,7 +181,6 @@ class OffsetStoreServer:
         credentials: grpc.ServerCredentials | None = None,
         health_interval: float = 1.0,
         reuse_port: bool = False,
-        kafka_mirror: KafkaMirror | None = None,
     ) -> None:
         if limits.reflection == "authenticated" and auth is None:
             raise ValueError("reflection 'authenticated' needs authentication: a tokens file or client certificates")
@@ -192,7 +189,6 @@ class OffsetStoreServer:
         self.credentials = credentials
         self.limits = limits.share()
         self.auth = auth
-        self.kafka_mirror = kafka_mirror
         self.health_interval = health_interval
         self.http_config = http
         self.http: HttpListener | None = None
@@ -216,7 +212,7 @@ class OffsetStoreServer:
                 history_rows_per_second=limits.principal_history_rows_per_second,
             )
         return Gate(
-            OffsetStoreServicer(self.store, self.kafka_mirror.offer if self.kafka_mirror else None),
+            OffsetStoreServicer(self.store),
             admission=Admission(
                 max_calls=limits.calls_per_principal,
                 # What the sync server queued at most, server-wide; now per anonymous peer.

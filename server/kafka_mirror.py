@@ -1,23 +1,32 @@
-"""The server's mirror of committed offsets into a Kafka group coordinator, for the tools that read only Kafka.
+"""The server's mirror of stored offsets into a Kafka group coordinator, for the tools that read only Kafka.
 
 Burrow, kafka-lag-exporter, kafka-ui and ``kafka-consumer-groups --describe`` read a group's
 offsets from Kafka; a Spark job or a gRPC client that commits to offsetstore looks dead to
-them. With ``--mirror-kafka-bootstrap`` and ``--mirror-kafka-groups PREFIX``, each serving
-process copies the offsets committed to groups whose id starts with a prefix into the Kafka
-group of the same id (AdminClient ``alter_consumer_group_offsets``), at most every
-``--mirror-interval``, latest offset per partition.
+them. With ``--mirror-kafka-bootstrap`` and ``--mirror-kafka-groups PREFIX``, the server's
+supervising process (once, not each serving process) copies the offsets of groups whose id
+starts with a prefix into the Kafka group of the same id (AdminClient
+``alter_consumer_group_offsets``), every ``--mirror-interval``, latest offset per partition.
+
+It reads what to copy from the database, not from the server's calls: every writer (the
+server, the Spark sink, the Kafka recipe, Flink's sink, the SQL API, Debezium's capture, a
+reset, an adoption) writes a history row for each offset it changes, and each round reads
+the history's rows after its cursor (:func:`~offsetstore.storage.changes.changes_since`: at
+most ``MAX_ROWS`` a page, a few pages a round; ids of transactions still open when they were
+passed are read again until they commit or roll back), keeps the changed partitions of
+matching groups, reads their latest offsets and writes them. At start it reads again the
+last ``START_ROWS`` history rows (what changed just before a restart, or during it).
 
 A best-effort copy, never read back: the store stays the truth. It never slows or fails a
-commit: the servicer hands the committed offsets over after the store's transaction committed
-(:meth:`KafkaMirror.offer`: the latest offset of each partition is kept, under a lock held for
-the copy of one commit), and a thread of its own takes them every round and talks to Kafka.
-Coalescing at offer time, not a queue of commits: one tenant committing in a loop only
-overwrites its own partitions' offsets, so it cannot fill a shared queue and drop another
-tenant's commits (issue 34, low). What is bounded is partitions: ``MAX_PARTITIONS`` a group
-and ``MAX_PENDING`` in all; a partition new past either is dropped and its commit counted. A group Kafka
+commit: it runs in a thread of the supervisor, on the supervisor's pool. What is pending is
+partitions, not commits: a partition changed a thousand times is copied once, at its latest
+offset, so one tenant committing in a loop cannot fill a shared queue (issue 34, low). What
+is bounded is partitions: ``MAX_PARTITIONS`` a group and ``MAX_PENDING`` in all (a partition
+new past either is dropped and counted), and ``max_partitions`` written a round, shared
+between the pending groups as the watermark reader shares its rounds (a group's share, the
+rest the next round): one tenant's huge group cannot hold back another's. A group Kafka
 refuses (it has live members: the coordinator takes offsets from outsiders only for an empty
-group) or a broker that does not answer is logged (at most once a minute per group) and
-counted, and its offsets wait for the group's next commit.
+group), a broker that does not answer or a database that does not is logged (at most once a
+minute per group) and counted, and the group's offsets wait for its next change.
 """
 
 from __future__ import annotations
@@ -26,11 +35,14 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from offsetstore.core.types import CommittedOffset
+from offsetstore.runtime.held_lock import HeldLock
+from offsetstore.runtime.store import Store
+from offsetstore.storage.changes import ChangePage, changes_since, history_end, latest_offsets
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -39,10 +51,22 @@ __all__ = ["KafkaMirror", "parse_prefixes"]
 
 log = logging.getLogger(__name__)
 
-#: Partitions (of every group) waiting for the mirror's thread at most; beyond, new ones are dropped (and counted).
+#: Partitions (of every group) waiting to be written at most; beyond, new ones are dropped (and counted).
 MAX_PENDING = 100_000
 #: Partitions a group's pending offsets hold at most (the contract's widest commit).
 MAX_PARTITIONS = 10_000
+#: Partitions written a round at most, shared between the pending groups.
+MAX_PARTITIONS_A_ROUND = 10_000
+#: History rows one read takes at most (whoever wrote them).
+MAX_ROWS = 10_000
+#: History reads a round at most (a full page is followed by the next at once).
+MAX_PAGES = 10
+#: History rows a starting mirror reads again (what changed just before, or while, no mirror ran).
+START_ROWS = 10_000
+#: Ranges of unseen history ids (transactions still open) remembered at most; beyond, the oldest is given up.
+MAX_HOLES = 1_000
+#: Key of the advisory lock its mirror holds: one mirror a database, whatever the servers.
+MIRROR_LOCK_ID = 0x6F66_6673_6574_0003
 #: Seconds one round waits for Kafka's answers (a broker that is down answers nothing).
 REQUEST_SECONDS = 10.0
 #: Seconds between two warnings about the same group.
@@ -54,15 +78,26 @@ def parse_prefixes(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
-class KafkaMirror:
-    """Copies committed offsets of matching groups into Kafka, batched, from a thread of its own.
+@dataclass
+class _Hole:
+    """History ids ``low..high`` not seen yet; settled once the snapshot's oldest running transaction is ``tag`` or newer."""
 
-    ``admin`` is made from ``bootstrap`` (and ``config``, extra librdkafka settings such as
-    ``security.protocol``) unless given. ``registry`` receives the mirror's counters.
+    low: int
+    high: int
+    tag: int
+
+
+class KafkaMirror:
+    """Copies the stored offsets of matching groups into Kafka, from the store's history, from a thread of its own.
+
+    ``store`` is the database it reads (any writer's commits). ``admin`` is made from
+    ``bootstrap`` (and ``config``, extra librdkafka settings such as ``security.protocol``)
+    unless given. ``registry`` receives the mirror's counters.
     """
 
     def __init__(
         self,
+        store: Store,
         bootstrap: str,
         prefixes: Sequence[str],
         interval: float = 5.0,
@@ -71,12 +106,15 @@ class KafkaMirror:
         registry: CollectorRegistry | None = None,
         admin: AdminClient | None = None,
         max_pending: int = MAX_PENDING,
+        max_partitions: int = MAX_PARTITIONS_A_ROUND,
+        max_rows: int = MAX_ROWS,
         request_seconds: float = REQUEST_SECONDS,
     ) -> None:
         if not prefixes:
             raise ValueError("the mirror needs at least one group prefix (--mirror-kafka-groups)")
-        if interval <= 0:
-            raise ValueError("the mirror interval must be above 0")
+        if interval <= 0 or max_partitions < 1 or max_rows < 1:
+            raise ValueError("the mirror interval must be above 0, the partitions a round and rows a page at least 1")
+        self.store = store
         self.prefixes = tuple(prefixes)
         self.interval = interval
         self.request_seconds = request_seconds
@@ -90,11 +128,16 @@ class KafkaMirror:
         self._settings.update(config or {})
         self._admin = admin
         self.max_pending = max_pending
-        # group -> (topic, partition) -> latest offset; written by offer(), swapped out by each round.
-        self._offered: dict[str, dict[tuple[str, int], int]] = {}
-        self._offered_count = 0
-        self._offered_lock = threading.Lock()
+        self.max_partitions = max_partitions
+        self.max_rows = max_rows
+        # The last history id read (None: not started), and the ids below it not seen yet.
+        self._cursor: int | None = None
+        self._holes: list[_Hole] = []
+        # group -> its changed partitions (an ordered set), oldest group first.
+        self._pending: dict[str, dict[tuple[str, int], None]] = {}
+        self._pending_count = 0
         self._warned: dict[str, float] = {}
+        self._lock = HeldLock(store.aio, MIRROR_LOCK_ID, "the kafka mirror")
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.registry = registry = registry if registry is not None else CollectorRegistry()
@@ -105,74 +148,186 @@ class KafkaMirror:
         )
         self.failures = Counter(
             "offsetstore_kafka_mirror_failures",
-            "Group writes the Kafka mirror could not make (broker unreachable, group with live members, ...).",
+            "Group writes the Kafka mirror could not make (broker unreachable, group with live members, "
+            "database unreachable, ...).",
             registry=registry,
         )
         self.dropped = Counter(
             "offsetstore_kafka_mirror_dropped_commits",
-            "Commits of which the Kafka mirror dropped partitions: as many partitions as it holds were pending.",
+            "Changed partitions the Kafka mirror dropped: as many partitions as it holds were pending "
+            "(or a group's share of them); the group's next change brings them back.",
             registry=registry,
         )
 
-    def wants(self, group_id: str) -> bool:
-        return group_id.startswith(self.prefixes)
+    @property
+    def pending_partitions(self) -> int:
+        """Changed partitions read from the history and not yet written (beyond the last round's shares)."""
+        return self._pending_count
 
-    def offer(self, group_id: str, committed: Sequence[CommittedOffset]) -> None:
-        """Hands a commit's offsets to the mirror; never blocks, never raises (call it after the commit)."""
-        if not committed or not self.wants(group_id):
-            return
-        dropped = False
-        with self._offered_lock:
-            offsets = self._offered.setdefault(group_id, {})
-            for c in committed:
-                key = (c.topic, c.partition)
-                if key not in offsets:
-                    if len(offsets) >= MAX_PARTITIONS or self._offered_count >= self.max_pending:
-                        dropped = True
-                        continue
-                    self._offered_count += 1
-                offsets[key] = c.offset
-        if dropped:
-            self.dropped.inc()
-
-    def start(self) -> KafkaMirror:
+    def start_client(self) -> KafkaMirror:
+        """Makes the Kafka client (no thread: :meth:`round` runs when called)."""
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
             self._admin = AdminClient(self._settings)
+        return self
+
+    def start(self) -> KafkaMirror:
+        self.start_client()
         self._thread = threading.Thread(target=self._loop, name="offsetstore-kafka-mirror", daemon=True)
         self._thread.start()
         log.info("kafka mirror started", extra={"prefixes": ",".join(self.prefixes), "interval": self.interval})
         return self
 
-    def stop(self) -> None:
-        """Mirrors what is pending (one last round) and stops the thread."""
+    def stop(self, wait: float = 5.0) -> None:
+        """Mirrors what is pending (one last round), stops the thread and gives the lock up (another server's turn).
+
+        Waits ``wait`` seconds at most for the last round: a round waiting for a broker that is
+        down is abandoned (its thread is a daemon), so a stop never waits out Kafka's timeout.
+        """
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(self.request_seconds + 10)
+            self._thread.join(wait)
             self._thread = None
+        try:
+            self.store.wait(self._lock.release())
+        except Exception as error:  # the database is gone: so is the lock
+            log.info("kafka mirror: lock not released: %s", error)
 
     def _loop(self) -> None:
-        while not self._stopping.wait(self.interval):
-            self._round()
-        self._round()
+        while True:
+            started = time.monotonic()
+            behind = self.round()
+            if self._stopping.is_set():
+                return
+            if not behind:
+                self._stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
-    def _take(self) -> dict[str, dict[tuple[str, int], int]]:
-        with self._offered_lock:
-            taken, self._offered, self._offered_count = self._offered, {}, 0
+    def round(self) -> bool:
+        """One round: the history's new rows, then a fair share of the pending partitions to Kafka.
+
+        Returns True when the history has more rows than the round read (the next round
+        starts at once). Does nothing while another server's mirror holds the lock.
+        """
+        try:
+            ours = self.store.wait(self._lock.hold())
+        except Exception as error:
+            self._failed("(lock)", error)
+            ours = False
+        if not ours:  # another mirror runs; when this one takes over, it starts over
+            self._cursor, self._holes, self._pending, self._pending_count = None, [], {}, 0
+            return False
+        try:
+            behind = self._read_history()
+        except Exception as error:  # the database is down: the cursor stays, the next round reads again
+            self._failed("(history)", error)
+            behind = False
+        self._write(self._take_share())
+        return behind
+
+    def _read_history(self) -> bool:
+        if self._cursor is None:
+            self._cursor = max(0, self.store.run(history_end) - START_ROWS)
+        for _ in range(MAX_PAGES):
+            if self._pending_count >= self.max_pending:
+                return True  # written first; nothing is lost: the history keeps it
+            page = self.store.run(
+                changes_since,
+                self._cursor,
+                [(h.low, h.high) for h in self._holes],
+                self.prefixes,
+                self.max_rows,
+            )
+            self._follow(page)
+            if len(page.after) < self.max_rows:
+                return False
+        return True
+
+    def _follow(self, page: ChangePage) -> None:
+        """Moves the cursor past ``page``, keeps its unseen ids as holes, settles the holes, pends the wanted changes."""
+        assert self._cursor is not None
+        found = sorted(c.id for c in page.in_holes)
+        holes: list[_Hole] = []
+        for hole in self._holes:
+            low = hole.low
+            for id_ in (i for i in found if hole.low <= i <= hole.high):
+                if id_ > low:
+                    holes.append(_Hole(low, id_ - 1, hole.tag))
+                low = id_ + 1
+            if low <= hole.high:
+                holes.append(_Hole(low, hole.high, hole.tag))
+        # Every transaction running when a hole was found has ended: what it still lacks was rolled back.
+        holes = [h for h in holes if page.xmin < h.tag]
+        seen = self._cursor
+        for change in page.after:
+            if change.id > seen + 1:
+                holes.append(_Hole(seen + 1, change.id - 1, page.xmax))
+            seen = change.id
+        self._cursor = seen
+        if len(holes) > MAX_HOLES:
+            given_up = holes[: len(holes) - MAX_HOLES]
+            holes = holes[len(holes) - MAX_HOLES :]
+            log.warning(
+                "kafka mirror: %d ranges of history ids still unseen; gave up the oldest %d (ids %d..%d): "
+                "a long transaction's changes there reach Kafka with the group's next change",
+                len(holes) + len(given_up),
+                len(given_up),
+                given_up[0].low,
+                given_up[-1].high,
+            )
+        self._holes = holes
+        for change in (*page.in_holes, *page.after):
+            if change.group_id is not None:
+                self._pend(change.group_id, (change.topic, change.partition))
+
+    def _pend(self, group_id: str, key: tuple[str, int]) -> None:
+        partitions = self._pending.setdefault(group_id, {})
+        if key in partitions:
+            return
+        if len(partitions) >= MAX_PARTITIONS or self._pending_count >= self.max_pending:
+            self.dropped.inc()
+            return
+        partitions[key] = None
+        self._pending_count += 1
+
+    def _take_share(self) -> dict[str, list[tuple[str, int]]]:
+        """This round's partitions: ``max_partitions`` shared between the pending groups, oldest groups first.
+
+        A group with more than its share keeps the rest, and goes behind the others for the
+        next round; beyond ``max_partitions`` groups, the groups take turns.
+        """
+        if not self._pending:
+            return {}
+        groups = list(self._pending)[: self.max_partitions]
+        share = max(1, self.max_partitions // len(groups))
+        taken: dict[str, list[tuple[str, int]]] = {}
+        for group_id in groups:
+            partitions = self._pending.pop(group_id)
+            keys = list(partitions)
+            taken[group_id] = keys[:share]
+            if len(keys) > share:
+                self._pending[group_id] = dict.fromkeys(keys[share:])
+        self._pending_count -= sum(len(k) for k in taken.values())
         return taken
 
-    def _round(self) -> None:
-        """One batch: each pending group in one request, all of them in flight together."""
-        batch = self._take()
-        if not batch:
+    def _write(self, taken: dict[str, list[tuple[str, int]]]) -> None:
+        """Each group's latest offsets in one request, all of them in flight together."""
+        if not taken:
             return
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
+        try:
+            latest = self.store.run(latest_offsets, [(g, t, p) for g, keys in taken.items() for t, p in keys])
+        except Exception as error:
+            self._failed("(offsets)", error)
+            return
         futures: dict[str, Any] = {}
-        for group_id, offsets in batch.items():
-            # Sentinels (-2/-1 of a reset without watermarks) have no Kafka equivalent to write.
-            partitions = [TopicPartition(t, p, o) for (t, p), o in offsets.items() if o >= 0]
+        for group_id, keys in taken.items():
+            # Sentinels (-2/-1 of a reset without watermarks) have no Kafka equivalent to write;
+            # a deleted offset is not written either.
+            partitions = [
+                TopicPartition(t, p, o) for t, p in sorted(keys) if (o := latest.get((group_id, t, p), -1)) >= 0
+            ]
             if not partitions:
                 continue
             try:

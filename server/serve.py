@@ -6,7 +6,8 @@ never a fork of a process with gRPC threads) that all listen on the gRPC port wi
 SO_REUSEPORT; the kernel spreads connections over them. The supervisor itself never runs
 gRPC. It runs what must run once: the maintenance rounds (retention), ``/metrics`` (which
 sums every serving process's series, prometheus-client's multiprocess mode, plus the
-per-group series it reads from the database) and the embedded database. A serving process
+per-group series it reads from the database), the Kafka watermark reader and mirror, and the
+embedded database. A serving process
 that dies is logged and replaced; SIGTERM drains them all (each finishes its in-flight
 calls within ``--grace-seconds``) and exits 0; SIGHUP rereads the tokens file in each.
 
@@ -144,10 +145,12 @@ class _Supervisor:
 
         settings = self.settings
         metrics.use_multiprocess(self.directory)
-        # Its store serves the maintenance task, the scrapes' and the watermark reader's threads;
+        # Its store serves the maintenance task, the scrapes', the watermark reader's and the mirror's threads;
         # no RPCs. The colder pool holds the maintenance's lock and its work, and the scrapes'
         # two queries (the sums are read by a thread of their own) beside the reader's.
-        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=6)
+        # The mirror holds one more, its advisory lock's, for as long as it runs.
+        cold = 6 + (1 if settings.mirror_kafka_bootstrap else 0)
+        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=cold)
         async with AsyncStore(config) as aio:
             store = Store(aio, asyncio.get_running_loop())  # the portal the threads call through
             registry = metrics.build_registry(
@@ -162,7 +165,7 @@ class _Supervisor:
             workers = Workers(settings, self.database_url, self.listen, self.directory)
             metrics_server = None
             maintenance: asyncio.Task[None] | None = None
-            reader = None
+            reader = mirror = None
             try:
                 if settings.metrics_listen:
                     # Before the serving processes: a port taken since the probe stops the start before
@@ -189,6 +192,7 @@ class _Supervisor:
                 )
                 maintenance = asyncio.create_task(rounds.run(), name="offsetstore-maintenance")
                 reader = _watermarks_reader(settings, store, registry)
+                mirror = _kafka_mirror(settings, store)
                 log.info(
                     "serving",
                     extra={
@@ -214,6 +218,8 @@ class _Supervisor:
             finally:
                 if reader is not None:
                     await asyncio.to_thread(reader.stop)
+                if mirror is not None:  # its last round, before the serving processes and the store stop
+                    await asyncio.to_thread(mirror.stop)
                 if maintenance is not None:
                     maintenance.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -248,6 +254,25 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
         config=read_client_config(settings.watermarks_kafka_config),
         registry=registry,
         topics=topics,
+    ).start()
+
+
+def _kafka_mirror(settings: Settings, store: Any) -> Any:
+    """The Kafka mirror (once, here: not in each serving process), started; None unless ``--mirror-kafka-bootstrap``."""
+    if not settings.mirror_kafka_bootstrap:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
+
+    return KafkaMirror(
+        store,
+        settings.mirror_kafka_bootstrap,
+        parse_prefixes(settings.mirror_kafka_groups),
+        settings.mirror_interval,
+        # Never served: its counters live in the multiprocess files that ``registry`` sums (registered
+        # there as well, they would be scraped twice).
+        registry=CollectorRegistry(),
     ).start()
 
 

@@ -17,7 +17,6 @@ import grpc
 from offsetstore import storage
 from offsetstore.core import convert, convert_requests
 from offsetstore.core.errors import InvalidArgumentError
-from offsetstore.core.types import CommittedOffset
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import current_principal
 from offsetstore.v1 import offset_store_pb2 as pb
@@ -53,12 +52,8 @@ async def _in_slices(convert_one: Callable[[Any], Result], values: Sequence[Any]
 class OffsetStoreServicer:
     """Implements offsetstore.v1.OffsetStoreService over an :class:`AsyncStore`; a method per RPC."""
 
-    def __init__(
-        self, store: AsyncStore, on_commit: Callable[[str, Sequence[CommittedOffset]], None] | None = None
-    ) -> None:
+    def __init__(self, store: AsyncStore) -> None:
         self.store = store
-        # Told of each commit once it is in the store (the Kafka mirror); must not block.
-        self.on_commit = on_commit
 
     async def CommitOffsets(
         self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext
@@ -69,8 +64,6 @@ class OffsetStoreServicer:
             generation=request.generation,
             actor=_actor(context),
         )
-        if self.on_commit is not None:
-            self.on_commit(request.group_id, committed)
         # Each partition's offset and commit time, not the metadata the caller sent: echoing it
         # would let a 44 MB request buy a 44 MB answer (contract, section 2).
         response = pb.CommitOffsetsResponse()

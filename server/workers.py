@@ -162,40 +162,34 @@ async def serve(
     # Tracing (OTEL_*) is set up before the store opens: its connections are traced from the first.
     tracing.setup(trust_callers=settings.trace_trust_callers)
     config = settings.store_config(database_url, observer=observer, carry=write_carry())
-    mirror = _kafka_mirror(settings, registry)
-    try:
-        async with AsyncStore(config) as store:
-            server = OffsetStoreServer(
-                store,
-                listen,
-                limits=settings.limits(),
-                http=http_config(settings),
-                interceptors=metrics.interceptors(registry),
-                auth=auth,
-                credentials=credentials,
-                reuse_port=True,
-                kafka_mirror=mirror,
-            )
-            try:
-                await server.start()
-            except (RuntimeError, OSError) as error:
-                log.error("serving process cannot listen on %s: %s", listen, error)
-                return 2
-            try:
-                quiet_garbage_collector()
-                ready.set()
-                log.info("serving process ready", extra={"index": index, "event_loop": event_loop.running()})
-                while not stopping.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), 1.0)
-                    if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
-                        log.error("supervisor gone; stopping")
-                        break
-            finally:
-                await server.stop(settings.grace_seconds)
-    finally:
-        if mirror is not None:
-            mirror.stop()
+    async with AsyncStore(config) as store:
+        server = OffsetStoreServer(
+            store,
+            listen,
+            limits=settings.limits(),
+            http=http_config(settings),
+            interceptors=metrics.interceptors(registry),
+            auth=auth,
+            credentials=credentials,
+            reuse_port=True,
+        )
+        try:
+            await server.start()
+        except (RuntimeError, OSError) as error:
+            log.error("serving process cannot listen on %s: %s", listen, error)
+            return 2
+        try:
+            quiet_garbage_collector()
+            ready.set()
+            log.info("serving process ready", extra={"index": index, "event_loop": event_loop.running()})
+            while not stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), 1.0)
+                if os.getppid() != parent:  # the supervisor is gone (killed): nobody would restart or stop us
+                    log.error("supervisor gone; stopping")
+                    break
+        finally:
+            await server.stop(settings.grace_seconds)
     return 0
 
 
@@ -210,20 +204,6 @@ def http_config(settings: Settings) -> HttpConfig | None:
         tls = http_ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
     hosts = tuple(name for name in settings.http_allowed_hosts.split(",") if name.strip())
     return HttpConfig(settings.http_listen, ssl_context=tls, allowed_hosts=hosts)
-
-
-def _kafka_mirror(settings: Settings, registry: Any) -> Any:
-    """The serving process's Kafka mirror, started; None unless ``--mirror-kafka-bootstrap``."""
-    if not settings.mirror_kafka_bootstrap:
-        return None
-    from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
-
-    return KafkaMirror(
-        settings.mirror_kafka_bootstrap,
-        parse_prefixes(settings.mirror_kafka_groups),
-        settings.mirror_interval,
-        registry=registry,
-    ).start()
 
 
 def quiet_garbage_collector() -> None:
