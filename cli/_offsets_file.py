@@ -83,7 +83,7 @@ def _parse_csv(lines: Iterable[str], source: str, *, grouped: bool) -> dict[str 
             problems.append((number, f"invalid topic {topic!r}"))
             continue
         if not partition_text.isascii() or not partition_text.isdigit() or int(partition_text) > INT32_MAX:
-            problems.append((number, f"invalid partition {partition_text!r}: must be an integer >= 0; {DIGITS_RULE}"))
+            problems.append((number, f"invalid partition {partition_text!r}: must be an integer >= 0"))
             continue
         offset = ascii_int(offset_text)
         if offset is None:
