@@ -195,11 +195,12 @@ class _Walk:
 
     __slots__ = ("budget", "counts", "current", "limit")
 
-    def __init__(self, limit: int, first: str) -> None:
+    def __init__(self, limit: int, plan: Mapping[int, _Costly]) -> None:
         self.limit = limit
         self.budget = FIELDS_PER_PARTITION * limit + SLACK_FIELDS
         self.counts: dict[str, int] = {}
-        self.current = first  # the costly field being walked: what a request of too many fields is refused for
+        # The costly field being walked (the first, before one is): what a request of too many fields is refused for.
+        self.current = "" if not plan else next(iter(plan.values())).path
 
     def message(self, data: bytes, start: int, end: int, plan: Mapping[int, _Costly], counted: bool) -> int:
         """Walks ``data[start:end]``; the partitions in it. ``counted``: each costly field's count is kept on its own."""
@@ -272,7 +273,7 @@ def count_entries(descriptor: Descriptor, data: bytes, limit: int = MAX_PARTITIO
     plan = _plan_for(descriptor)
     if not plan:
         return {}
-    walk = _Walk(limit, next(iter(plan.values())).path)
+    walk = _Walk(limit, plan)
     try:
         walk.message(data, 0, len(data), plan, True)
     except _TooMany as too_many:
