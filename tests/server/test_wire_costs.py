@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from offsetstore.core.calls import SERVICE
 from offsetstore.server import wire
@@ -141,3 +143,49 @@ def test_a_valid_adoption_of_ten_thousand_partitions_passes_the_count() -> None:
         to_offsets=pb.OffsetTargets(offsets=[pb.PartitionOffset(topic=f"t-{p}", partition=0) for p in range(10_000)]),
     )
     assert wire.check_entries(request.DESCRIPTOR, request.SerializeToString(), "ResetOffsets") == 10_000
+
+
+_selections = st.lists(
+    st.builds(
+        pb.TopicSelection,
+        topic=st.text("t-ab", min_size=1, max_size=5),
+        partitions=st.lists(st.integers(0, 2**31 - 1), max_size=20),
+    ),
+    max_size=10,
+)
+_targets = st.lists(
+    st.builds(
+        pb.PartitionOffset,
+        topic=st.text("t-ab", max_size=5),
+        partition=st.integers(0, 2**31 - 1),
+        offset=st.integers(-2, 2**63 - 1),
+    ),
+    max_size=30,
+)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(topics=_selections, targets=st.none() | _targets, group=st.text(max_size=20))
+def test_the_wire_count_is_what_the_decoded_request_holds(topics, targets, group) -> None:
+    request = pb.ResetOffsetsRequest(group_id=group, topics=topics, source="s")
+    if targets is not None:
+        request.to_offsets.offsets.extend(targets)
+    expected = {"topics": sum(max(1, len(t.partitions)) for t in topics)} if topics else {}
+    if targets:
+        expected["to_offsets.offsets"] = len(targets)
+    assert wire.count_entries(request.DESCRIPTOR, request.SerializeToString()) == expected
+
+
+@settings(derandomize=True, max_examples=500, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_any_bytes_are_counted_or_malformed(data: bytes) -> None:
+    for descriptor in (
+        pb.ResetOffsetsRequest.DESCRIPTOR,
+        pb.CommitOffsetsRequest.DESCRIPTOR,
+        pb.FetchOffsetsRequest.DESCRIPTOR,
+    ):
+        try:
+            counts = wire.count_entries(descriptor, data)
+        except wire.MalformedError:
+            continue
+        assert all(0 <= n <= 10_001 for n in counts.values())
