@@ -93,9 +93,11 @@ def bash_script(parser: argparse.ArgumentParser, program: str = "offsetstore") -
             "        return",
             "    fi",
             f'    if [[ "$words" == {_GROUP_WORD} ]]; then',
-            "        # The groups of the server this very line names (its --server, TLS, token, profile).",
-            f'        mapfile -t COMPREPLY < <(command {program} completion --groups "$cur" bash -- '
-            '"${COMP_WORDS[@]:1:COMP_CWORD-1}" 2>/dev/null)',
+            "        # The groups of the server this very line names (its --server, TLS, token, profile). The",
+            "        # words go on stdin, NUL-separated by the printf builtin: a --token typed on the line",
+            "        # must never be in a process's argv (ps shows it to every user of the machine).",
+            "        mapfile -t COMPREPLY < <(printf '%s\\0' \"${COMP_WORDS[@]:1:COMP_CWORD-1}\" | "
+            f'command {program} completion --groups "$cur" --line-on-stdin bash 2>/dev/null)',
             "        (( ${#COMPREPLY[@]} )) && return",
             '        words=""  # none to offer (no server reached): the options, as before',
             "    fi",
@@ -141,6 +143,8 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 def group_names(words: Sequence[str], prefix: str) -> list[str]:
     """The names of the groups starting with `prefix` on the server the command line `words` names.
 
+    Names that are not printable (a newline, an escape) are left out.
+
     The command's own connection options decide (``--server``, TLS, the token, ``--command-config``
     and the environment), wherever they stand on the line. Nothing at all when the server cannot
     be reached or refuses: a completion has nowhere to say why, and must not hang a TAB.
@@ -154,4 +158,6 @@ def group_names(words: Sequence[str], prefix: str) -> list[str]:
             page = client.list_groups(prefix, page_size=GROUPS_LIMIT)
     except (OffsetStoreError, ValueError, OSError):
         return []
-    return [group.group_id for group in page.items]
+    # One name a line: a name with a newline would be two candidates (one made up), and a
+    # control character would reach the terminal. Such a group is left for the user to type.
+    return [group.group_id for group in page.items if group.group_id.isprintable()]

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, UsageError
 from offsetstore.cli._group_state import known_ranges, out_of_range, selection_of, stored_offsets, warn_out_of_range
 from offsetstore.cli._render import Output, offset_cell, offset_json, offsets_set_json
-from offsetstore.cli._values import INT32_MAX, INT64_MAX, TOPIC
+from offsetstore.cli._values import DIGITS_RULE, INT32_MAX, INT64_MAX, TOPIC, ascii_int
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, TopicPartition
 
@@ -85,10 +85,9 @@ def _parse_csv(lines: Iterable[str], source: str, *, grouped: bool) -> dict[str 
         if not partition_text.isascii() or not partition_text.isdigit() or int(partition_text) > INT32_MAX:
             problems.append((number, f"invalid partition {partition_text!r}: must be an integer >= 0"))
             continue
-        try:
-            offset = int(offset_text)
-        except ValueError:
-            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))
+        offset = ascii_int(offset_text)
+        if offset is None:
+            problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}; {DIGITS_RULE}"))
             continue
         if offset not in (EARLIEST, LATEST) and not 0 <= offset <= INT64_MAX:
             problems.append((number, f"invalid offset {offset_text!r}: {_OFFSET_RULE}"))

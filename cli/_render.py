@@ -10,9 +10,22 @@ from typing import Any, TextIO
 from offsetstore.core.types import EARLIEST, LATEST, NO_OFFSET, ChangeKind, OffsetChange, TopicPartition
 
 
+def terminal_safe(value: str, *, keep: str = "") -> str:
+    """``value`` with each character a terminal would act on written as its Python escape (``\\x1b``, ``\\n``).
+
+    Group ids, adoption sources, actors and metadata are a tenant's free text: raw, an escape
+    sequence in one sets the terminal's title or erases the row above, a newline fakes a row.
+    Controls, format characters (bidi overrides) and separators other than the space are
+    escaped (``str.isprintable``); ``keep`` names those to leave (a message's own newlines).
+    """
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii") for c in value)
+
+
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Left-aligned columns two spaces apart, headers first, as kafka-consumer-groups prints them."""
-    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    """Left-aligned columns two spaces apart, headers first, as kafka-consumer-groups prints them; every cell terminal-safe."""
+    cells = [list(map(str, headers))] + [[terminal_safe(str(c)) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
@@ -119,7 +132,7 @@ class Output:
         self.out.write(format_table(headers, rows) + "\n")
 
     def line(self, text: str = "") -> None:
-        self.out.write(text + "\n")
+        self.out.write(terminal_safe(text, keep="\n") + "\n")
 
     def error(self, text: str) -> None:
-        self.err.write(text + "\n")
+        self.err.write(terminal_safe(text, keep="\n") + "\n")

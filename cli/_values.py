@@ -16,6 +16,15 @@ from offsetstore.core.types import GroupStatus
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+# ASCII digits only: int() also takes other scripts' digits (١٢٣, fullwidth １２３), "1_000" and
+# blanks around, none of which an offset written by a tool (or read back by one) looks like.
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+DIGITS_RULE = "write it in ASCII digits 0-9 (no separators)"
+
+
+def ascii_int(text: str) -> int | None:
+    """``text`` as an integer when it is an optional minus and ASCII digits 0-9 only; else None."""
+    return int(text) if _INTEGER.fullmatch(text) else None
 
 
 def parse_topic_spec(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -93,20 +102,18 @@ def parse_datetime(text: str) -> datetime:
 
 
 def nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    value = ascii_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}: {DIGITS_RULE}")
     if not 0 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(f"{text} must be >= 0")
     return value
 
 
 def int64(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    value = ascii_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}: {DIGITS_RULE}")
     if not -INT64_MAX - 1 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(f"{text} is out of range")
     return value

@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     # the words typed so far name (their --server, TLS and token options), one a line.
     completion.add_argument("--groups", metavar="PREFIX", help=argparse.SUPPRESS)
     completion.add_argument("line", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    # The script's form: the words on stdin, each ended by a NUL, so that none is in argv (a --token).
+    completion.add_argument("--line-on-stdin", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -174,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.usage_error("name the shell to complete for: offsetstore completion bash")
         if args.groups is not None:
             line = args.line[1:] if args.line[:1] == ["--"] else args.line
+            if args.line_on_stdin:
+                line = sys.stdin.read().split("\0")[:-1]
             print("".join(f"{name}\n" for name in group_names(line, args.groups)), end="")
             return 0
         print(bash_script(_parser()), end="")

@@ -55,8 +55,14 @@ DEFAULT_READ_COST = 1000
 def cost_of(call: Call) -> int:
     """What ``call`` costs, in partitions (rows) touched; at least 1.
 
-    The rule is its method's ``cost`` fact (:mod:`offsetstore.core.calls`).
+    The rule is its method's ``cost`` fact (:mod:`offsetstore.core.calls`), and no less than
+    the partitions the request carries in any costly field, counted on the wire (an adoption's
+    ``to_offsets``: :attr:`Call.carried`).
     """
+    return max(_by_rule(call), min(call.carried, check.MAX_PARTITIONS))
+
+
+def _by_rule(call: Call) -> int:
     facts, request = call.facts, call.request
     rule = facts.cost
     if rule is Cost.ENTRIES:

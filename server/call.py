@@ -23,6 +23,9 @@ class Call:
     request: Any
     #: The authenticated principal's name; None without authentication.
     principal: str | None = None
+    #: The partitions the request carries in its largest costly field, counted on the wire
+    #: before it was decoded (:mod:`offsetstore.server.wire`): it costs no less.
+    carried: int = 0
 
     @property
     def method(self) -> str:

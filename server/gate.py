@@ -7,7 +7,7 @@ what it can from the call's metadata before a byte of the request is read::
                -> count the principal's calls in                 RESOURCE_EXHAUSTED (+ RetryInfo)
                -> a grant that could allow the method at all     PERMISSION_DENIED
     request    -> read it (within READ_SECONDS)                  DEADLINE_EXCEEDED
-               -> count its partitions on the wire, decode it   INVALID_ARGUMENT (> 10,000 partitions: undecoded)
+               -> count its partitions on the wire, decode it   INVALID_ARGUMENT (> 10,000 in a field: undecoded)
                -> authorise it against the grants               PERMISSION_DENIED
                -> the group quota                               RESOURCE_EXHAUSTED (GROUP_QUOTA)
                -> the partition quota                           RESOURCE_EXHAUSTED (PARTITION_QUOTA)
@@ -170,9 +170,9 @@ class Gate:
                 if principal is not None:
                     assert self.auth is not None
                     self.auth.authorize_method(principal, facts)  # before a byte of the request is read
-                request = await self._read(requests, request_class, method)
+                request, carried = await self._read(requests, request_class, method)
                 # The call, bound once: every policy below takes it whole.
-                call = Call(facts, request, principal.name if principal is not None else None)
+                call = Call(facts, request, principal.name if principal is not None else None, carried)
                 if principal is not None:
                     assert self.auth is not None
                     self.auth.authorize(principal, call)
@@ -233,7 +233,10 @@ class Gate:
             except Exception:  # an observer's bug must not change the call's answer
                 log.exception("a call observer failed", extra={"rpc": outcome.method})
 
-    async def _read(self, requests: AsyncIterator[bytes], request_class: type[Message], method: str) -> Message:
+    async def _read(
+        self, requests: AsyncIterator[bytes], request_class: type[Message], method: str
+    ) -> tuple[Message, int]:
+        """The decoded request and the partitions it carries (:func:`offsetstore.server.wire.check_entries`)."""
         try:
             data = await self._reads.first(requests)
         except StopAsyncIteration:
@@ -242,10 +245,10 @@ class Gate:
             raise DeadlineExceededError(
                 f"the {method} request did not arrive within {self.read_seconds:g} s of the call's start"
             ) from None
-        # Counted before it is decoded: 20 million empty entries decode into gigabytes.
-        check_entries(request_class.DESCRIPTOR, data, method)  # type: ignore[arg-type]  # upb's Descriptor, the same API
+        # Counted before it is decoded, every costly field: 20 million empty entries decode into gigabytes.
+        carried = check_entries(request_class.DESCRIPTOR, data, method)  # type: ignore[arg-type]  # upb's Descriptor, the same API
         try:
-            return request_class.FromString(data)
+            return request_class.FromString(data), carried
         except (DecodeError, RuntimeError, ValueError):
             raise InvalidArgumentError(f"the request does not decode as a {method} request message") from None
 

@@ -89,6 +89,12 @@ def _text(value: str, field: str, max_bytes: int, v: Violations) -> None:
         v.add(field, f"must be at most {max_bytes} bytes")
 
 
+def text(value: str, field: str, max_bytes: int, *, violations: Violations | None = None) -> None:
+    """Free text stored as is (an adoption's source): no NUL, valid UTF-8, at most ``max_bytes``."""
+    with _collecting(violations) as v:
+        _text(value, field, max_bytes, v)
+
+
 def group_id(value: str, field: str = "group_id", *, violations: Violations | None = None) -> None:
     with _collecting(violations) as v:
         if not value:

@@ -81,6 +81,10 @@ def test_the_reader_reads_only_topics_a_groups_principals_may_report(
         [principals.attacker]
         token_sha256 = []
         grants = [{{ prefix = "{prefix}a", permissions = ["commit"] }}, {{ topic_prefix = "at-", permissions = ["commit"] }}]
+
+        [principals.operator]   # a global admin: may commit anywhere and report anything, decides nothing here
+        token_sha256 = []
+        grants = [{{ prefix = "", permissions = ["admin"] }}]
         """
     )
     # The attacker may not report the victim's topic: it names it in a group of its own instead.

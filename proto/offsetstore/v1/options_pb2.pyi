@@ -39,6 +39,12 @@ class Scan(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCAN_UNSPECIFIED: _ClassVar[Scan]
     SCAN_GROUP: _ClassVar[Scan]
     SCAN_PREFIX: _ClassVar[Scan]
+
+class EntryCost(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENTRY_COST_UNSPECIFIED: _ClassVar[EntryCost]
+    ENTRY_COST_PARTITION: _ClassVar[EntryCost]
+    ENTRY_COST_CONTENTS: _ClassVar[EntryCost]
 PERMISSION_UNSPECIFIED: Permission
 PERMISSION_READ: Permission
 PERMISSION_COMMIT: Permission
@@ -58,8 +64,13 @@ COUNTED_RESETS: Counted
 SCAN_UNSPECIFIED: Scan
 SCAN_GROUP: Scan
 SCAN_PREFIX: Scan
+ENTRY_COST_UNSPECIFIED: EntryCost
+ENTRY_COST_PARTITION: EntryCost
+ENTRY_COST_CONTENTS: EntryCost
 CALL_FIELD_NUMBER: _ClassVar[int]
 call: _descriptor.FieldDescriptor
+ENTRY_COST_FIELD_NUMBER: _ClassVar[int]
+entry_cost: _descriptor.FieldDescriptor
 
 class CallFacts(_message.Message):
     __slots__ = ("permission", "scope", "cost", "cost_field", "creates_group", "adds_partitions", "appends_history", "removes_groups", "preview_field", "unknown_outcome", "entries_field", "counted", "scan", "scan_skipped_by")

@@ -26,7 +26,9 @@ public final class StoreJdbc implements Serializable {
 
     public StoreJdbc(String url, Properties properties, String groupId) {
         if (url == null || !url.startsWith("jdbc:postgresql:")) {
-            throw new IllegalArgumentException("offsetstore: the store's URL must be a jdbc:postgresql: URL, not " + url);
+            throw new IllegalArgumentException(
+                    "offsetstore: the store's URL must be a jdbc:postgresql: URL, not " + redacted(url)
+                            + " (give the user and password as properties, not in the URL)");
         }
         if (groupId == null || groupId.isEmpty()) {
             throw new IllegalArgumentException("offsetstore: a group id is required");
@@ -41,6 +43,25 @@ public final class StoreJdbc implements Serializable {
             this.properties.setProperty("ApplicationName", "offsetstore-flink"); // pg_stat_activity tells the sink's sessions
         }
         this.groupId = groupId;
+    }
+
+    /**
+     * {@code url} as an error message may show it: without the user info before its last "@" (a password) and
+     * without its query (where JDBC puts {@code password=}).
+     */
+    static String redacted(String url) {
+        if (url == null) {
+            return "null";
+        }
+        String shown = url;
+        int at = shown.lastIndexOf('@');
+        if (at >= 0) {
+            int slashes = shown.indexOf("//");
+            int start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+            shown = shown.substring(0, start) + "..." + shown.substring(at);
+        }
+        int query = shown.indexOf('?');
+        return query >= 0 ? shown.substring(0, query) + "?..." : shown;
     }
 
     public String groupId() {
@@ -59,7 +80,17 @@ public final class StoreJdbc implements Serializable {
 
     /** A connection with auto-commit off: the caller owns the transaction. */
     public Connection connect() throws SQLException {
-        Connection conn = DriverManager.getConnection(url, properties);
+        Connection conn;
+        try {
+            conn = DriverManager.getConnection(url, properties);
+        } catch (SQLException e) {
+            String message = e.getMessage();
+            if (message == null || !message.contains(url)) {
+                throw e;
+            }
+            // DriverManager's "No suitable driver found for <url>": the URL as shown elsewhere, no cause kept.
+            throw new SQLException(message.replace(url, redacted(url)), e.getSQLState(), e.getErrorCode());
+        }
         conn.setAutoCommit(false);
         return conn;
     }
