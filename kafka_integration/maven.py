@@ -107,8 +107,8 @@ def _resolve(artifacts: Sequence[str], name: str) -> list[str]:
             errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:1]
             # An artifact Maven Central does not have stays missing however often it is asked.
             absent = any(s in done.stdout for s in ("Could not find artifact", "Failure to find", "was not found in"))
+            why = "Maven Central does not have it" if absent else "is Maven Central reachable?"
             raise (_NotThere if absent else MissingPiece)(
-                f"Maven could not fetch {name} ({', '.join(artifacts)}): is Maven Central reachable? "
-                + (errors[0].strip() if errors else "")
+                f"Maven could not fetch {name} ({', '.join(artifacts)}): {why} " + (errors[0].strip() if errors else "")
             )
         return out.read_text().strip().split(os.pathsep)
