@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient
+from tests.fixtures.doc_snippets import snippets
 from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.installs import Venv, install
 
@@ -100,6 +101,19 @@ def test_client_only_cli_reads_a_real_server(
     (described,) = json.loads(done.stdout)  # --group: a list, one per group named
     assert described["group_id"] == group_id
     assert [(p["topic"], p["partition"], p["offset"]) for p in described["partitions"]] == [("orders", 0, 42)]
+
+
+def test_client_only_runs_the_python_guides_first_example(
+    client_only: Venv, server: ServerHandle, client: OffsetStoreClient, group_id: str, tmp_path: Path
+) -> None:
+    """docs/python.md's first example, as a file run by the client-only install's Python (issue 59: each line's example)."""
+    code = snippets(ROOT / "docs" / "python.md", "python")[0]
+    script = tmp_path / "first.py"
+    script.write_text(code.replace("127.0.0.1:50051", server.address).replace("python-orders-etl", group_id))
+    done = client_only.run("python", str(script))
+    assert done.returncode == 0, done.stderr
+    committed = {tp: o.offset for tp, o in client.fetch_offsets(group_id).offsets.items()}
+    assert committed == {("python-orders", 0): 2, ("python-orders", 1): 6}
 
 
 @pytest.mark.parametrize("command", [["serve"], ["migrate"], ["serve", "--database-url", "postgresql://h/db"]])
