@@ -27,8 +27,15 @@ BYTECODE = $(PY) -m compileall -q -j 0 src/offsetstore/*/ tests examples bench >
 # PYTEST_ARGS may leave one of them).
 TEST_WORKERS ?= 2
 
+# The JVM pieces' jars are fetched once before the tests, with retries, so that no test's time limit includes a
+# download: Apache Kafka's, and Spark's Kafka connector (tests/fixtures/spark_jars.py: its jars with Maven, handed to
+# every Spark session as files, and Spark's Ivy cache for the jobs that name it as users do). A fresh machine's run
+# failed when Spark sessions resolved the connector through Ivy themselves (issue 59). Without Java or Maven the
+# tests that need them skip, saying so.
 test: $(DEV_STAMP)  ## Run the whole test suite (starts its own embedded PostgreSQL).
 	$(BYTECODE)
+	$(PY) -m offsetstore.kafka_integration.local_kafka --fetch || echo "make test: the Kafka tests will fetch or skip"
+	$(PY) -m tests.fixtures.spark_jars
 	@status=0; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --alone exclude $(PYTEST_ARGS) \
 		|| { code=$$?; [ $$code -eq 5 ] || status=$$code; }; \

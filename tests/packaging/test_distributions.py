@@ -1,24 +1,25 @@
 """What each install can do: the wheel alone (the client), with the sink extra (a Spark executor), with the server extra.
 
 Each install goes into a virtualenv of its own made from nothing, as a user's would be; the
-dependencies come from the package index (pip's cache makes a second run quick).
+dependencies come from the package index (pip's cache makes a second run quick). The wheel is the
+session's (``tests/fixtures/installs.py``), shared with the other install lines
+(``test_install_lines.py``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tomllib
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from offsetstore.client import OffsetStoreClient
+from tests.fixtures.doc_snippets import snippets
 from tests.fixtures.fix_server import ServerHandle
+from tests.fixtures.installs import Venv, install
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -42,75 +43,19 @@ EXECUTOR_MODULES = ("offsetstore.spark_integration._staging", "offsetstore.sink.
 SERVER_ENTRY_MODULES = ("offsetstore.server.serve", "offsetstore.runtime.migrate")
 
 
-@dataclass(frozen=True)
-class Venv:
-    path: Path
-
-    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        """A command of this venv, with none of the caller's OFFSETSTORE_* settings or paths."""
-        env = {"PATH": f"{self.path / 'bin'}:/usr/bin:/bin", "HOME": str(self.path), "LANG": "C.UTF-8"}
-        command = [str(self.path / "bin" / argv[0]), *argv[1:]]
-        # cwd: the venv, so that no folder of the checkout is on sys.path.
-        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=self.path)
-
-    def importable(self, *modules: str) -> dict[str, bool]:
-        """Which ``modules`` import here; an import failing for another reason than a missing module fails the test."""
-        script = (
-            "import importlib, json, sys\n"
-            "found = {}\n"
-            "for name in sys.argv[1:]:\n"
-            "    try:\n"
-            "        importlib.import_module(name)\n"
-            "        found[name] = True\n"
-            "    except ModuleNotFoundError:\n"
-            "        found[name] = False\n"
-            "print(json.dumps(found))\n"
-        )
-        done = self.run("python", "-c", script, *modules)
-        assert done.returncode == 0, done.stderr
-        found: dict[str, bool] = json.loads(done.stdout)
-        return found
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built once for every install below."""
-    out = tmp_path_factory.mktemp("dist")
-    build = ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)]
-    subprocess.run([sys.executable, "-m", "pip", *build], check=True, capture_output=True, timeout=300)
-    (path,) = out.glob("offsetstore-*.whl")
-    return path
-
-
-def _install(wheel: Path, where: Path, extras: str = "") -> Venv:
-    """A new venv at ``where`` holding the wheel with ``extras`` and their dependencies, nothing else."""
-    # No pip of its own (ensurepip costs seconds): this pip installs into it with --python.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
-    target = f"{wheel}[{extras}]" if extras else str(wheel)
-    python = where / "bin" / "python"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", target],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return Venv(where)
-
-
 @pytest.fixture(scope="module")
 def client_only(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _install(wheel, tmp_path_factory.mktemp("client") / "venv")
+    return install(wheel, tmp_path_factory.mktemp("client") / "venv")
 
 
 @pytest.fixture(scope="module")
 def sink(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _install(wheel, tmp_path_factory.mktemp("sink") / "venv", "sink")
+    return install(wheel, tmp_path_factory.mktemp("sink") / "venv", "sink")
 
 
 @pytest.fixture(scope="module")
 def server_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return _install(wheel, tmp_path_factory.mktemp("server") / "venv", "server")
+    return install(wheel, tmp_path_factory.mktemp("server") / "venv", "server")
 
 
 def test_the_wheel_requires_only_grpc_and_protobuf_without_extras(wheel: Path) -> None:
@@ -156,6 +101,19 @@ def test_client_only_cli_reads_a_real_server(
     (described,) = json.loads(done.stdout)  # --group: a list, one per group named
     assert described["group_id"] == group_id
     assert [(p["topic"], p["partition"], p["offset"]) for p in described["partitions"]] == [("orders", 0, 42)]
+
+
+def test_client_only_runs_the_python_guides_first_example(
+    client_only: Venv, server: ServerHandle, client: OffsetStoreClient, group_id: str, tmp_path: Path
+) -> None:
+    """docs/python.md's first example, as a file run by the client-only install's Python (issue 59: each line's example)."""
+    code = snippets(ROOT / "docs" / "python.md", "python")[0]
+    script = tmp_path / "first.py"
+    script.write_text(code.replace("127.0.0.1:50051", server.address).replace("python-orders-etl", group_id))
+    done = client_only.run("python", str(script))
+    assert done.returncode == 0, done.stderr
+    committed = {tp: o.offset for tp, o in client.fetch_offsets(group_id).offsets.items()}
+    assert committed == {("python-orders", 0): 2, ("python-orders", 1): 6}
 
 
 @pytest.mark.parametrize("command", [["serve"], ["migrate"], ["serve", "--database-url", "postgresql://h/db"]])
