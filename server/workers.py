@@ -1,4 +1,15 @@
-"""The serving processes of ``offsetstore serve``: spawned, watched, replaced, drained; and the body of each."""
+"""The serving processes of ``offsetstore serve``: spawned, watched, replaced, drained; and the body of each.
+
+Signals belong to the supervisor. A terminal's Ctrl-C sends SIGINT to its whole foreground
+process group, the serving processes included, and ``kill -TERM -PGID`` (or a service manager
+that signals every process of the unit) sends them SIGTERM: a serving process ignores SIGINT
+and SIGHUP (unless it has tokens to reload) and drains on SIGTERM as it would when the
+supervisor asks, and the supervisor does not take a serving process that stopped while it was
+itself told to stop for one that died. A serving process is spawned with these signals blocked
+and unblocks them once its handlers are in place, so one sent while it starts is not its death.
+Whatever kills the supervisor (SIGKILL too), each serving process sees it within a second
+(its parent changes) and drains.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -30,8 +42,13 @@ log = logging.getLogger(__name__)
 
 #: How long the supervisor waits for a serving process to listen.
 START_SECONDS = 60.0
-#: A serving process that dies is started again after this pause (no restart storm).
+#: A serving process that dies is started again after this pause (no restart storm). A signal
+#: to the whole process group reaches the supervisor in the same instant as its serving processes,
+#: which exit only once drained: a stop asked within the pause means nobody died.
 RESTART_PAUSE_SECONDS = 1.0
+#: What a serving process is born blocking (a spawned process inherits its spawner's mask) and
+#: unblocks once its handlers are set: a signal in between waits for them instead of killing it.
+_HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 class StartError(Exception):
@@ -39,19 +56,28 @@ class StartError(Exception):
 
 
 class Workers:
-    """The serving processes: started, watched, replaced when they die, drained on stop."""
+    """The serving processes: started, watched, replaced when they die, drained on stop.
 
-    def __init__(self, settings: Settings, database_url: str, listen: str, directory: str) -> None:
+    ``stopping`` is the supervisor's: once set, no serving process is started, and one that
+    exits is not replaced.
+    """
+
+    def __init__(
+        self, settings: Settings, database_url: str, listen: str, directory: str, stopping: threading.Event
+    ) -> None:
         self.settings = settings
         self.database_url = database_url
         self.listen = listen
         self.directory = directory
+        self.stopping = stopping
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, BaseProcess] = {}
 
     def start(self) -> None:
-        """Starts every serving process and waits until each listens."""
+        """Starts every serving process and waits until each listens (a stop asked meanwhile starts no more)."""
         for index in range(self.settings.processes):
+            if self.stopping.is_set():
+                return
             self._processes[index] = self._spawn(index)
 
     def _spawn(self, index: int) -> BaseProcess:
@@ -71,7 +97,12 @@ class Workers:
             ),
             name=f"offsetstore-serve-{index}",
         )
-        process.start()
+        # Blocked in this thread only (the supervisor's handlers run in its main thread), for the fork.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         stop_at = time.monotonic() + START_SECONDS
         while not ready.wait(0.1):
             if not process.is_alive():
@@ -85,12 +116,13 @@ class Workers:
         for index, process in list(self._processes.items()):
             if process.is_alive():
                 continue
+            if self.stopping.wait(RESTART_PAUSE_SECONDS):
+                return  # it stopped as the supervisor is stopping (a signal to the group): stop() reaps it
             log.error(
                 "serving process died; starting another",
                 extra={"index": index, "pid": process.pid, "exitcode": process.exitcode},
             )
             mark_dead(process.pid)
-            time.sleep(RESTART_PAUSE_SECONDS)
             try:
                 self._processes[index] = self._spawn(index)
             except StartError as error:
@@ -136,6 +168,9 @@ def serving_process(
     replication: str | None = None,
 ) -> None:
     """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
+    # SIGINT is a terminal's, sent to the whole group: the supervisor's to act on. Ignoring it
+    # drops one already pending; SIGTERM and SIGHUP stay blocked until serve() handles them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
     replication_said(replication)
     code = event_loop.run(serve(settings, database_url, listen, directory, index, parent, ready), settings.event_loop)
@@ -154,10 +189,12 @@ async def serve(
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
     credentials, auth = security(settings)
     if auth is not None and settings.tokens_file is not None:
         loop.add_signal_handler(signal.SIGHUP, reloader(auth, settings.tokens_file), signal.SIGHUP, None)
+    else:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal's hang-up: nothing to reload, no reason to die
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)  # one sent while starting is handled now
     registry, observer = metrics.worker_metrics()
     # Tracing (OTEL_*) is set up before the store opens: its connections are traced from the first.
     tracing.setup(trust_callers=settings.trace_trust_callers)
