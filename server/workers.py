@@ -3,12 +3,15 @@
 Signals belong to the supervisor. A terminal's Ctrl-C sends SIGINT to its whole foreground
 process group, the serving processes included, and ``kill -TERM -PGID`` (or a service manager
 that signals every process of the unit) sends them SIGTERM: a serving process ignores SIGINT
-and SIGHUP (unless it has tokens to reload) and drains on SIGTERM as it would when the
-supervisor asks, and the supervisor does not take a serving process that stopped while it was
-itself told to stop for one that died. A serving process is spawned with these signals blocked
-and unblocks them once its handlers are in place, so one sent while it starts is not its death.
-Whatever kills the supervisor (SIGKILL too), each serving process sees it within a second
-(its parent changes) and drains.
+and drains on SIGTERM as it would when the supervisor asks, and the supervisor does not take a
+serving process that stopped while it was itself told to stop for one that died.
+
+No signal's default action ever ends a serving process: it is spawned with SIGINT, SIGTERM and
+SIGHUP blocked, and every thread it makes inherits that mask, so one thread takes them with
+``sigwait``. A SIGTERM while it starts waits for it to listen; a second one (the supervisor's,
+after the group's) while it exits, when asyncio would have put the default action back, stays
+pending and dies with it: exit 0, not -15. Whatever kills the supervisor (SIGKILL too), each
+serving process sees it within a second (its parent changes) and drains.
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ START_SECONDS = 60.0
 #: to the whole process group reaches the supervisor in the same instant as its serving processes,
 #: which exit only once drained: a stop asked within the pause means nobody died.
 RESTART_PAUSE_SECONDS = 1.0
-#: What a serving process is born blocking (a spawned process inherits its spawner's mask) and
-#: unblocks once its handlers are set: a signal in between waits for them instead of killing it.
+#: What a serving process blocks in every thread from birth (a spawned process inherits its
+#: spawner's mask): its signal thread takes SIGTERM and SIGHUP with sigwait; SIGINT is ignored.
 _HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
@@ -145,6 +148,10 @@ class Workers:
                 log.error("serving process did not stop in time; killed", extra={"pid": process.pid})
                 process.kill()
                 process.join()
+            if process.exitcode != 0:
+                log.error(
+                    "serving process exited with code %s while stopping", process.exitcode, extra={"pid": process.pid}
+                )
             clean = clean and process.exitcode == 0
             mark_dead(process.pid)
         return clean
@@ -168,8 +175,10 @@ def serving_process(
     replication: str | None = None,
 ) -> None:
     """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
+    # Born so (Workers._spawn); said again before any thread exists, which all inherit it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
     # SIGINT is a terminal's, sent to the whole group: the supervisor's to act on. Ignoring it
-    # drops one already pending; SIGTERM and SIGHUP stay blocked until serve() handles them.
+    # drops one already pending.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
     replication_said(replication)
@@ -188,13 +197,12 @@ async def serve(
     metrics.use_multiprocess(directory)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
     credentials, auth = security(settings)
-    if auth is not None and settings.tokens_file is not None:
-        loop.add_signal_handler(signal.SIGHUP, reloader(auth, settings.tokens_file), signal.SIGHUP, None)
-    else:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal's hang-up: nothing to reload, no reason to die
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)  # one sent while starting is handled now
+    # Without a tokens file a SIGHUP (a terminal's hang-up too) has nothing to reload.
+    reload = reloader(auth, settings.tokens_file) if auth is not None and settings.tokens_file is not None else None
+    threading.Thread(
+        target=_take_signals, args=(loop, stopping, reload), name="offsetstore-signals", daemon=True
+    ).start()
     registry, observer = metrics.worker_metrics()
     # Tracing (OTEL_*) is set up before the store opens: its connections are traced from the first.
     tracing.setup(trust_callers=settings.trace_trust_callers)
@@ -234,6 +242,22 @@ async def serve(
         if mirror is not None:
             mirror.stop()
     return 0
+
+
+def _take_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, reload: Any) -> None:
+    """The serving process's signal thread: SIGTERM stops its loop's server, SIGHUP reloads the tokens; until it exits.
+
+    A daemon: once the loop is closed it stays in ``sigwait``, and what comes then is never acted on.
+    """
+    while True:
+        signum = signal.sigwait({signal.SIGTERM, signal.SIGHUP})
+        try:
+            if signum == signal.SIGTERM:
+                loop.call_soon_threadsafe(stopping.set)
+            elif reload is not None:
+                loop.call_soon_threadsafe(reload, signum, None)
+        except RuntimeError:  # the loop is closed: the process is exiting
+            return
 
 
 def http_config(settings: Settings) -> HttpConfig | None:
