@@ -210,6 +210,7 @@ async def serve(
     mirror = _kafka_mirror(settings, registry)
     try:
         async with AsyncStore(config) as store:
+            await store.warm()  # outside any call: the first-connect queries are in no call's trace
             server = OffsetStoreServer(
                 store,
                 listen,
