@@ -149,3 +149,17 @@ def test_ctrl_c_while_the_serving_processes_start_stops_them_all_and_exits_0(dat
     output = signal_the_group(process, log, signal.SIGINT)
     assert_one_clean_stop(output, processes=None)
     assert len(re.findall(r'"serving process ready"', output)) <= 2, output
+
+
+def test_serving_processes_stop_when_the_supervisor_is_killed(database_url: str, tmp_path: Path) -> None:
+    # They ignore a terminal's SIGINT now: a SIGKILLed supervisor (OOM killer, kill -9) must still not leave them serving.
+    log = tmp_path / "serve.log"
+    process = serve_in_a_group_of_its_own(log, database_url=database_url)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(30)
+    try:
+        wait_for(lambda: not _group_alive(process.pid), "the serving processes to exit after their supervisor", 60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert log.read_text(errors="replace").count("supervisor gone; stopping") == 2, log.read_text()
