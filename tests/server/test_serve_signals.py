@@ -163,3 +163,35 @@ def test_serving_processes_stop_when_the_supervisor_is_killed(database_url: str,
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     assert log.read_text(errors="replace").count("supervisor gone; stopping") == 2, log.read_text()
+
+
+def test_ctrl_c_to_make_run_stops_the_server_cleanly(database_url: str, tmp_path: Path) -> None:
+    # The Quickstart's `make run`: make is the group's leader and forwards nothing; the terminal's
+    # SIGINT reaches make and the server alike. make waits for its recipe, then ends by the signal
+    # itself (a shell says 130): what must not happen is a recipe that failed ("Error 1").
+    root = Path(__file__).resolve().parents[2]
+    venv = Path(sys.executable).parent.parent  # the tests' own: its stamps say the server is installed
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
+    env |= {
+        "OFFSETSTORE_DATABASE_URL": database_url,
+        "OFFSETSTORE_MIGRATE": "0",
+        "OFFSETSTORE_LISTEN": f"127.0.0.1:{free_port()}",
+        "OFFSETSTORE_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+    }
+    command = ["make", "-C", str(root), "-o", str(venv / ".installed-run"), f"VENV={venv}", "run"]
+    log = tmp_path / "make.log"
+    with log.open("wb") as out:
+        make = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: '"serving"' in log.read_text() or make.poll() is not None, "make run to serve", 120)
+        assert make.poll() is None, log.read_text()
+        os.killpg(make.pid, signal.SIGINT)
+        status = make.wait(60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(make.pid, signal.SIGKILL)
+    output = log.read_text(errors="replace")
+    assert status == -signal.SIGINT, f"make ended with {status}:\n{output}"
+    assert "Error" not in output and "make: ***" not in output, output
+    assert_one_clean_stop(output, processes=None)
+    wait_for(lambda: not _group_alive(make.pid), "every process of make run's group to exit", 30)
