@@ -37,10 +37,19 @@ def shown_default(field: dataclasses.Field[Any]) -> str:
     return str(value)
 
 
-def add_serve_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting, in declaration order; a flag not given is None, so the environment and default apply."""
+def add_serve_flags(parser: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """One flag per setting, in declaration order; a flag not given is None, so the environment and default apply.
+
+    ``names``: only these settings' flags (``migrate`` takes the few that concern it), the same as serve's.
+    """
     groups: dict[str, Any] = {}
-    for field in dataclasses.fields(SettingFields):
+    fields = dataclasses.fields(SettingFields)
+    if names is not None:
+        unknown = set(names) - {field.name for field in fields}
+        if unknown:
+            raise ValueError(f"no such setting: {', '.join(sorted(unknown))}")
+        fields = tuple(field for field in fields if field.name in names)
+    for field in fields:
         meta = field.metadata
         where: Any = parser
         if meta["group"] is not None:
@@ -48,7 +57,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
                 meta["group"], parser.add_argument_group(meta["group"])
             )
         env = env_name(field.name)
-        help_ = meta["help"].replace("``", "").replace("%", "%%")
+        help_ = (meta["flag_help"] or meta["help"]).replace("``", "").replace("%", "%%")
         options: dict[str, Any] = {"dest": field.name, "default": None}
         kind = str(field.type).removesuffix(" | None")
         if kind == "bool" and meta["choices"] is None:

@@ -6,10 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 
 from offsetstore.cli import groups as groups_cli
 from offsetstore.cli._completion import bash_script, group_names
+from offsetstore.cli._migrate import add_migrate_parser
+from offsetstore.cli._migrate import run as migrate_command
 from offsetstore.cli._parser import CommandParser
 from offsetstore.cli._serve_flags import add_serve_flags
 
@@ -37,15 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     token.add_argument("--hash", action="store_true", help="hash the token read from standard input")
 
-    migrate = sub.add_parser("migrate", help="apply the database migrations")
-    migrate.add_argument("--database-url", help="PostgreSQL URL (env OFFSETSTORE_DATABASE_URL); unset = embedded")
-    migrate.add_argument("--data-dir", type=Path, help="data directory of the embedded PostgreSQL")
-    migrate.add_argument("--revision", default="head", help="target revision (default head)")
-    migrate.add_argument(
-        "--sql-api-roles",
-        choices=("keep", "revoke"),
-        help="across 0011: keep each SQL API v1 role's access on every group, or revoke it (default: stop and name them)",
-    )
+    add_migrate_parser(sub)
 
     groups = sub.add_parser("groups", help="inspect and manage consumer groups (like kafka-consumer-groups)")
     groups_cli.configure_parser(groups)
@@ -80,54 +73,6 @@ def _missing_server_module() -> str | None:
             raise  # our own code is missing: a broken install, not a missing extra
         return error.name
     return None
-
-
-def _migrate(args: argparse.Namespace) -> int:
-    import sqlalchemy.exc
-
-    from offsetstore.runtime import migrate
-    from offsetstore.server.config import Settings
-    from offsetstore.storage import database_url
-
-    try:
-        settings = Settings.load(
-            {"database_url": args.database_url, "data_dir": args.data_dir, "sql_api_roles": args.sql_api_roles}
-        )
-    except ValueError as error:
-        print(f"offsetstore: {error}", file=sys.stderr)
-        return 2
-    if settings.database_url is not None:
-        try:
-            roles = migrate.upgrade(
-                settings.database_url,
-                args.revision,
-                lock_timeout=settings.migration_lock_timeout,
-                sql_api_roles=settings.sql_api_roles or None,
-            )
-            print(f"migrated to {migrate.current(settings.database_url)}")
-            if roles:
-                done = "kept their access on every group" if settings.sql_api_roles == "keep" else "lost their access"
-                print(f"SQL API v1 roles that {done}: {', '.join(f'{r.role} ({r.access})' for r in roles)}")
-        except migrate.SqlApiLockOut as error:
-            print(f"offsetstore: {error}", file=sys.stderr)
-            return 2
-        except (migrate.LockWaitTimedOut, migrate.DatabaseAhead) as error:
-            print(f"offsetstore: {error}", file=sys.stderr)
-            return 1
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as error:
-            reason = str(getattr(error, "orig", error)).strip().splitlines()[0]
-            print(
-                f"offsetstore: cannot reach the database at {database_url.display(settings.database_url)}: {reason}",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    from offsetstore.runtime.embedded import EmbeddedPostgres
-
-    with EmbeddedPostgres(settings.data_dir) as pg:
-        migrate.upgrade(pg.url, args.revision, sql_api_roles=settings.sql_api_roles or None)
-        print(f"migrated the embedded database in {settings.data_dir} to {migrate.current(pg.url)}")
-    return 0
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -193,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.command == "migrate":
-        return _migrate(args)
+        return migrate_command(args)
     from offsetstore.server.config import Settings
     from offsetstore.server.serve import serve
 

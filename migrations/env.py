@@ -71,7 +71,13 @@ def _migrate(connection: Connection) -> None:
         )
         connection.execute(CreateSchema(SCHEMA, if_not_exists=True))
 
-        context.configure(connection=connection, target_metadata=metadata, **context_options())
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            # The caller's (runtime/migrate.py): which revisions this run applied, once it holds the lock.
+            on_version_apply=config.attributes.get("on_version_apply"),
+            **context_options(),
+        )
         with context.begin_transaction():
             context.run_migrations()
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg_pool
+import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from offsetstore import storage
@@ -160,6 +161,17 @@ class AsyncStore:
         """Opens the pools; in the event loop that will use them."""
         self._health_lock = asyncio.Lock()
         await self.hot.open(wait=False)
+
+    async def warm(self) -> None:
+        """Opens the colder pool's first connection now, which runs SQLAlchemy's first-connect queries.
+
+        A server calls it before it serves: else those queries (the server's version, its
+        settings) run inside the first call that needs that pool, and are in that call's trace.
+        A database out of reach now is no reason not to start: the first call connects, as before.
+        """
+        with contextlib.suppress(sqlalchemy.exc.DBAPIError):
+            async with self.engine.connect():
+                pass
 
     async def close(self) -> None:
         """Writes what is queued, then closes every connection."""

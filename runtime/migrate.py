@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -27,6 +29,7 @@ __all__ = [
     "LockWaitTimedOut",
     "SQL_API_ROLES",
     "SqlApiLockOut",
+    "Upgraded",
     "alembic_config",
     "current",
     "downgrade",
@@ -68,6 +71,18 @@ class DatabaseAhead(Exception):
     """The database is at a revision these migrations do not know: a newer release migrated it."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Upgraded:
+    """What :func:`upgrade` did: the revisions this call applied (none when another migrator had), where the database is."""
+
+    #: The revisions applied by this call, in order; empty when the database already was there.
+    applied: tuple[str, ...]
+    #: The revision the database is at now (None: at base).
+    revision: str | None
+    #: The SQL API v1 roles an upgrade across migration 0011 kept or revoked (see ``sql_api_roles``).
+    roles: tuple[RoleAccess, ...] = ()
+
+
 def alembic_config(database_url: str) -> Config:
     """Return an Alembic config for the packaged migrations, pointed at `database_url`."""
     config = Config()
@@ -87,8 +102,8 @@ def upgrade(
     lock_timeout: float = MIGRATION_LOCK_TIMEOUT,
     stop: threading.Event | None = None,
     sql_api_roles: str | None = None,
-) -> list[RoleAccess]:
-    """Migrate the database at `database_url` up to `revision`.
+) -> Upgraded:
+    """Migrate the database at `database_url` up to `revision`; say what was applied.
 
     Safe to run from several processes at once: one migrates, the others
     wait and then find nothing left to do. The wait for the migration lock
@@ -99,7 +114,7 @@ def upgrade(
     and would need a grant are found first: without `sql_api_roles` the upgrade stops
     with :class:`SqlApiLockOut` naming each, before anything is applied; ``"keep"`` grants
     each its access on every group in the migration's own transaction (no caller ever sees
-    0011 without its grant); ``"revoke"`` migrates and they lose access. Returns those roles.
+    0011 without its grant); ``"revoke"`` migrates and they lose access. Those roles are in the answer.
     """
     if sql_api_roles is not None and sql_api_roles not in SQL_API_ROLES:
         raise ValueError(f"sql_api_roles must be one of {', '.join(SQL_API_ROLES)}, not {sql_api_roles!r}")
@@ -142,7 +157,7 @@ def _run(
     lock_timeout: float,
     stop: threading.Event | None,
     sql_api_roles: str | None = None,
-) -> list[RoleAccess]:
+) -> Upgraded:
     # The connection is handed to env.py: libpq reads the URL (every spelling it accepts,
     # multi-host included), not SQLAlchemy's parser.
     engine = plain_engine(database_url, poolclass=NullPool)
@@ -161,11 +176,20 @@ def _run(
             config.attributes["connection"] = connection
             config.attributes["lock_timeout"] = lock_timeout
             config.attributes["stop"] = stop
+            applied: list[str] = []
+
+            def on_version_apply(*, step: Any, **_: Any) -> None:  # Alembic's hook, under the migration lock
+                applied.extend(step.destination_revision_ids)
+
+            config.attributes["on_version_apply"] = on_version_apply
             alembic_command(config, revision)
             if losing and sql_api_roles == "keep":
                 keep_access(connection, losing)
+            at = MigrationContext.configure(
+                connection, opts=offsetstore.migrations.context_options()
+            ).get_current_revision()
             connection.commit()
-            return losing
+            return Upgraded(tuple(applied), at, tuple(losing))
     finally:
         engine.dispose()
 

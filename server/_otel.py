@@ -11,7 +11,8 @@
   with the same attributes, is a child of the request's.
 - Every database statement of a call, by psycopg's instrumentation (``db.statement`` is the SQL
   text, never its parameters): a child of the call whose task runs it, or of its group
-  commit's span. Statements outside any call (the health check's ping) are not traced.
+  commit's span, named by the statement's first keyword (``SELECT``, ``BEGIN``; ``ping`` for the
+  pools' empty liveness check). Statements outside any call (the health check's ping) are not traced.
 - Log records made inside a span carry ``trace_id`` and ``span_id``, so the JSON (and
   key=value) log lines do.
 """
@@ -85,12 +86,11 @@ def install(*, trust_callers: bool = False) -> tuple[CallTracer, Carry]:
     # Statements are traced as parts of calls only: the health check's ping every second, a
     # trace of its own each time, would be most of what is exported.
     statements = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF), shutdown_on_exit=False)
-    statements.add_span_processor(StatementNames())  # before the exporting processors
     exporters = _exporters()
     for exporter, _ in exporters:
         processor = BatchSpanProcessor(exporter)  # OTEL_BSP_*
         provider.add_span_processor(processor)
-        statements.add_span_processor(processor)
+        statements.add_span_processor(StatementNames(processor))  # each named by its statement's keyword
     trace.set_tracer_provider(provider)
     PsycopgInstrumentor().instrument(tracer_provider=statements)
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)

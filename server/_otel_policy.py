@@ -20,13 +20,13 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-__all__ = ["CallerBlindSampler", "NoQueryInSpans"]
+__all__ = ["CallerBlindSampler", "NoQueryInSpans", "StatementNames", "statement_name"]
 
 #: The span attributes of aiohttp's instrumentation (old and new HTTP conventions) that hold a URL or its query.
 _URL_KEYS = ("http.target", "http.url", "url.full")
@@ -77,13 +77,55 @@ class NoQueryInSpans(SpanProcessor):
                 span.set_attribute(key, "")
 
 
-class StatementNames(SpanProcessor):
-    """Names a statement's span that psycopg's instrumentation named by no word: SQLAlchemy's ``;`` ping becomes ``ping``.
+#: The span attributes psycopg's instrumentation puts a statement's text in (old and new conventions).
+_STATEMENT_KEYS = ("db.statement", "db.query.text")
 
-    The instrumentation names a statement's span by its first token (``SELECT``, ``INSERT``); the
-    pool's liveness check is the empty statement ``;``, whose span was named ``;``.
+
+def statement_name(statement: str) -> str:
+    """A statement span's name: its first keyword, upper-cased (``BEGIN; SELECT ...`` -> ``BEGIN``); ``ping`` for none."""
+    words = statement.replace(";", " ").split()
+    return words[0].upper() if words else "ping"
+
+
+class StatementNames(SpanProcessor):
+    """Names each statement span by its statement's first keyword, then hands it to ``exporting`` (its export processor).
+
+    psycopg's instrumentation names a span by the statement's first token before the statement
+    is on the span: ``BEGIN;`` for the write path's one simple query ``BEGIN; SELECT
+    set_config(...)``, ``select`` and ``show`` for SQLAlchemy's first-connect queries, and, for
+    the pool's empty liveness check (``""``, ``;``), the database's name. An ended span cannot
+    be renamed, so this names the copy it exports instead.
     """
 
+    def __init__(self, exporting: SpanProcessor) -> None:
+        self.exporting = exporting
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if not span.name.strip("; \n\t"):
-            span.update_name("ping")
+        self.exporting.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        attributes = span.attributes or {}
+        statement = next((value for key in _STATEMENT_KEYS if isinstance(value := attributes.get(key), str)), "")
+        name = statement_name(statement)
+        if name != span.name:
+            span = ReadableSpan(
+                name,
+                context=span.context,
+                parent=span.parent,
+                resource=span.resource,
+                attributes=span.attributes,
+                events=span.events,
+                links=span.links,
+                kind=span.kind,
+                status=span.status,
+                start_time=span.start_time,
+                end_time=span.end_time,
+                instrumentation_scope=span.instrumentation_scope,
+            )
+        self.exporting.on_end(span)
+
+    def shutdown(self) -> None:
+        self.exporting.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporting.force_flush(timeout_millis)

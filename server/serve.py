@@ -7,9 +7,10 @@ SO_REUSEPORT; the kernel spreads connections over them. The supervisor itself ne
 gRPC. It runs what must run once: the maintenance rounds (retention), ``/metrics`` (which
 sums every serving process's series, prometheus-client's multiprocess mode, plus the
 per-group series it reads from the database), the Kafka watermark reader and mirror, and the
-embedded database. A serving process
-that dies is logged and replaced; SIGTERM drains them all (each finishes its in-flight
-calls within ``--grace-seconds``) and exits 0; SIGHUP rereads the tokens file in each.
+embedded database. A serving process that dies is logged and replaced; SIGTERM or SIGINT drains
+them all (each finishes its in-flight calls within ``--grace-seconds``) and exits 0, also when
+it is sent to the whole process group (a terminal's Ctrl-C) and reaches the serving processes
+too; SIGHUP rereads the tokens file in each.
 
 This module is the supervisor; :mod:`offsetstore.server.workers` starts and runs the serving
 processes, :mod:`offsetstore.server.security` reads what the settings ask of security.
@@ -162,7 +163,7 @@ class _Supervisor:
                 tenant_prefixes=tenant_prefixes(self.auth),
                 multiprocess_dir=self.directory,
             )
-            workers = Workers(settings, self.database_url, self.listen, self.directory)
+            workers = Workers(settings, self.database_url, self.listen, self.directory, self.stopping)
             metrics_server = None
             maintenance: asyncio.Task[None] | None = None
             reader = mirror = None

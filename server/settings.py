@@ -34,14 +34,17 @@ def setting(
     auto: bool = False,
     factory: Callable[[], T] | None = None,
     shown: str | None = None,
+    flag_help: str | None = None,
 ) -> T:
     """A field of the settings with what its flag needs: ``help`` is its one line, ``flag`` the name when not ``--<name>``.
 
     ``duration``: read as ``90s``/``15m``/``12h``/``7d`` or seconds; ``auto``: also takes ``auto``
-    (one per CPU); ``shown``: the default as help prints it, where the value is computed at start.
+    (one per CPU); ``shown``: the default as help prints it, where the value is computed at start;
+    ``flag_help``: the flag's own line where the flag says the opposite of the setting (``--no-migrate``).
     """
     metadata = {
         "help": help,
+        "flag_help": flag_help,
         "flag": flag,
         "metavar": metavar,
         "choices": choices,
@@ -92,7 +95,12 @@ class SettingFields:
         "(``.example.com``: every name under it); others get 421 (DNS rebinding).",
         metavar="NAME,..",
     )
-    migrate: bool = setting(True, "Apply the migrations at start.", flag="--no-migrate")
+    migrate: bool = setting(
+        True,
+        "Apply the migrations at start.",
+        flag="--no-migrate",
+        flag_help="Start without applying the migrations (``offsetstore migrate`` applies them).",
+    )
     sql_api_roles: str = setting(
         "",
         "Roles calling the SQL API v1 when migrating across 0011: ``keep`` grants each its access on every group, "

@@ -1,4 +1,18 @@
-"""The serving processes of ``offsetstore serve``: spawned, watched, replaced, drained; and the body of each."""
+"""The serving processes of ``offsetstore serve``: spawned, watched, replaced, drained; and the body of each.
+
+Signals belong to the supervisor. A terminal's Ctrl-C sends SIGINT to its whole foreground
+process group, the serving processes included, and ``kill -TERM -PGID`` (or a service manager
+that signals every process of the unit) sends them SIGTERM: a serving process ignores SIGINT
+and drains on SIGTERM as it would when the supervisor asks, and the supervisor does not take a
+serving process that stopped while it was itself told to stop for one that died.
+
+No signal's default action ever ends a serving process: it is spawned with SIGINT, SIGTERM and
+SIGHUP blocked, and every thread it makes inherits that mask, so one thread takes them with
+``sigwait``. A SIGTERM while it starts waits for it to listen; a second one (the supervisor's,
+after the group's) while it exits, when asyncio would have put the default action back, stays
+pending and dies with it: exit 0, not -15. Whatever kills the supervisor (SIGKILL too), each
+serving process sees it within a second (its parent changes) and drains.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +23,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -30,8 +45,13 @@ log = logging.getLogger(__name__)
 
 #: How long the supervisor waits for a serving process to listen.
 START_SECONDS = 60.0
-#: A serving process that dies is started again after this pause (no restart storm).
+#: A serving process that dies is started again after this pause (no restart storm). A signal
+#: to the whole process group reaches the supervisor in the same instant as its serving processes,
+#: which exit only once drained: a stop asked within the pause means nobody died.
 RESTART_PAUSE_SECONDS = 1.0
+#: What a serving process blocks in every thread from birth (a spawned process inherits its
+#: spawner's mask): its signal thread takes SIGTERM and SIGHUP with sigwait; SIGINT is ignored.
+_HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 class StartError(Exception):
@@ -39,19 +59,28 @@ class StartError(Exception):
 
 
 class Workers:
-    """The serving processes: started, watched, replaced when they die, drained on stop."""
+    """The serving processes: started, watched, replaced when they die, drained on stop.
 
-    def __init__(self, settings: Settings, database_url: str, listen: str, directory: str) -> None:
+    ``stopping`` is the supervisor's: once set, no serving process is started, and one that
+    exits is not replaced.
+    """
+
+    def __init__(
+        self, settings: Settings, database_url: str, listen: str, directory: str, stopping: threading.Event
+    ) -> None:
         self.settings = settings
         self.database_url = database_url
         self.listen = listen
         self.directory = directory
+        self.stopping = stopping
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, BaseProcess] = {}
 
     def start(self) -> None:
-        """Starts every serving process and waits until each listens."""
+        """Starts every serving process and waits until each listens (a stop asked meanwhile starts no more)."""
         for index in range(self.settings.processes):
+            if self.stopping.is_set():
+                return
             self._processes[index] = self._spawn(index)
 
     def _spawn(self, index: int) -> BaseProcess:
@@ -71,7 +100,12 @@ class Workers:
             ),
             name=f"offsetstore-serve-{index}",
         )
-        process.start()
+        # Blocked in this thread only (the supervisor's handlers run in its main thread), for the fork.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         stop_at = time.monotonic() + START_SECONDS
         while not ready.wait(0.1):
             if not process.is_alive():
@@ -85,12 +119,13 @@ class Workers:
         for index, process in list(self._processes.items()):
             if process.is_alive():
                 continue
+            if self.stopping.wait(RESTART_PAUSE_SECONDS):
+                return  # it stopped as the supervisor is stopping (a signal to the group): stop() reaps it
             log.error(
                 "serving process died; starting another",
                 extra={"index": index, "pid": process.pid, "exitcode": process.exitcode},
             )
             mark_dead(process.pid)
-            time.sleep(RESTART_PAUSE_SECONDS)
             try:
                 self._processes[index] = self._spawn(index)
             except StartError as error:
@@ -113,6 +148,10 @@ class Workers:
                 log.error("serving process did not stop in time; killed", extra={"pid": process.pid})
                 process.kill()
                 process.join()
+            if process.exitcode != 0:
+                log.error(
+                    "serving process exited with code %s while stopping", process.exitcode, extra={"pid": process.pid}
+                )
             clean = clean and process.exitcode == 0
             mark_dead(process.pid)
         return clean
@@ -136,6 +175,11 @@ def serving_process(
     replication: str | None = None,
 ) -> None:
     """The body of one serving process: :func:`serve` on a loop of its own until SIGTERM (or its supervisor's death)."""
+    # Born so (Workers._spawn); said again before any thread exists, which all inherit it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    # SIGINT is a terminal's, sent to the whole group: the supervisor's to act on. Ignoring it
+    # drops one already pending.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
     replication_said(replication)
     code = event_loop.run(serve(settings, database_url, listen, directory, index, parent, ready), settings.event_loop)
@@ -153,16 +197,18 @@ async def serve(
     metrics.use_multiprocess(directory)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
     credentials, auth = security(settings)
-    if auth is not None and settings.tokens_file is not None:
-        loop.add_signal_handler(signal.SIGHUP, reloader(auth, settings.tokens_file), signal.SIGHUP, None)
+    # Without a tokens file a SIGHUP (a terminal's hang-up too) has nothing to reload.
+    reload = reloader(auth, settings.tokens_file) if auth is not None and settings.tokens_file is not None else None
+    threading.Thread(
+        target=_take_signals, args=(loop, stopping, reload), name="offsetstore-signals", daemon=True
+    ).start()
     registry, observer = metrics.worker_metrics()
     # Tracing (OTEL_*) is set up before the store opens: its connections are traced from the first.
     tracing.setup(trust_callers=settings.trace_trust_callers)
     config = settings.store_config(database_url, observer=observer, carry=write_carry())
     async with AsyncStore(config) as store:
+        await store.warm()  # outside any call: the first-connect queries are in no call's trace
         server = OffsetStoreServer(
             store,
             listen,
@@ -191,6 +237,22 @@ async def serve(
         finally:
             await server.stop(settings.grace_seconds)
     return 0
+
+
+def _take_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, reload: Any) -> None:
+    """The serving process's signal thread: SIGTERM stops its loop's server, SIGHUP reloads the tokens; until it exits.
+
+    A daemon: once the loop is closed it stays in ``sigwait``, and what comes then is never acted on.
+    """
+    while True:
+        signum = signal.sigwait({signal.SIGTERM, signal.SIGHUP})
+        try:
+            if signum == signal.SIGTERM:
+                loop.call_soon_threadsafe(stopping.set)
+            elif reload is not None:
+                loop.call_soon_threadsafe(reload, signum, None)
+        except RuntimeError:  # the loop is closed: the process is exiting
+            return
 
 
 def http_config(settings: Settings) -> HttpConfig | None:

@@ -318,7 +318,9 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(database_
     missing = sa.make_url(database_url).set(database="offsetstore_no_such_database").render_as_string(False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
     command = [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", missing]
-    done = subprocess.run([*command, "--listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, env=env)
+    # No /metrics: its default port (9464) is a `make run`'s on this machine, and is checked first.
+    command += ["--listen", f"127.0.0.1:{free_port()}", "--metrics-listen", ""]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the database" in lines[0], done.stderr
@@ -332,7 +334,8 @@ def test_a_port_another_server_holds_is_one_line_and_exit_code_2(database_url: s
         address = f"127.0.0.1:{holder.getsockname()[1]}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
         command = [sys.executable, "-m", "offsetstore.cli.main", "serve", "--database-url", database_url]
-        done = subprocess.run([*command, "--listen", address], capture_output=True, text=True, env=env)
+        command += ["--listen", address, "--metrics-listen", ""]  # the default 9464 may be a `make run`'s
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "is another offsetstore serving there?" in lines[0], done.stderr

@@ -2,8 +2,9 @@
 
 A real ``offsetstore serve`` run with the how-to's variables (its endpoint moved to the test's
 OTLP receiver) says once, at start, that traces are on and where they go; its statement spans
-are named by a word (SQLAlchemy's ``;`` ping was a span named ``;``); an RPC over HTTP has the
-span name the doc's table gives.
+are named by their statement's first keyword (SQLAlchemy's ``;`` ping was a span named ``;``, the
+write path's ``BEGIN; SELECT set_config(...)`` one named ``BEGIN;``, the pool's empty check one
+named after the database, issue 59); an RPC over HTTP has the span name the doc's table gives.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import sqlalchemy as sa
 
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import offset_store_pb2_grpc as pb_grpc
@@ -90,6 +92,14 @@ def test_serve_says_traces_are_on_and_names_its_spans(
     wordless = {statement: name for statement, name in named.items() if not re.match(r"[A-Za-z]", name)}
     assert not wordless, f"statement spans named by no word: {wordless}"
     assert all(name == "ping" for statement, name in named.items() if statement == ";")
+    # Every statement span (those without a statement text too) is named by a keyword, never by the database.
+    database = sa.make_url(database_url).database
+    names = {s.name: s.attributes.get("db.statement") for s in receiver.spans if "db.system" in s.attributes}
+    assert "BEGIN" in names, names  # the write path's transaction was traced
+    assert {name for name in names if not re.fullmatch(r"[A-Z]+|ping", name)} == set(), names
+    assert database not in names, names
+    # The colder pool's first-connect queries ran at start, in no call (they were the first describe's).
+    assert not [s for s in receiver.spans if "pg_catalog.version()" in str(s.attributes.get("db.statement"))]
     lines = [json.loads(line) for line in served.output().splitlines() if line.startswith("{")]
     started = [line for line in lines if line.get("message", "").startswith("traces on")]
     assert [line["message"] for line in started] == [
