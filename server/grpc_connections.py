@@ -27,6 +27,7 @@ import resource
 import socket
 import stat
 import threading
+import time
 from collections import defaultdict
 
 __all__ = [
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 
 #: How often :class:`PeerCap` reads the port's connections.
 PEER_CHECK_SECONDS = 0.25
+
+#: At most one log line this often about the connections closed.
+LOG_EVERY_SECONDS = 60.0
 
 #: Descriptors kept out of gRPC's cap in all: the HTTP listener's 256, the pools, the logs, the files.
 RESERVED_DESCRIPTORS = 384
@@ -91,8 +95,8 @@ class PeerCap:
     Linux only (it reads ``/proc``); elsewhere it says so once and does nothing. A connection
     is closed by ``shutdown`` on a duplicate of grpc's descriptor, checked to be the same
     socket: grpc then sees the end of the stream and closes its own, as if the peer had left.
-    The newest beyond the cap go (socket inode numbers grow): a peer's older connections,
-    and their calls, stay. The count is of every process's connections to the port (the
+    The newest beyond the cap go (socket inode numbers grow, per CPU in batches: roughly the
+    newest): a peer's older connections, and their calls, stay. The count is of every process's connections to the port (the
     network namespace's table), so the cap holds for ``--processes`` together; each process
     closes its own. While it closes some it checks again at once: a flood is chased, not
     sampled. A thread, not the event loop's executor: a loop busy with calls must not
@@ -125,15 +129,20 @@ class PeerCap:
             self._thread = None
 
     def _run(self) -> None:
+        unsaid, said_at = 0, -LOG_EVERY_SECONDS
         while not self._stopping.wait(self.interval):
-            closed = 0
             try:
-                while (more := self.check()) and not self._stopping.is_set():
-                    closed += more
+                while (closed := self.check()) and not self._stopping.is_set():
+                    unsaid += closed
             except OSError:
                 log.exception("gRPC connections per peer not checked")
-            if closed:
-                log.warning("gRPC connections beyond the cap per peer address closed", extra={"count": closed})
+            # A flood is one line a minute, with the count since the last.
+            if unsaid and time.monotonic() - said_at >= LOG_EVERY_SECONDS:
+                log.warning(
+                    "gRPC connections beyond the cap per peer address closed",
+                    extra={"count": unsaid, "max_connections_per_peer": self.max_per_peer},
+                )
+                unsaid, said_at = 0, time.monotonic()
 
     def check(self) -> int:
         """Closes the connections beyond the cap, newest first; returns how many."""

@@ -11,10 +11,12 @@ import contextlib
 import os
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,7 @@ HANDSHAKE_SECONDS = 2
 @dataclass
 class Served:
     address: str
+    https: str  # the HTTP listener's /openapi.json
     pid: int  # the serving process's
     log: Path
 
@@ -69,11 +72,11 @@ def served(module_database_url: str, pki: PKI, tmp_path: Path) -> Iterator[Serve
     The deadline is given by its variable: a server without the setting ignores it (the same
     attack runs against the old code).
     """
-    address = f"127.0.0.1:{free_port()}"
+    address, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     log = tmp_path / "serve.log"
     args = [
         *("serve", "--database-url", module_database_url, "--no-migrate", "--listen", address),
-        *("--metrics-listen", "", "--pool-size", "4", "--max-workers", "8"),
+        *("--metrics-listen", "", "--http-listen", http, "--pool-size", "4", "--max-workers", "8"),
         *("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key)),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETSTORE_")}
@@ -89,7 +92,7 @@ def served(module_database_url: str, pki: PKI, tmp_path: Path) -> Iterator[Serve
     try:
         with OffsetStoreClient(address, timeout=5, credentials=pki.channel_credentials()) as client:
             wait_until_serving(client, process, log.read_text)
-        yield Served(address, serving_process(process.pid), log)
+        yield Served(address, f"https://{http}/openapi.json", serving_process(process.pid), log)
     finally:
         process.terminate()
         assert process.wait(60) == 0, log.read_text()
@@ -160,6 +163,7 @@ def test_silent_connections_from_one_address_neither_exhaust_descriptors_nor_sta
 
     latencies: list[float] = []
     errors: list[str] = []
+    https, https_answers = ssl.create_default_context(cafile=str(pki.ca.cert)), 0
     attacker, watcher = threading.Thread(target=attack), threading.Thread(target=watch)
     started = time.monotonic()
     attacker.start()
@@ -180,6 +184,13 @@ def test_silent_connections_from_one_address_neither_exhaust_descriptors_nor_sta
             except grpc.RpcError as error:
                 errors.append(f"{error.code()}: {error.details()}")
             latencies.append(time.perf_counter() - began)
+            if len(latencies) % 10 == 1:  # and the HTTPS listener, which shares the process's descriptors
+                try:
+                    with urllib.request.urlopen(served.https, timeout=10, context=https) as answer:
+                        assert b"openapi" in answer.read()
+                    https_answers += 1
+                except OSError as error:
+                    errors.append(f"HTTPS: {error!r}")
         watching.clear()
         watcher.join()
         # Those the cap per peer left are silent: the server closes them at the handshake deadline.
@@ -198,7 +209,7 @@ def test_silent_connections_from_one_address_neither_exhaust_descriptors_nor_sta
         f"({len(silent)} accepted, {refused} refused); the serving process's descriptors: "
         f"{baseline} before, {peak[0]} at most (limit {DESCRIPTORS}); the victim: {len(latencies)} calls "
         f"on new connections, {len(errors)} failed, p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, "
-        f"p99 {p99 * 1000:.0f} ms; silent connections still open {closing:.1f} s after the attack: {left}"
+        f"p99 {p99 * 1000:.0f} ms, {https_answers} HTTPS answers; silent connections still open {closing:.1f} s after the attack: {left}"
     )
     assert not errors, errors[:3]
     assert p99 < 5
