@@ -11,9 +11,9 @@ grpcio has no hook at accept, so the bounds are of three kinds:
   handshake), below the descriptor limit, so that nothing the port accepts can take the
   descriptors the HTTP listener and the database pool need;
 - :class:`PeerCap`, which closes a peer address's connections beyond ``max_per_peer``: grpc
-  cannot tell it an accepted connection's address, so it reads the process's sockets on the
-  port (``/proc``) every ``PEER_CHECK_SECONDS`` and shuts down the newest beyond the cap.
-  Between two checks a fast flood may take more; the cap in all still holds;
+  cannot tell it an accepted connection's address, so it reads the sockets on the port
+  (``/proc``) when this process's descriptors grow, and shuts down the newest beyond the cap.
+  Between two reads a fast flood may take more; the cap in all still holds;
 - :func:`raise_descriptor_limit`: the soft limit of descriptors raised to the hard one.
 """
 
@@ -41,8 +41,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: How often :class:`PeerCap` reads the port's connections.
-PEER_CHECK_SECONDS = 0.25
+#: How often :class:`PeerCap` counts this process's descriptors (and reads the port's connections if they grew).
+PEER_CHECK_SECONDS = 0.1
+
+#: How often :class:`PeerCap` reads the port's connections anyway, while the process holds more than the cap.
+QUIET_CHECK_SECONDS = 5.0
 
 #: At most one log line this often about the connections closed.
 LOG_EVERY_SECONDS = 60.0
@@ -98,8 +101,7 @@ class PeerCap:
     The newest beyond the cap go (socket inode numbers grow, per CPU in batches: roughly the
     newest): a peer's older connections, and their calls, stay. The count is of every process's connections to the port (the
     network namespace's table), so the cap holds for ``--processes`` together; each process
-    closes its own. While it closes some it checks again at once: a flood is chased, not
-    sampled. A thread, not the event loop's executor: a loop busy with calls must not
+    closes its own. A thread, not the event loop's executor: a loop busy with calls must not
     delay it.
     """
 
@@ -129,11 +131,23 @@ class PeerCap:
             self._thread = None
 
     def _run(self) -> None:
+        # Reading the port's sockets costs the kernel a walk of its whole table (12-37 ms here), so
+        # it is read when this process's descriptors grew by half the cap since the last read (a
+        # flood), every QUIET_CHECK_SECONDS while the process holds more than the cap (slow growth),
+        # and again at once while a read finds connections to close. Counting descriptors is cheap.
         unsaid, said_at = 0, -LOG_EVERY_SECONDS
+        step = max(4, self.max_per_peer // 2)
+        base, read_at = 1 << 30, 0.0  # the fewest descriptors since the last read, and when that was
         while not self._stopping.wait(self.interval):
             try:
+                held = _open_descriptors()
+                base = min(base, held)
+                now = time.monotonic()
+                if held - base < step and (held <= self.max_per_peer or now - read_at < QUIET_CHECK_SECONDS):
+                    continue
                 while (closed := self.check()) and not self._stopping.is_set():
                     unsaid += closed
+                base, read_at = _open_descriptors(), time.monotonic()
             except OSError:
                 log.exception("gRPC connections per peer not checked")
             # A flood is one line a minute, with the count since the last.
@@ -155,6 +169,10 @@ class PeerCap:
                 closed += 1
         self.closed += closed
         return closed
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def _peers(port: int) -> dict[str, list[int]]:
