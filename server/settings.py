@@ -315,7 +315,7 @@ class SettingFields:
     max_connections_per_peer: int = setting(
         64,
         "gRPC connections one peer address may hold (behind a proxy: the proxy's); the newest beyond are closed "
-        "within a quarter second; 0: no cap.",
+        "within about 0.1 s (Linux); 0: no cap.",
         group=SECURITY,
     )
     tokens_file: Path | None = setting(
