@@ -12,7 +12,7 @@ grpcio has no hook at accept, so the bounds are of three kinds:
   descriptors the HTTP listener and the database pool need;
 - :class:`PeerCap`, which closes a peer address's connections beyond ``max_per_peer``: grpc
   cannot tell it an accepted connection's address, so it reads the sockets on the port
-  (``/proc``) when this process's descriptors grow, and shuts down the newest beyond the cap.
+  (``/proc``) when this process's descriptors grow, and shuts down those beyond the cap.
   Between two reads a fast flood may take more; the cap in all still holds;
 - :func:`raise_descriptor_limit`: the soft limit of descriptors raised to the hard one.
 """
@@ -98,8 +98,8 @@ class PeerCap:
     Linux only (it reads ``/proc``); elsewhere it says so once and does nothing. A connection
     is closed by ``shutdown`` on a duplicate of grpc's descriptor, checked to be the same
     socket: grpc then sees the end of the stream and closes its own, as if the peer had left.
-    The newest beyond the cap go (socket inode numbers grow, per CPU in batches: roughly the
-    newest): a peer's older connections, and their calls, stay. The count is of every process's connections to the port (the
+    Which of a peer's connections go is unspecified (those beyond the cap in inode order,
+    which the kernel hands out per CPU in batches, not in the order of arrival). The count is of every process's connections to the port (the
     network namespace's table), so the cap holds for ``--processes`` together; each process
     closes its own. A thread, not the event loop's executor: a loop busy with calls must not
     delay it.
@@ -159,7 +159,7 @@ class PeerCap:
                 unsaid, said_at = 0, time.monotonic()
 
     def check(self) -> int:
-        """Closes the connections beyond the cap, newest first; returns how many."""
+        """Closes the connections beyond the cap; returns how many."""
         over = _over_cap(_peers(self.port), self.max_per_peer)
         if not over:
             return 0
@@ -196,7 +196,7 @@ def _peers(port: int) -> dict[str, list[int]]:
 
 
 def _over_cap(peers: dict[str, list[int]], cap: int) -> set[int]:
-    """The inodes beyond ``cap`` of each peer, its newest."""
+    """The inodes beyond ``cap`` of each peer (in inode order)."""
     return {inode for inodes in peers.values() if len(inodes) > cap for inode in sorted(inodes)[cap:]}
 
 

@@ -66,7 +66,7 @@ class Limits:
     """gRPC connections one process holds at once, more closed at accept; unset: its descriptor limit less 384."""
 
     max_connections_per_peer: int = 0
-    """gRPC connections one peer address may hold (all processes together), the newest beyond closed; 0: no cap (``serve``: 64)."""
+    """gRPC connections one peer address may hold (all processes together), those beyond closed; 0: no cap (``serve``: 64)."""
 
     def __post_init__(self) -> None:
         if self.reflection not in REFLECTION_MODES:

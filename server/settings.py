@@ -314,7 +314,7 @@ class SettingFields:
     )
     max_connections_per_peer: int = setting(
         64,
-        "gRPC connections one peer address may hold (behind a proxy: the proxy's); the newest beyond are closed "
+        "gRPC connections one peer address may hold (behind a proxy: the proxy's); those beyond are closed "
         "within about 0.1 s (Linux); 0: no cap.",
         group=SECURITY,
     )
