@@ -99,10 +99,10 @@ class PeerCap:
     is closed by ``shutdown`` on a duplicate of grpc's descriptor, checked to be the same
     socket: grpc then sees the end of the stream and closes its own, as if the peer had left.
     Which of a peer's connections go is unspecified (those beyond the cap in inode order,
-    which the kernel hands out per CPU in batches, not in the order of arrival). The count is of every process's connections to the port (the
-    network namespace's table), so the cap holds for ``--processes`` together; each process
-    closes its own. A thread, not the event loop's executor: a loop busy with calls must not
-    delay it.
+    which the kernel hands out per CPU in batches, not in the order of arrival). The count is
+    of every process's connections to the port (the network namespace's table), so the cap
+    holds for ``--processes`` together; each process closes its own. A thread, not the event
+    loop's executor: a loop busy with calls must not delay it.
     """
 
     def __init__(self, max_per_peer: int, interval: float = PEER_CHECK_SECONDS) -> None:
