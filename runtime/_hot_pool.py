@@ -52,11 +52,13 @@ class QuietCheck:
 
 def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
     """Whether the server sent something to a connection that asked for nothing (no blocking: a zero timeout)."""
+    # poll, not select: the server raises its descriptor limit, and select refuses a descriptor past 1,023.
     try:
-        ready, _, _ = select.select([conn.fileno()], [], [], 0)
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError, psycopg.Error):
         return True  # no socket to look at: let the round trip tell
-    return bool(ready)
 
 
 #: The server ended the session (terminated, shut down, idle too long) or the link broke: the

@@ -19,6 +19,7 @@ from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AccessControl
 from offsetstore.server.auth.callers import CallerContext
 from offsetstore.server.gate import CallObserver, Gate
+from offsetstore.server.grpc_connections import PeerCap, descriptor_limit, server_options, total_connections
 from offsetstore.server.http import HttpConfig, HttpListener
 from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
 from offsetstore.server.limits import Limits
@@ -193,6 +194,8 @@ class OffsetStoreServer:
         self.http_config = http
         self.http: HttpListener | None = None
         self.reuse_port = reuse_port
+        # A peer's connections beyond its cap, closed (grpc core caps only the total, and at accept).
+        self.peer_cap = PeerCap(self.limits.max_connections_per_peer)
         # OTEL_*: a span of every call (server/tracing.py), innermost, and a gate observer naming its principal and group.
         self.interceptors = (*interceptors, *tracing_interceptors())
         #: The port listened on, once started (``listen``'s, or the one the kernel chose for port 0).
@@ -242,6 +245,10 @@ class OffsetStoreServer:
                 ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 1 if self.reuse_port else 0),
                 *CONNECTION_OPTIONS,
+                *server_options(
+                    limits.grpc_handshake_timeout,
+                    limits.max_connections or total_connections(descriptor_limit()),
+                ),
             ],
             # A waiting call is a coroutine: no bound of threads; this one only bounds memory.
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
@@ -280,9 +287,11 @@ class OffsetStoreServer:
                 raise OSError(f"cannot listen on {self.listen}")
             await self.health.start()
             await self.server.start()
+            self.peer_cap.start(self.port)
             if self.http is not None:
                 await self.http.start()
         except BaseException:
+            await self.peer_cap.stop()
             if hasattr(self, "server"):
                 await self.server.stop(None)
             if hasattr(self, "health"):
@@ -296,6 +305,7 @@ class OffsetStoreServer:
         if self._stopped or not self._started:
             return
         self._stopped = True
+        await self.peer_cap.stop()
         await self.health.stop()
         if self.http is not None:
             await self.http.stop(grace)

@@ -89,6 +89,12 @@ class Settings(SettingFields):
             raise ValueError("OFFSETSTORE_STATUS_WINDOW must be above 0")
         if self.mirror_interval <= 0:
             raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
+        if self.grpc_handshake_timeout <= 0:
+            raise ValueError("OFFSETSTORE_GRPC_HANDSHAKE_TIMEOUT must be above 0")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError("OFFSETSTORE_MAX_CONNECTIONS must be at least 1")
+        if self.max_connections_per_peer < 0:
+            raise ValueError("OFFSETSTORE_MAX_CONNECTIONS_PER_PEER must be >= 0 (0: no cap)")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
@@ -105,6 +111,9 @@ class Settings(SettingFields):
             max_message_bytes=self.max_message_bytes,
             reflection=self.reflection,
             processes=self.processes,
+            grpc_handshake_timeout=self.grpc_handshake_timeout,
+            max_connections=self.max_connections,
+            max_connections_per_peer=self.max_connections_per_peer,
         )
 
     def store_config(

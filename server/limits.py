@@ -59,6 +59,15 @@ class Limits:
     processes: int = 1
     """Serving processes sharing the port: each admits its share of the per-principal limits (:meth:`share`)."""
 
+    grpc_handshake_timeout: float = 10.0
+    """Seconds a gRPC connection has to finish its TLS and HTTP/2 handshake; grpc's own default is 120."""
+
+    max_connections: int | None = None
+    """gRPC connections one process holds at once, more closed at accept; unset: its descriptor limit less 384."""
+
+    max_connections_per_peer: int = 0
+    """gRPC connections one peer address may hold (all processes together), those beyond closed; 0: no cap (``serve``: 64)."""
+
     def __post_init__(self) -> None:
         if self.reflection not in REFLECTION_MODES:
             raise ValueError(f"reflection must be one of {', '.join(REFLECTION_MODES)}, not {self.reflection!r}")
@@ -66,6 +75,12 @@ class Limits:
             raise ValueError("max_streams must be >= 0 and below max_workers")
         if self.processes < 1:
             raise ValueError("processes must be >= 1")
+        if self.grpc_handshake_timeout <= 0:
+            raise ValueError("grpc_handshake_timeout must be above 0")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        if self.max_connections_per_peer < 0:
+            raise ValueError("max_connections_per_peer must be >= 0 (0: no cap)")
 
     @property
     def streams(self) -> int:

@@ -41,6 +41,7 @@ from offsetstore.runtime.store import Store
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError
 from offsetstore.server.config import Settings, split_host_port
+from offsetstore.server.grpc_connections import raise_descriptor_limit
 from offsetstore.server.security import security, tenant_prefixes
 from offsetstore.server.workers import StartError, Workers
 from offsetstore.storage.database_url import display
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 def serve(settings: Settings) -> int:
     """Runs until SIGTERM or SIGINT; returns the process exit code."""
     configure_logging(settings.log_level, settings.log_format)
+    raise_descriptor_limit()  # before anything opens: the serving processes inherit it
     # Resolved once, here: a platform without uvloop is one line, and the serving processes get the answer.
     settings = dataclasses.replace(settings, event_loop=event_loop.resolve(settings.event_loop))
     try:

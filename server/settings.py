@@ -308,6 +308,24 @@ class SettingFields:
         group=SECURITY,
     )
     max_streams: int = setting(4, "Reflection streams open at once; each is ended after a minute.", group=SECURITY)
+    grpc_handshake_timeout: float = setting(
+        Limits.grpc_handshake_timeout,
+        "Time a gRPC connection has to finish its TLS and HTTP/2 handshake before it is closed (grpc's own: 120 s).",
+        duration=True,
+        group=SECURITY,
+    )
+    max_connections: int | None = setting(
+        None,
+        "gRPC connections one serving process holds at once, more closed as they are accepted; "
+        "unset: its descriptor limit less 384.",
+        group=SECURITY,
+    )
+    max_connections_per_peer: int = setting(
+        64,
+        "gRPC connections one peer address may hold (behind a proxy: the proxy's); those beyond are closed "
+        "within about 0.1 s (Linux); 0: no cap.",
+        group=SECURITY,
+    )
     tokens_file: Path | None = setting(
         None,
         "TOML file of principals, their token hashes and grants by group prefix; set, every call needs a bearer token.",

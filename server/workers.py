@@ -32,6 +32,7 @@ from offsetstore.runtime import event_loop
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.config import Settings
+from offsetstore.server.grpc_connections import raise_descriptor_limit
 from offsetstore.server.security import reloader, security
 from offsetstore.server.tracing import write_carry
 from offsetstore.storage.engine import last_replication_said, replication_said
@@ -181,6 +182,7 @@ def serving_process(
     # drops one already pending.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging(settings.log_level, settings.log_format)
+    raise_descriptor_limit()  # inherited from the supervisor already, unless started otherwise
     replication_said(replication)
     code = event_loop.run(serve(settings, database_url, listen, directory, index, parent, ready), settings.event_loop)
     if code:

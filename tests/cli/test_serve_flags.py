@@ -17,6 +17,7 @@ from offsetstore.server.config import Settings
 # Public API (CONTRACT.md, sections 5, 7 and 8): the flags `serve` had when they were written by hand.
 PUBLIC_FLAGS = {
     "--data-dir", "--database-prepare", "--database-url", "--event-loop", "--grace-seconds", "--group-metrics-limit",
+    "--grpc-handshake-timeout", "--max-connections", "--max-connections-per-peer",
     "--history-retention", "--http-allowed-hosts", "--http-listen", "--listen", "--log-format", "--log-level",
     "--maintenance-interval", "--max-calls-per-principal", "--max-groups-per-principal", "--max-message-bytes",
     "--max-partitions-per-principal", "--max-response-bytes", "--max-streams", "--max-workers", "--metrics-listen",

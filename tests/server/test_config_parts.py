@@ -31,6 +31,9 @@ def test_every_limit_is_taken_from_the_setting_of_its_name() -> None:
         max_message_bytes=4096,
         reflection="off",
         processes=3,
+        grpc_handshake_timeout=2.5,
+        max_connections=900,
+        max_connections_per_peer=16,
     )
     assert set(values) == names
     limits = Settings(**values).limits()  # type: ignore[arg-type]
@@ -57,6 +60,9 @@ def test_each_process_admits_its_share_of_the_per_principal_limits() -> None:
         (dict(max_workers=4, max_streams=4), "max_streams must be >= 0 and below max_workers"),
         (dict(max_streams=-1), "max_streams must be >= 0"),
         (dict(processes=0), "processes must be >= 1"),
+        (dict(grpc_handshake_timeout=0), "grpc_handshake_timeout must be above 0"),
+        (dict(max_connections=0), "max_connections must be at least 1"),
+        (dict(max_connections_per_peer=-1), "max_connections_per_peer must be >= 0"),
     ],
 )
 def test_bad_limits_are_refused_when_made(limits: dict[str, object], reason: str) -> None:
