@@ -100,11 +100,17 @@ def lock_wait_ran_out(error: OffsetStoreError) -> bool:
 
 
 _deadline: contextvars.ContextVar[Bound | None] = contextvars.ContextVar("offsetstore_deadline", default=None)
+_principal: contextvars.ContextVar[str] = contextvars.ContextVar("offsetstore_caller_principal", default="")
 
 
 def caller_bound() -> Bound | None:
     """(when the current caller gives up, whether it is still there), as :func:`deadline` set it; None: no bound."""
     return _deadline.get()
+
+
+def caller_principal() -> str:
+    """Whose call this is, as :func:`deadline` named it: its share of the group commit's batches ("" for none)."""
+    return _principal.get()
 
 
 def caller_gone() -> bool:
@@ -114,19 +120,26 @@ def caller_gone() -> bool:
 
 
 @contextlib.contextmanager
-def deadline(seconds: float | None, is_active: Callable[[], bool] = lambda: True) -> Iterator[None]:
+def deadline(
+    seconds: float | None, is_active: Callable[[], bool] = lambda: True, *, principal: str | None = None
+) -> Iterator[None]:
     """Bounds the database work of the operations run inside by the caller's ``seconds``.
 
     Each transaction's statement timeout becomes the smaller of the engine's and a
     little less than the time left, so the database gives up before the caller does
     and the caller hears UNAVAILABLE rather than a bare deadline; a transaction whose
-    caller is gone is rolled back instead of committed.
+    caller is gone is rolled back instead of committed. ``principal`` names whose call it is
+    (the server's: the authenticated principal, or the peer's address): the group commit
+    shares its batches out between principals (:class:`~offsetstore.runtime._group_commit.FairQueue`).
     """
     token = _deadline.set(None if seconds is None else (time.monotonic() + seconds, is_active))
+    named = None if principal is None else _principal.set(principal)
     try:
         yield
     finally:
         _deadline.reset(token)
+        if named is not None:
+            _principal.reset(named)
 
 
 def timeout_ms(bound: Bound | None, engine_ms: int) -> int | None:

@@ -1,7 +1,7 @@
 """The queue and the flusher tasks that the read and write batchers share (:mod:`._read_batch`, :mod:`._write_batcher`).
 
 Callers :meth:`Flushers.put` what they wait for; ``count`` tasks, started at the first put,
-each take a batch off the queue (``take``) whenever it is free and hand it to ``flush``, so
+each take a batch off the queue (its :meth:`Queue.take`) whenever it is free and hand it to ``flush``, so
 the next batch gathers while one is in the database (no timer). A free task takes at once
 while no other is in the database (an idle server adds no wait); while another is, it waits
 until more calls are queued than that batch holds, or for that one to come back, whichever is
@@ -9,7 +9,10 @@ first: taken at once, the first call to arrive went alone (at 64 clients, 40% of
 held one call) while the next batch waited for everything else. "More than the batch in the
 database" lets batches grow until they take a round trip to gather; a rule on the recent
 batches' sizes (half their mean, tried first) took a second call at once behind a batch of
-one, and some runs stayed at batches of one or two (a third of them single calls). The tasks
+one, and some runs stayed at batches of one or two (a third of them single calls). The queue
+may say a call is :meth:`~Queue.urgent` (the write queue: a principal's call behind another's
+wide batch), and a free task then takes at once; and it may hold its calls back (take nothing:
+the write queue's shares), a free task then waits for the next call or batch back. The tasks
 run in a context of their own, not the first caller's (its deadline, its trace), for good.
 What a batch does, and how each caller hears its outcome, is the batcher's: ``flush`` must
 answer every caller of its batch, whatever happens.
@@ -21,37 +24,78 @@ import asyncio
 import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from offsetstore.core.errors import StoreUnavailableError
 
-__all__ = ["Flushers"]
+__all__ = ["Fifo", "Flushers", "Queue"]
 
 T = TypeVar("T")
 
 
-class Flushers(Generic[T]):
-    """``count`` tasks named ``name-<n>`` taking batches of ``T`` off one queue (see the module's docstring).
+class Queue(Protocol[T]):
+    """What the tasks take batches from: :meth:`take` is called only while it is not empty."""
 
-    ``take(queue)`` is called with a queue that is not empty and may leave it empty (it may
-    take nothing, answering what it drops itself). ``observe``, if given, is told each
-    batch's size before it is flushed (the metrics).
+    def append(self, item: T) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def take(self) -> list[T]:
+        """The next batch; may be empty (it answered what it dropped, or holds the rest back for now)."""
+        ...
+
+    def urgent(self) -> bool:
+        """Whether a free task should take at once, whatever the gather rule says."""
+        ...
+
+    def returned(self, batch: list[T]) -> None:
+        """``batch``, taken by :meth:`take`, is out of the database."""
+        ...
+
+
+class Fifo(Generic[T]):
+    """A :class:`Queue` in arrival order, batches taken off its head by ``take``."""
+
+    def __init__(self, take: Callable[[deque[T]], list[T]]) -> None:
+        self.items: deque[T] = deque()
+        self._take = take
+
+    def append(self, item: T) -> None:
+        self.items.append(item)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self) -> list[T]:
+        return self._take(self.items)
+
+    def urgent(self) -> bool:
+        return False
+
+    def returned(self, batch: list[T]) -> None:
+        pass
+
+
+class Flushers(Generic[T]):
+    """``count`` tasks named ``name-<n>`` taking batches of ``T`` off ``queue`` (see the module's docstring).
+
+    ``observe``, if given, is told each batch's size before it is flushed (the metrics).
     """
 
     def __init__(
         self,
         name: str,
         count: int,
-        take: Callable[[deque[T]], list[T]],
+        queue: Queue[T],
         flush: Callable[[list[T]], Awaitable[None]],
         observe: Callable[[int], None] | None = None,
     ) -> None:
         self.name = name
         self.count = count
-        self._take = take
         self._flush = flush
         self._observe = observe
-        self._queue: deque[T] = deque()
+        self._queue = queue
+        self._held_back = False  # the queue took nothing while calls were queued: wait for news
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -73,6 +117,7 @@ class Flushers(Generic[T]):
                 for n in range(self.count)
             ]
         self._queue.append(item)
+        self._held_back = False
         self._wake.set()
 
     async def stop(self) -> None:
@@ -85,7 +130,13 @@ class Flushers(Generic[T]):
 
     def _ready(self) -> bool:
         """Whether a free task takes a batch now (the module's docstring says when)."""
-        return bool(self._queue) and (self._busy == 0 or self._stopped or len(self._queue) > self._in_db / self._busy)
+        return (
+            bool(self._queue)
+            and not self._held_back
+            and (
+                self._busy == 0 or self._stopped or len(self._queue) > self._in_db / self._busy or self._queue.urgent()
+            )
+        )
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -96,7 +147,10 @@ class Flushers(Generic[T]):
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            batch = self._take(self._queue)
+            batch = self._queue.take()
+            if not batch and self._queue and self._busy:
+                self._held_back = True  # held back until a batch comes back (or a call comes)
+                continue
             if self._queue:
                 self._wake.set()  # more than one batch's worth: another task may take it
             if batch:
@@ -109,4 +163,6 @@ class Flushers(Generic[T]):
                 finally:
                     self._busy -= 1
                     self._in_db -= len(batch)
+                    self._queue.returned(batch)
+                    self._held_back = False
                     self._wake.set()  # a task waiting for this one to come back takes what gathered

@@ -3,7 +3,10 @@
 Concurrent commits and joins share one transaction, one statement and one WAL flush.
 Callers queue a validated request and wait; each flusher takes everything queued
 whenever it is free, so while one batch is in the database the next one gathers
-(PostgreSQL's own group-commit idea; no timer, no fixed wait). Each request keeps its
+(PostgreSQL's own group-commit idea; no timer, no fixed wait). Batches are formed fairly
+between principals (:class:`FairQueue`): one tenant's wide commits fill neither every
+flusher nor another tenant's batch, and with one principal the queue is first come, first
+served. Each request keeps its
 own outcome (:func:`storage.write_batch`). The batch's statement timeout is that of its
 most pressed caller; a caller that left before COMMIT has its request taken out and the
 rest redone, so a caller that went away never has its request committed. A reply is
@@ -19,7 +22,7 @@ The driver does only the I/O: :class:`~offsetstore.runtime._write_batcher.AsyncW
 :class:`~offsetstore.runtime.store.Store`). It runs, per batch (and per request handed
 :data:`ALONE`, with ``[the request]`` and no lock timeout)::
 
-    flush = Flush(waiting(take_batch(queue)), timeout_ms, BATCH_LOCK_TIMEOUT_MS)
+    flush = Flush(waiting(queue.take()), timeout_ms, BATCH_LOCK_TIMEOUT_MS)
     while flush.live:
         try:
             outcomes = <one transaction: the settings (flush.timeout_ms, flush.lock_timeout_ms),
@@ -35,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from offsetstore.core.errors import OffsetStoreError, StoreUnavailableError
@@ -47,6 +50,15 @@ log = logging.getLogger(__name__)
 #: Up to this much goes into one batch; a larger request is a batch of its own.
 MAX_BATCH_REQUESTS = 512
 MAX_BATCH_OFFSETS = 10_000
+
+#: A request of at least this many offsets is wide: it shares a batch with no other principal's.
+WIDE_REQUEST = 100
+#: Batches in the database of this many offsets each (on average) are wide: a call of a
+#: principal with none of them waits behind them for no flusher (:meth:`FairQueue.urgent`).
+WIDE_BATCH = 1000
+#: A principal counts as active this long after it queued its last request: a client
+#: between two calls keeps its share of the flushers.
+ACTIVE_SECONDS = 0.5
 
 #: How long a flusher's batch waits for a group's lock before its requests run alone, each
 #: by its own caller: a group held in a long transaction stalls only its own callers.
@@ -74,11 +86,13 @@ Handed = WriteOutcome | BaseException | _Alone
 class Waiting:
     """A caller's request waiting for its batch; a driver adds how the caller waits (:meth:`finish`)."""
 
-    __slots__ = ("request", "bound")
+    __slots__ = ("request", "bound", "principal")
 
-    def __init__(self, request: WriteRequest, bound: Bound | None) -> None:
+    def __init__(self, request: WriteRequest, bound: Bound | None, principal: str = "") -> None:
         self.request = request
         self.bound = bound
+        #: Whose call it is (:func:`~offsetstore.runtime._calls.caller_principal`): its share of the batches.
+        self.principal = principal
 
     def gone(self) -> bool:
         """The caller left: its context says it is no longer there."""
@@ -99,16 +113,111 @@ class CallersLeft(Exception):
         self.gone = gone
 
 
-def take_batch(queue: deque[W]) -> list[W]:
-    """Takes the next batch off the head of ``queue`` (not empty): up to the request and offset limits."""
-    batch = [queue.popleft()]
-    size = _offsets(batch[0])
-    while queue and len(batch) < MAX_BATCH_REQUESTS:
-        size += _offsets(queue[0])
-        if size > MAX_BATCH_OFFSETS:
-            break
-        batch.append(queue.popleft())
-    return batch
+class FairQueue(Generic[W]):
+    """The requests waiting for a batch, one queue per principal; :meth:`take` forms each batch by shares.
+
+    - **Shares of the flushers**: while several principals are active (a request queued
+      in the last :data:`ACTIVE_SECONDS`, or a batch in the database), a principal's
+      requests are in at most ``max(1, flushers // active)`` batches in the database at
+      once; the others' requests are taken meanwhile, and a flusher with nothing it may
+      take waits for the next request or batch back. Alone, a principal has them all.
+    - **Shares of a batch**: principals take turns, a request each (round robin, the first
+      turn rotating from batch to batch), up to the batch's request and offset limits. A
+      wide request (:data:`WIDE_REQUEST` offsets or more) goes in a batch of its own
+      principal's requests only: a one-partition commit never waits in the database
+      behind another tenant's thousands.
+
+    With one principal (every caller without one is the principal ``""``) this is the
+    arrival order, as before: the gather rule's batches are unchanged.
+    """
+
+    def __init__(self, flushers: int) -> None:
+        self.flushers = flushers
+        self._queues: dict[str, deque[W]] = {}  # principals with requests queued, in turn order
+        self._count = 0
+        self._in_db: dict[str, int] = {}  # principal -> its batches in the database
+        self._batches = 0
+        self._offsets_in_db = 0
+        self._seen: dict[str, float] = {}  # principal -> when it last queued a request
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, write: W) -> None:
+        queue = self._queues.get(write.principal)
+        if queue is None:
+            queue = self._queues[write.principal] = deque()
+        queue.append(write)
+        self._count += 1
+        self._seen[write.principal] = time.monotonic()
+
+    def urgent(self) -> bool:
+        """A principal with no batch in the database waits while those there are wide: take it now.
+
+        The gather rule waits for a batch to come back when few calls are queued; behind a
+        batch of thousands of offsets that wait is the other tenants' latency.
+        """
+        return (
+            self._batches > 0
+            and self._offsets_in_db >= WIDE_BATCH * self._batches
+            and any(p not in self._in_db for p in self._queues)
+        )
+
+    def take(self) -> list[W]:
+        """The next batch (see the class docstring); empty when every principal queued has its share in use."""
+        share = self._share()
+        turns = [p for p in self._queues if self._in_db.get(p, 0) < share]
+        if not turns:
+            return []
+        if len(turns) == 1 or _offsets(self._queues[turns[0]][0]) >= WIDE_REQUEST:
+            turns, narrow = turns[:1], False  # one principal's requests, in their order
+        else:
+            narrow = True  # several principals' narrow requests, a request each in turn
+        batch: list[W] = []
+        offsets = 0
+        while turns:
+            for principal in list(turns):
+                queue = self._queues[principal]
+                if not queue or (narrow and _offsets(queue[0]) >= WIDE_REQUEST):
+                    turns.remove(principal)  # its wide request waits for a batch of its own
+                    continue
+                size = _offsets(queue[0])
+                if batch and (offsets + size > MAX_BATCH_OFFSETS or len(batch) >= MAX_BATCH_REQUESTS):
+                    turns = []
+                    break
+                batch.append(queue.popleft())
+                offsets += size
+        self._count -= len(batch)
+        for principal in _principals(batch):
+            self._in_db[principal] = self._in_db.get(principal, 0) + 1
+            queue = self._queues.pop(principal)
+            if queue:
+                self._queues[principal] = queue  # to the end of the turns
+        self._batches += 1
+        self._offsets_in_db += offsets
+        return batch
+
+    def returned(self, batch: list[W]) -> None:
+        """``batch`` (as :meth:`take` formed it) is out of the database."""
+        for principal in _principals(batch):
+            left = self._in_db[principal] - 1
+            if left:
+                self._in_db[principal] = left
+            else:
+                del self._in_db[principal]
+        self._batches -= 1
+        self._offsets_in_db -= sum(_offsets(write) for write in batch)
+
+    def _share(self) -> int:
+        now = time.monotonic()
+        if len(self._seen) > 1:
+            self._seen = {p: t for p, t in self._seen.items() if now - t < ACTIVE_SECONDS}
+        active = len(self._seen.keys() | self._queues.keys() | self._in_db.keys())
+        return self.flushers if active <= 1 else max(1, self.flushers // active)
+
+
+def _principals(batch: Iterable[Waiting]) -> list[str]:
+    return list(dict.fromkeys(write.principal for write in batch))
 
 
 def _offsets(write: Waiting) -> int:

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from offsetstore import storage
 from offsetstore.core.errors import StoreUnavailableError
 from offsetstore.runtime._calls import Bound, caller_bound
-from offsetstore.runtime._flushers import Flushers
+from offsetstore.runtime._flushers import Fifo, Flushers
 from offsetstore.storage import describe, reads
 from offsetstore.storage.batched_pages import batch_params
 from offsetstore.storage.reads import BATCHED_FETCH
@@ -186,7 +186,7 @@ class ReadBatcher:
         self._kinds = {id(kind.first): kind for kind in kinds}
         if len(self._kinds) != len(kinds):  # two kinds of one string object: one would take the other's reads
             raise ValueError("each read kind needs a first statement of its own (the same text is fine)")
-        self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, _take, self._flush, observe)
+        self._flushers: Flushers[_Read] = Flushers("offsetstore-reads", flushers, Fifo(_take), self._flush, observe)
 
     @property
     def flushers(self) -> int:

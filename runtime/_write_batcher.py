@@ -16,7 +16,7 @@ import psycopg
 
 from offsetstore import storage
 from offsetstore.runtime import _group_commit as gc
-from offsetstore.runtime._calls import Bound, caller_bound
+from offsetstore.runtime._calls import Bound, caller_bound, caller_principal
 from offsetstore.runtime._flushers import Flushers
 from offsetstore.runtime._hot_async import write_transaction
 from offsetstore.runtime.config import Carry
@@ -46,8 +46,10 @@ class _Write(gc.Waiting):
 
     __slots__ = ("carried", "future")
 
-    def __init__(self, request: storage.WriteRequest, bound: Bound | None, carried: object = None) -> None:
-        super().__init__(request, bound)
+    def __init__(
+        self, request: storage.WriteRequest, bound: Bound | None, carried: object = None, principal: str = ""
+    ) -> None:
+        super().__init__(request, bound, principal)
         self.future: asyncio.Future[gc.Handed] = asyncio.get_running_loop().create_future()
         self.carried = carried
 
@@ -63,7 +65,9 @@ class _Write(gc.Waiting):
 class AsyncWriteBatcher:
     """Group commit on asyncio: ``flushers`` tasks take batches off one queue (rules: :mod:`._group_commit`).
 
-    A caller whose call is cancelled counts as gone, as one whose deadline passed.
+    A caller whose call is cancelled counts as gone, as one whose deadline passed. Each
+    request is its caller's principal's (:func:`~offsetstore.runtime._calls.caller_principal`),
+    which the queue's shares are of (:class:`~offsetstore.runtime._group_commit.FairQueue`).
     """
 
     def __init__(
@@ -78,7 +82,9 @@ class AsyncWriteBatcher:
             raise ValueError("write_flushers must be >= 1")
         self.store = store
         self.carry = carry
-        self._flushers: Flushers[_Write] = Flushers("offsetstore-writes", flushers, gc.take_batch, self._flush, observe)
+        self._flushers: Flushers[_Write] = Flushers(
+            "offsetstore-writes", flushers, gc.FairQueue(flushers), self._flush, observe
+        )
 
     @property
     def flushers(self) -> int:
@@ -93,7 +99,7 @@ class AsyncWriteBatcher:
         """Waits for ``request``'s batch; returns its outcome or raises its error."""
         bound = caller_bound()
         self.store.timeout_ms(bound)  # a deadline already past never reaches the database
-        write = _Write(request, bound, None if self.carry is None else self.carry.capture())
+        write = _Write(request, bound, None if self.carry is None else self.carry.capture(), caller_principal())
         self._flushers.put(write)
         outcome = await write.future  # a cancelled call cancels its future: the flusher sees it gone
         if outcome is gc.ALONE:

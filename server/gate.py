@@ -187,7 +187,8 @@ class Gate:
                 token = current_principal.set(principal.name if principal is not None else None)
                 try:
                     remaining = context.time_remaining()
-                    with deadline(remaining if remaining is not None and remaining < 1e9 else None, _active(context)):
+                    bound = remaining if remaining is not None and remaining < 1e9 else None
+                    with deadline(bound, _active(context), principal=name):  # name: its share of the batches
                         response = await run(request, context)
                 finally:
                     self.admission.done(name, cost, admitted)

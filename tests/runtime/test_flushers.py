@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from offsetstore.runtime._flushers import Flushers
+from offsetstore.runtime._flushers import Fifo, Flushers
 
 
 def take_all(queue: deque[str]) -> list[str]:
@@ -39,7 +39,9 @@ async def turns(n: int = 5) -> None:
 async def behind(batch: tuple[str, ...], sizes: list[int] | None = None) -> tuple[Held, Flushers[str]]:
     """Two flusher tasks, one of them holding ``batch`` in the 'database' (one batch: queued in one turn)."""
     held = Held()
-    flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush, sizes.append if sizes is not None else None)
+    flushers: Flushers[str] = Flushers(
+        "test", 2, Fifo(take_all), held.flush, sizes.append if sizes is not None else None
+    )
     for name in batch:
         flushers.put(name)
     await turns()
@@ -50,7 +52,7 @@ async def behind(batch: tuple[str, ...], sizes: list[int] | None = None) -> tupl
 def test_an_idle_server_takes_the_first_call_at_once() -> None:
     async def scenario() -> list[list[str]]:
         held = Held()
-        flushers: Flushers[str] = Flushers("test", 2, take_all, held.flush)
+        flushers: Flushers[str] = Flushers("test", 2, Fifo(take_all), held.flush)
         flushers.put("alone")
         await turns()
         await flushers.stop()
