@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from offsetstore.client import OffsetStoreClient
+from tests.fixtures.completion import completions
 from tests.fixtures.fix_auth import TOKENS
 from tests.fixtures.fix_server import ServerHandle, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
-
-# Completes the words of one command line (its last word the one being typed) as bash would.
-_ASK = """
-source <("$1" -m offsetstore.cli.main completion bash)
-shift
-COMP_WORDS=("$@")
-COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
-_offsetstore_complete
-printf '%s\\n' "${COMPREPLY[@]}"
-"""
-
-
-def completions(line: str, env: dict[str, str] | None = None) -> list[str]:
-    words = line.split(" ")
-    # The script calls `offsetstore` for group names, as a user's shell finds it: on PATH.
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    done = subprocess.run(
-        ["bash", "-c", _ASK, "ask", sys.executable, *words],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PATH": path, **(env or {})},
-    )
-    assert done.returncode == 0, done.stderr
-    return [word for word in done.stdout.splitlines() if word]
 
 
 @pytest.mark.parametrize(

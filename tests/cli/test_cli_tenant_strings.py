@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from offsetstore.client import OffsetStoreClient, TopicPartition
-from tests.cli.test_cli_completion import completions
+from tests.fixtures.completion import completions
 from tests.fixtures.fix_auth import TOKENS
 from tests.fixtures.fix_server import ServerHandle
 

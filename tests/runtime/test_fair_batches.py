@@ -21,8 +21,7 @@ from offsetstore.runtime._flushers import Flushers
 from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.engine import SessionSettings
-from tests.runtime.test_flushers import turns
-from tests.runtime.test_group_commit import Batches, at_once, fresh
+from tests.fixtures.group_commit import Batches, at_once, fresh, turns
 
 
 class Call(gc.Waiting):

@@ -6,6 +6,7 @@ import asyncio
 from collections import deque
 
 from offsetstore.runtime._flushers import Fifo, Flushers
+from tests.fixtures.group_commit import turns
 
 
 def take_all(queue: deque[str]) -> list[str]:
@@ -28,12 +29,6 @@ class Held:
 
     def release(self) -> None:
         self._released.set()
-
-
-async def turns(n: int = 5) -> None:
-    """A few turns of the loop: whatever a task would do at once, it has done."""
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 async def behind(batch: tuple[str, ...], sizes: list[int] | None = None) -> tuple[Held, Flushers[str]]:

@@ -10,15 +10,11 @@ commits of one batch share their statement's ``statement_timestamp()``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -35,20 +31,16 @@ from offsetstore.client import (
     TopicPartition,
 )
 from offsetstore.runtime._group_commit import GONE, CallersLeft
-from offsetstore.runtime.async_store import Carry
 from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store, deadline
 from offsetstore.storage.engine import SessionSettings
 from tests.fixtures.concurrency import wait_until
 from tests.fixtures.fix_db import group_locked
+from tests.fixtures.group_commit import Batches, at_once, fresh
 
 R = TypeVar("R")
 
 TOPIC = "orders"
-
-
-def fresh(prefix: str = "gc") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 def history(engine: sa.Engine, group_id: str) -> list[tuple[int, int | None, int | None]]:
@@ -134,36 +126,6 @@ def test_a_commit_in_a_batch_brings_a_deleted_group_back_with_its_generation(eng
 
 # --- the Store: concurrent callers coalesce ----------------------------------------------
 
-#: Which of a test's callers a request is, as the batches carry it (:class:`Batches`).
-CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="")
-
-
-class Batches:
-    """The batches the store's flusher writes, seen through the store's carry seam (what tracing uses).
-
-    ``seen`` holds, per transaction of a batch, its callers' names and the error that ended
-    it (None: committed); ``on_enter`` is called with the names before the transaction begins.
-    A request run alone, in its caller's task, is no batch: it is not seen.
-    """
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[list[str], BaseException | None]] = []
-        self.on_enter: Callable[[list[str]], None] = lambda names: None
-
-    def carry(self) -> Carry:
-        return Carry(capture=CALLER.get, enter=self._enter)
-
-    @contextlib.contextmanager
-    def _enter(self, carried: list[object]) -> Iterator[None]:
-        names = sorted(str(c) for c in carried)
-        self.on_enter(names)
-        try:
-            yield
-        except BaseException as error:
-            self.seen.append((names, error))
-            raise
-        self.seen.append((names, None))
-
 
 @pytest.fixture
 def batches() -> Batches:
@@ -183,25 +145,6 @@ def one_flusher(database_url: str, batches: Batches) -> Iterator[Store]:
     )
     yield store
     store.dispose()
-
-
-def at_once(store: Store, calls: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, Any]:
-    """Runs ``calls`` (on ``store.aio``) so that they land in one batch; what each returned or raised, by name.
-
-    Their tasks start in one turn of the store's loop, and each queues its request before it
-    first waits; asyncio runs ready tasks in the order they were scheduled, so the flusher the
-    first one wakes runs after the last one queued, and takes them all. Each call is its
-    caller ``name`` in the batches seen (:class:`Batches`).
-    """
-
-    async def one(name: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        CALLER.set(name)  # in this task's own context
-        return await call()
-
-    async def together() -> list[Any]:
-        return await asyncio.gather(*(one(n, c) for n, c in calls.items()), return_exceptions=True)
-
-    return dict(zip(calls, store.wait(together()), strict=True))
 
 
 async def bounded(seconds: float, is_active: Callable[[], bool], call: Awaitable[R]) -> R:
