@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from offsetstore import storage
 from offsetstore.core.types import OffsetCommit
 from offsetstore.runtime import migrate
-from offsetstore.storage import PageRequest, group_metrics
+from offsetstore.storage import PageRequest, group_metrics, scans
 from offsetstore.storage.engine import create_engine
 from tests.fixtures.fix_db import conninfo, new_database
 from tests.fixtures.plans import Reads, load_auto_explain, reads
@@ -77,8 +77,8 @@ INSERT INTO offsetstore.offset_history (group_id, topic, partition, previous_off
 """
 
 # The probes: the storage calls behind CommitOffsets, FetchOffsets, DescribeGroup (whole, and a
-# first page whose group verdict is read apart), ListGroups, ListTopics, ListOffsetHistory, and
-# the per-group lag collector's statement.
+# first page whose group verdict is read apart), ListGroups, ListTopics, ListOffsetHistory, the
+# weights the server admits reads at, and the per-group lag collector's statement.
 PROBES: dict[str, Callable[[sa.Connection], object]] = {
     "commit": lambda c: storage.commit_offsets(c, "probe", [OffsetCommit("pt", 3, 1001)]),
     "fetch": lambda c: storage.fetch_offsets(c, "probe"),
@@ -87,6 +87,9 @@ PROBES: dict[str, Callable[[sa.Connection], object]] = {
     "list groups": lambda c: storage.list_groups(c, "small-", page_size=PROBED),
     "list topics": lambda c: storage.list_topics(c, "probe", page_size=10),
     "history": lambda c: storage.list_offset_history(c, "probe", page_size=50),
+    # What the server weighs a ListGroups page and a DescribeGroup at before admitting them.
+    "list groups' weight": lambda c: scans.listed_partitions(c, "small-", PROBED, "", 10_000),
+    "describe's weight": lambda c: scans.group_partitions(c, "probe", 10_000),
     "group metrics": lambda c: c.execute(
         group_metrics._PARTITION_QUERY, {"detailed": ["probe"], "summarized": ["small-001"], "window": 60.0}
     ).all(),
