@@ -206,15 +206,22 @@ def _print(results: dict[str, tuple[dict[str, dict[str, float]], dict[str, int]]
     for name in stale:
         if "10,000" in name:
             # Beside the 16-partition group's whole description on the same store and phase.
-            base = {phase: whole[phase][BIG] for phase in results}
+            base = {phase: whole[phase].get(BIG) for phase in results}
             small = f"(16-partition description: {whole['stale'][SMALL]:.1f} ms)"
         else:
-            base = {phase: results[phase][0][name][SMALL] for phase in results}
-            small = f"{stale[name][SMALL]:.1f} ms"
+            base = {phase: results[phase][0][name].get(SMALL) for phase in results}
+            small = f"{stale[name].get(SMALL, float('nan')):.1f} ms"
         cells = []
         for phase, (p50, failed) in results.items():
-            value = p50[name].get(BIG)
-            cell = "failed" if value is None else f"x{value / base[phase]:.2f} ({value:.1f} ms)"
+            value, by = p50[name].get(BIG), base[phase]
+            # A call that failed every time has no p50: its row says so, and so does a ratio to it.
+            cell = (
+                "failed"
+                if value is None
+                else f"{value:.1f} ms"
+                if by is None
+                else f"x{value / by:.2f} ({value:.1f} ms)"
+            )
             if failed.get(name):
                 cell += f", {failed[name]} failed"
             cells.append(cell)
