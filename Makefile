@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run demo test test-quick install proto bench bench-peer clean postgres kafka
+.PHONY: run demo test test-quick install proto bench bench-peer bench-scale clean postgres kafka
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
@@ -87,6 +87,10 @@ bench: $(DEV_STAMP)  ## RPC throughput vs the transport and PostgreSQL alone (em
 
 bench-peer: $(DEV_STAMP)  ## Synchronous commits: Kafka's group coordinator (fsync every append) beside the server, same run (~2 min).
 	$(PY) bench/peer.py $(BENCH_ARGS)
+
+# Needs the machine's PostgreSQL (make postgres; OFFSETSTORE_BENCH_ADMIN_URL says where): two databases of its own.
+bench-scale: $(DEV_STAMP)  ## Reads on a small store vs 1M offsets / 10M history rows, stale statistics and analyzed; see docs/performance.md.
+	$(PY) bench/scale.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as _sqlalchemy_async_engi
 from offsetstore.storage import database_url
 from offsetstore.storage.engine import (
     DIALECT,
+    SESSION_SQL,
     SessionSettings,
     admit,
     apply_per_transaction,
@@ -27,9 +28,10 @@ __all__ = ["admit_async", "create_async_engine"]
 
 
 async def admit_async(conn: psycopg.AsyncConnection[Any], settings: SessionSettings) -> None:
-    """:func:`~offsetstore.storage.engine.admit` for a new asyncio connection (autocommit)."""
+    """:func:`~offsetstore.storage.engine.admit` for a new asyncio connection (autocommit), then its session's settings."""
     cursor = await conn.execute(REPLICATION_SQL, prepare=False)
     admit(replication_from(await cursor.fetchone()), settings)
+    await conn.execute(SESSION_SQL, prepare=False)
 
 
 def create_async_engine(url: str, settings: SessionSettings, *, pool_size: int = 4) -> AsyncEngine:

@@ -22,6 +22,7 @@ from offsetstore.storage.batched_pages import PER_GROUP, batched
 from offsetstore.storage.lag import lag_seconds_status
 from offsetstore.storage.lag_columns import (
     FACTS_CHUNK,
+    WATERMARK,
     VerdictTally,
     facts_of,
     group_facts_query,
@@ -45,7 +46,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.schema import groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
 
@@ -83,7 +84,7 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             lag.label("lag"),
             past_log_end_column().label("past_log_end"),
             lag_seconds_column().label("lag_seconds"),
-            func.coalesce(watermarks.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
+            func.coalesce(WATERMARK.c.log_start_offset, NO_OFFSET).label("log_start_offset"),
             *status_columns(window),
             (
                 func.octet_length(offsets.c.topic)

@@ -51,6 +51,16 @@ __all__ = [
 DIALECT = "postgresql+psycopg://"
 
 
+#: What a new connection of the server sets for its session, once. A narrow read goes without the
+#: transaction's settings (:meth:`SessionSettings.sql`: no COMMIT to make durable, its time bounded
+#: by cancelling), and so went with PostgreSQL's JIT on: a page whose estimated cost passed
+#: jit_above_cost (a group the statistics guess large, on a big store) compiled 455 functions per
+#: call, 0.3-5 s, past the read's deadline (DescribeGroup of 16 partitions x43 on a store of 1M
+#: offsets; UNAVAILABLE with stale statistics). Behind a pooler that shares sessions the setting may
+#: be lost: the reads are then as before, and every transaction that sends its settings still has it.
+SESSION_SQL = "SELECT set_config('jit', 'off', false)"
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """What every transaction of the store sets for itself, and how its connections are made."""

@@ -16,7 +16,6 @@ from sqlalchemy import (
     Float,
     Select,
     Text,
-    and_,
     any_,
     bindparam,
     exists,
@@ -31,7 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore import storage
-from offsetstore.storage.schema import groups, offsets, watermarks
+from offsetstore.storage.lag_columns import with_watermarks
+from offsetstore.storage.schema import groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
@@ -106,9 +106,7 @@ def _build_partition_query() -> CompoundSelect[Any]:
     _, lag = storage.lag_columns()
     past_end = storage.past_log_end_column()
     lag_seconds = storage.lag_seconds_column()
-    joined = offsets.outerjoin(
-        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
-    )
+    joined = with_watermarks()
     ids = ARRAY(Text)
     detail = (
         select(

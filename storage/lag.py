@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
+    FromClause,
     and_,
     case,
     cast,
@@ -96,15 +97,17 @@ _NO_OFFSET = -2.0
 _PAST_LOG_END = -3.0
 
 
-def lag_seconds_of(committed: ColumnElement[Any]) -> ColumnElement[float]:
+def lag_seconds_of(committed: ColumnElement[Any], watermark: FromClause = watermarks) -> ColumnElement[float]:
     """Lag in seconds of ``committed`` (the effective offset: NULL where a sentinel's boundary is unknown).
 
-    An expression over ``offsets`` outer-joined with ``watermarks``; -1 where no log end was
+    An expression over ``offsets`` outer-joined with ``watermark`` (the table, or the per-row
+    probe of it that :mod:`.lag_columns` joins); -1 where no log end was
     sampled, -2 where the offset is unknown, -3 where it is past the log end (:func:`lag_seconds_status`
     turns these into -1 and the reason).
     """
     o, t = watermark_samples.c.log_end_offset, watermark_samples.c.sampled_at
-    log_end, seen_at = watermarks.c.log_end_offset, watermarks.c.updated_at
+    w = watermark.c
+    log_end, seen_at = w.log_end_offset, w.updated_at
     now = func.statement_timestamp()
     below = o <= committed
     # The newest sample at or below the offset; the first after it (else the watermark); the oldest.
@@ -129,7 +132,7 @@ def lag_seconds_of(committed: ColumnElement[Any]) -> ColumnElement[float]:
                 else_=func.greatest(0.0, seconds(now - z_t)),
             )
         )
-        .where(watermark_samples.c.topic == watermarks.c.topic, watermark_samples.c.partition == watermarks.c.partition)
+        .where(watermark_samples.c.topic == w.topic, watermark_samples.c.partition == w.partition)
         .scalar_subquery()
     )
     return case(

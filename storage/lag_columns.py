@@ -24,12 +24,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    exists,
     false,
     func,
+    literal_column,
     null,
     or_,
     select,
+    true,
     tuple_,
 )
 
@@ -38,12 +39,33 @@ from offsetstore.storage.lag import lag_seconds_of, lag_seconds_status, lag_seri
 from offsetstore.storage.schema import offset_history, offsets, watermark_samples, watermarks
 from offsetstore.storage.status import PartitionFacts, StatusRules, Verdict, judge, worst
 
+# The partition's watermark, read per offset row with one probe of the primary key: a LATERAL
+# subquery with a LIMIT is never flattened into a join, so no statistics can make it a hash join
+# over every topic's watermarks (a page of 16 read all 10,000 of a store's) or a nested loop
+# that scans them per row (a new group of 10,000 partitions with watermarks the statistics had
+# not seen yet: 10,000 x 10,000 comparisons, the 10,000-partition description that once needed
+# a deadline of 120 s).
+WATERMARK = (
+    select(
+        watermarks.c.topic,
+        watermarks.c.partition,
+        watermarks.c.log_start_offset,
+        watermarks.c.log_end_offset,
+        watermarks.c.updated_at,
+    )
+    .where(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
+    .correlate(offsets)
+    .limit(literal_column("1"))
+    .lateral("w")
+)
+_W = WATERMARK.c
+
 
 def _effective_offset() -> ColumnElement[int]:
     # A sentinel offset resolves to the watermark it stands for.
     return case(
-        (offsets.c.offset == EARLIEST, watermarks.c.log_start_offset),
-        (offsets.c.offset == LATEST, watermarks.c.log_end_offset),
+        (offsets.c.offset == EARLIEST, _W.log_start_offset),
+        (offsets.c.offset == LATEST, _W.log_end_offset),
         else_=offsets.c.offset,
     )
 
@@ -55,18 +77,18 @@ def lag_columns() -> tuple[ColumnElement[int], ColumnElement[int]]:
     (see `past_log_end_column`), never lag 0, and a sum over it would mean nothing.
     """
     effective = _effective_offset()
-    log_end = func.coalesce(watermarks.c.log_end_offset, NO_OFFSET)
+    log_end = func.coalesce(_W.log_end_offset, NO_OFFSET)
     lag = case(
-        (or_(watermarks.c.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
-        (effective > watermarks.c.log_end_offset, NO_OFFSET),
-        else_=watermarks.c.log_end_offset - effective,
+        (or_(_W.log_end_offset.is_(None), effective.is_(None)), NO_OFFSET),
+        (effective > _W.log_end_offset, NO_OFFSET),
+        else_=_W.log_end_offset - effective,
     )
     return log_end, lag
 
 
 def lag_seconds_column() -> ColumnElement[float]:
     """Lag in seconds over ``offsets`` outer-joined with ``watermarks`` (see :mod:`.lag`)."""
-    return lag_seconds_of(_effective_offset())
+    return lag_seconds_of(_effective_offset(), WATERMARK)
 
 
 def past_log_end_column() -> ColumnElement[bool]:
@@ -77,7 +99,7 @@ def past_log_end_column() -> ColumnElement[bool]:
     is no anomaly until a newer log end says so (storage/status.py calls it UNCONFIRMED).
     """
     return func.coalesce(
-        and_(_effective_offset() > watermarks.c.log_end_offset, watermarks.c.updated_at >= offsets.c.commit_time),
+        and_(_effective_offset() > _W.log_end_offset, _W.updated_at >= offsets.c.commit_time),
         false(),
     )
 
@@ -129,17 +151,25 @@ def status_columns(window: float | ColumnElement[Any]) -> tuple[ColumnElement[An
     return (
         now.label("now"),
         _effective_offset().label("effective_offset"),
-        watermarks.c.updated_at.label("watermark_time"),
-        watermarks.c.log_start_offset.label("log_start"),
-        watermarks.c.log_end_offset.label("log_end"),
+        _W.updated_at.label("watermark_time"),
+        _W.log_start_offset.label("log_start"),
+        _W.log_end_offset.label("log_end"),
         moved.label("moved_time"),
         case((by_operator, moved)).label("reset_time"),
         case((by_operator, consumer.limit(1).scalar_subquery())).label("consumer_time"),
         # The offset a window ago: the latest change up to then, else (unchanged since) the offset;
         # unknown where an operator moved it since, so that its jump never reads as lag growth.
         case(
+            # LIMIT 1, not EXISTS: PostgreSQL may plan an EXISTS as a hashed subplan over every
+            # group's history of the window (the primary key's range), once per statement: a
+            # 16-partition description read the whole history's index.
             (
-                exists().where(mine, h.c.change_time > then, _by_operator(h.c.kind)),
+                select(literal_column("1"))
+                .where(mine, h.c.change_time > then, _by_operator(h.c.kind))
+                .order_by(h.c.id.desc())
+                .limit(literal_column("1"))
+                .scalar_subquery()
+                .is_not(None),
                 null(),
             ),
             else_=func.coalesce(
@@ -245,10 +275,8 @@ class VerdictTally:
 
 
 def with_watermarks() -> Join:
-    """``offsets`` outer-joined with ``watermarks``: what every column here reads from."""
-    return offsets.outerjoin(
-        watermarks, and_(watermarks.c.topic == offsets.c.topic, watermarks.c.partition == offsets.c.partition)
-    )
+    """``offsets`` outer-joined with its partitions' watermarks (:data:`WATERMARK`): what every column here reads from."""
+    return offsets.outerjoin(WATERMARK, true())
 
 
 def lag_histories_query() -> Select[Any]:

@@ -10,7 +10,7 @@ most ``cap`` index entries, never the scan it weighs.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, true
 
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.storage import validate as check
@@ -55,10 +55,15 @@ def listed_partitions(conn: Connection, prefix: str, page_size: int, page_token:
             return 0
         page = page.where(groups.c.group_id > last)
     walked = page.order_by(groups.c.group_id).limit(size + 1).subquery()
-    some = (
+    # Each group's rows from its primary key's range, at most ``cap``: a LATERAL with a LIMIT is
+    # never made a join the planner may choose to hash, which (a page of small groups, a store of
+    # 1M offsets) read every group's offsets to weigh 30 groups of 16.
+    each = (
         select(offsets.c.partition)
-        .select_from(walked.join(offsets, offsets.c.group_id == walked.c.group_id))
+        .where(offsets.c.group_id == walked.c.group_id)
+        .correlate(walked)
         .limit(cap)
-        .subquery()
+        .lateral("each")
     )
+    some = select(each.c.partition).select_from(walked.join(each, true())).limit(cap).subquery()
     return int(conn.execute(select(func.count()).select_from(some)).scalar_one())

@@ -159,6 +159,28 @@ def test_with_prepare_off_the_hot_pool_leaves_no_prepared_statement(careless_url
         store.dispose()
 
 
+def test_the_hot_pool_s_reads_run_without_jit(careless_url: str, group_id: str) -> None:
+    # A narrow read sends no transaction settings; with PostgreSQL's JIT on (its default), a
+    # page the statistics guess large compiled hundreds of functions per call (0.3-5 s: a
+    # 16-partition DescribeGroup x43 on a big store). The session sets it off when it connects.
+    store = Store.open(StoreConfig(careless_url, SessionSettings(), hot_pool_size=2))
+    try:
+
+        async def calls(hot: AsyncStore) -> set[str]:
+            await hot.commit_offsets(group_id, [OffsetCommit("t", 0, 1)])
+            await hot.fetch_offsets(group_id)
+            seen = set()
+            for _ in range(2):  # each connection of the pool
+                async with hot.hot.connection() as conn:
+                    row = await (await conn.execute("SHOW jit")).fetchone()
+                    seen.add(row[0] if row else "")
+            return seen
+
+        assert _run(store, calls) == {"off"}
+    finally:
+        store.dispose()
+
+
 @pytest.mark.parametrize("session", ["off", "local", "remote_apply"])
 def test_the_sql_api_commits_synchronously_whatever_the_callers_session_says(
     database_url: str, group_id: str, session: str
