@@ -130,15 +130,27 @@ def test_reading_ones_own_huge_group_in_a_loop_keeps_another_tenants_commits_wit
     quiet = _victim(served.address, 3.0)
     stop = threading.Event()
     reads: list[str] = []
+    ran_out: list[str] = []
 
     def reader() -> None:
-        # The finding's loop: one-row pages that aggregate the whole group.
+        # The finding's loop: one-row pages that aggregate the whole group. Admission rests this
+        # principal 3x each call's cost while the victim commits, so one of its four queued calls
+        # may wait past its own deadline: that is the throttle working on the aggressor, counted,
+        # not a fault of the test (the victim's p99 is the claim; some rounds must still finish).
         with grpc.insecure_channel(served.address) as channel:
             own = pb_grpc.OffsetStoreServiceStub(channel)
             while not stop.is_set():
-                own.DescribeGroup(pb.DescribeGroupRequest(group_id=group_id, page_size=1), metadata=READER, timeout=60)
-                own.ListTopics(pb.ListTopicsRequest(group_id=group_id, page_size=1), metadata=READER, timeout=60)
-                own.ListGroups(pb.ListGroupsRequest(prefix=group_id, page_size=1), metadata=READER, timeout=60)
+                try:
+                    own.DescribeGroup(
+                        pb.DescribeGroupRequest(group_id=group_id, page_size=1), metadata=READER, timeout=60
+                    )
+                    own.ListTopics(pb.ListTopicsRequest(group_id=group_id, page_size=1), metadata=READER, timeout=60)
+                    own.ListGroups(pb.ListGroupsRequest(prefix=group_id, page_size=1), metadata=READER, timeout=60)
+                except grpc.RpcError as error:
+                    if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                        raise
+                    ran_out.append("deadline")
+                    continue
                 reads.append("done")
 
     threads = [threading.Thread(target=reader) for _ in range(4)]
@@ -153,7 +165,7 @@ def test_reading_ones_own_huge_group_in_a_loop_keeps_another_tenants_commits_wit
     print(
         f"\nvictim commit p99 quiet {_p99(quiet) * 1000:.1f} ms, with four readers of a {BIG:,}-partition group "
         f"{_p99(loaded) * 1000:.1f} ms; commits {len(quiet) / 3:.0f}/s vs {len(loaded) / 8:.0f}/s; "
-        f"reader rounds {len(reads)}"
+        f"reader rounds {len(reads)}, reader calls past their 60 s deadline {len(ran_out)}"
     )
     assert reads, "the reader's own reads never finished"
     # Before: 25.5 -> 3,479 ms. The bound, 5x quiet, with a floor for a shared machine's quiet p99.
