@@ -20,21 +20,9 @@ from offsetstore.client import OffsetStoreClient
 from offsetstore.v1 import offset_store_pb2 as pb
 from tests.fixtures.fix_auth import TOKENS, fresh
 from tests.fixtures.fix_tenants import PARTITION_QUOTA, Peak, Tenants
+from tests.fixtures.wire_bytes import _field
 
 MiB = 1 << 20
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def empty_commits(group: str, count: int) -> bytes:

@@ -18,6 +18,7 @@ from offsetstore.core.calls import SERVICE
 from offsetstore.server import wire
 from offsetstore.v1 import offset_store_pb2 as pb
 from offsetstore.v1 import options_pb2
+from tests.fixtures.wire_bytes import _field
 
 REQUESTS = sorted({m.input_type.full_name: m.input_type for m in SERVICE.methods}.items())
 
@@ -101,19 +102,6 @@ def test_a_repeated_field_added_without_a_cost_is_caught() -> None:
     )
     assert wire.undeclared(commit) == []
     assert wire.count_entries(commit, b"\x12\x00" + b"\x9a\x06\x01a" * 3) == {"offsets": 1, "tags": 3}
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def adoption(group: str, count: int, topic: str = "t-a") -> bytes:
