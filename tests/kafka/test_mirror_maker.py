@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.fixtures.fix_mirror_maker import MirroredKafka, mirror_makers_resume, plain_group_on_a
-from tests.fixtures.mirror_maker import format_resumes, resume_counts
+from tests.fixtures.mirror_maker import format_resumes, resume_counts, resume_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("mirror_maker")]
 
@@ -28,7 +28,9 @@ def _stops(mirrored: MirroredKafka, seed: int) -> dict[int, int]:
 
 def test_mirror_makers_translation_re_reads_and_never_skips(mirrored_kafka: MirroredKafka) -> None:
     topic = mirrored_kafka.topics["orders"]
-    on_a = plain_group_on_a(mirrored_kafka, topic, f"orders-app-{uuid.uuid4().hex[:8]}", _stops(mirrored_kafka, 58))
+    on_a = plain_group_on_a(
+        mirrored_kafka, topic, f"orders-app-{uuid.uuid4().hex[:8]}", records=_stops(mirrored_kafka, 58)
+    )
 
     resumed = mirror_makers_resume(mirrored_kafka, topic, on_a)
     print(format_resumes("MirrorMaker 2's translation (sync.group.offsets.enabled), resumed on B:", resumed))
@@ -37,6 +39,15 @@ def test_mirror_makers_translation_re_reads_and_never_skips(mirrored_kafka: Mirr
     copy = mirrored_kafka.target_records(topic)
     exact = resume_counts(copy, on_a.seen, {p: r.exact for p, r in resumed.items()})
     assert all((r.rereads, r.skipped) == (0, 0) for r in exact.values())
+    # A consumer of the group resumed on B (as a user's would) starts where MirrorMaker put it and re-reads as counted.
+    read = resume_group(mirrored_kafka.target, topic.remote, on_a.group, topic.partitions)
+    ends = {p: rs[-1].offset + 1 if rs else 0 for p, rs in copy.items()}
+    assert {p: rs[0].offset for p, rs in read.items() if rs} == {
+        p: r.offset for p, r in resumed.items() if r.offset < ends[p]
+    }
+    assert {p: sum(1 for r in rs if r.id in on_a.seen[p]) for p, rs in read.items()} == {
+        p: r.rereads for p, r in resumed.items()
+    }
     # MirrorMaker never skips a record (it translates down to the last offset sync before the position) ...
     assert all(r.skipped == 0 for r in resumed.values()), resumed
     # ... and, with transaction markers, aborts and a moved log start, it re-reads.
@@ -45,7 +56,9 @@ def test_mirror_makers_translation_re_reads_and_never_skips(mirrored_kafka: Mirr
 
 def test_the_same_offsets_on_b_re_read_or_skip(mirrored_kafka: MirroredKafka) -> None:
     topic = mirrored_kafka.topics["orders"]
-    on_a = plain_group_on_a(mirrored_kafka, topic, f"orders-app-{uuid.uuid4().hex[:8]}", _stops(mirrored_kafka, 59))
+    on_a = plain_group_on_a(
+        mirrored_kafka, topic, f"orders-app-{uuid.uuid4().hex[:8]}", records=_stops(mirrored_kafka, 59)
+    )
 
     naive = resume_counts(mirrored_kafka.target_records(topic), on_a.seen, on_a.committed, on_a.committed)
     print(format_resumes("The naive switch (A's offsets used on B as they are):", naive))
