@@ -33,19 +33,24 @@ def test_mirror_makers_translation_re_reads_and_never_skips(mirrored_kafka: Mirr
     )
 
     resumed = mirror_makers_resume(mirrored_kafka, topic, on_a)
-    print(format_resumes("MirrorMaker 2's translation (sync.group.offsets.enabled), resumed on B:", resumed))
+    read = sum(map(len, on_a.seen.values()))
+    print(
+        format_resumes(
+            f"MirrorMaker 2's translation (sync.group.offsets.enabled) of a group that read {read}:", resumed
+        )
+    )
 
     # The counting itself: a resume at the exact position re-reads nothing and skips nothing.
     copy = mirrored_kafka.target_records(topic)
     exact = resume_counts(copy, on_a.seen, {p: r.exact for p, r in resumed.items()})
     assert all((r.rereads, r.skipped) == (0, 0) for r in exact.values())
     # A consumer of the group resumed on B (as a user's would) starts where MirrorMaker put it and re-reads as counted.
-    read = resume_group(mirrored_kafka.target, topic.remote, on_a.group, topic.partitions)
+    again = resume_group(mirrored_kafka.target, topic.remote, on_a.group, topic.partitions)
     ends = {p: rs[-1].offset + 1 if rs else 0 for p, rs in copy.items()}
-    assert {p: rs[0].offset for p, rs in read.items() if rs} == {
+    assert {p: rs[0].offset for p, rs in again.items() if rs} == {
         p: r.offset for p, r in resumed.items() if r.offset < ends[p]
     }
-    assert {p: sum(1 for r in rs if r.id in on_a.seen[p]) for p, rs in read.items()} == {
+    assert {p: sum(1 for r in rs if r.id in on_a.seen[p]) for p, rs in again.items()} == {
         p: r.rereads for p, r in resumed.items()
     }
     # MirrorMaker never skips a record (it translates down to the last offset sync before the position) ...
