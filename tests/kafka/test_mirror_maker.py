@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.fixtures.fix_mirror_maker import MirroredKafka, mirror_makers_resume, plain_group_on_a
-from tests.fixtures.mirror_maker import format_resumes, resume_counts, resume_group
+from tests.fixtures.mirror_maker import format_beside, format_resumes, resume_counts, resume_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("mirror_maker")]
 
@@ -65,10 +65,28 @@ def test_the_same_offsets_on_b_re_read_or_skip(mirrored_kafka: MirroredKafka) ->
         mirrored_kafka, topic, f"orders-app-{uuid.uuid4().hex[:8]}", records=_stops(mirrored_kafka, 59)
     )
 
-    naive = resume_counts(mirrored_kafka.target_records(topic), on_a.seen, on_a.committed, on_a.committed)
+    copy = mirrored_kafka.target_records(topic)
+    naive = resume_counts(copy, on_a.seen, on_a.committed, on_a.committed)
     print(format_resumes("The naive switch (A's offsets used on B as they are):", naive))
+    exact = resume_counts(copy, on_a.seen, {p: r.exact for p, r in naive.items()})
+    print(format_beside("The same group switched two ways", {"same offsets": naive, "exact": exact}))
 
     # B's copy has no control records, no aborted records, and starts at A's moved log start:
     # A's offsets point past the exact position on every partition, so the naive switch skips records.
     assert all(r.offset > r.exact for r in naive.values()), naive
     assert sum(r.skipped for r in naive.values()) > 0, naive
+
+
+def test_a_topic_made_later_starts_where_its_log_start_was_moved_and_is_copied_as_written(
+    mirrored_kafka: MirroredKafka,
+) -> None:
+    topic = mirrored_kafka.new_topic(f"orders-{uuid.uuid4().hex[:6]}", transactions=30, seed=7)
+    on_a, copy = mirrored_kafka.source_records(topic), mirrored_kafka.target_records(topic)
+    # B's copy starts with A's first committed record after the moved log start, at offset 0.
+    assert on_a[0][0].offset >= topic.log_start[0] > 0
+    assert (copy[0][0].offset, copy[0][0].id) == (0, on_a[0][0].id)
+
+    committed = dict(topic.writer.committed)
+    topic.writer.write(10)  # mid-stream: what is written after MirrorMaker's start is copied as it comes
+    ends = mirrored_kafka.wait_mirrored(topic)
+    assert {p: ends[p] - len(copy[p]) for p in ends} == {p: topic.writer.committed[p] - committed[p] for p in ends}
