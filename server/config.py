@@ -61,6 +61,8 @@ class Settings(SettingFields):
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
         if self.principal_history_rows_per_second < 0:
             raise ValueError("OFFSETSTORE_PRINCIPAL_HISTORY_ROWS_PER_SECOND must be >= 0 (0: no budget)")
+        if self.principal_partitions_per_second < 0:
+            raise ValueError("OFFSETSTORE_PRINCIPAL_PARTITIONS_PER_SECOND must be >= 0 (0: no budget)")
         if self.principal_bytes_per_second < 0:
             raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
@@ -104,6 +106,7 @@ class Settings(SettingFields):
             max_workers=self.max_workers,
             max_streams=self.max_streams,
             max_calls_per_principal=self.max_calls_per_principal,
+            principal_partitions_per_second=self.principal_partitions_per_second,
             principal_bytes_per_second=self.principal_bytes_per_second,
             max_groups_per_principal=self.max_groups_per_principal,
             max_partitions_per_principal=self.max_partitions_per_principal,

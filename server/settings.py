@@ -284,6 +284,12 @@ class SettingFields:
         "unset: a quarter of ``--max-workers``.",
         group=SECURITY,
     )
+    principal_partitions_per_second: float = setting(
+        Limits.principal_partitions_per_second,
+        "Cost (the partitions a commit carries, the rows a read may return) one principal may spend per second "
+        "while other principals are active (bursts of a second, at least 10,000); 0: no budget.",
+        group=SECURITY,
+    )
     principal_bytes_per_second: int = setting(
         int(Limits.principal_bytes_per_second),
         "Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit.",
