@@ -13,7 +13,7 @@ from offsetstore.client import ResourceExhaustedError
 from offsetstore.core.calls import FACTS
 from offsetstore.runtime import event_loop
 from offsetstore.runtime.event_loop import EVENT_LOOPS
-from offsetstore.server.admission import Admission, cost_of
+from offsetstore.server.admission import KEEP_PRINCIPALS, Admission, cost_of
 from offsetstore.server.call import Call
 from offsetstore.v1 import offset_store_pb2 as pb
 
@@ -221,3 +221,21 @@ def test_budget_waits_end_on_either_event_loop(loop: str) -> None:
             await _empty_then_next_call(admission)
 
     event_loop.run(scenario(), loop)
+
+
+def test_principals_gone_with_a_budget_to_refill_are_forgotten_once_it_is() -> None:
+    # One anonymous peer address is one principal: a map of every address that ever called and
+    # left owing would grow without bound.
+    async def scenario() -> int:
+        admission = Admission(max_calls=10, cost_per_second=1e9, burst_cost=10_000)  # refilled in 10 us
+        admission.enter("b", limited=True)
+        await admission.run("b", 1)
+        for n in range(3 * KEEP_PRINCIPALS):
+            peer = f"ipv4:10.0.{n // 256}.{n % 256}"
+            admission.enter(peer, limited=False)
+            await admission.run(peer, 10_000)
+            admission.done(peer, 10_000)
+            admission.leave(peer, limited=False)
+        return len(admission._principals)
+
+    assert asyncio.run(scenario()) <= KEEP_PRINCIPALS + 1
