@@ -183,7 +183,7 @@ class Gate:
                 cost = cost_of(call)
                 if self.scan_cost is not None:  # a one-row page that aggregates a huge group is not one row
                     cost = max(cost, await self.scan_cost.of(call))
-                admitted = await self.admission.run(name, cost)
+                await self.admission.run(name, cost)
                 token = current_principal.set(principal.name if principal is not None else None)
                 try:
                     remaining = context.time_remaining()
@@ -191,7 +191,7 @@ class Gate:
                     with deadline(bound, _active(context), principal=name):  # name: its share of the batches
                         response = await run(request, context)
                 finally:
-                    self.admission.done(name, cost, admitted)
+                    self.admission.done(name, cost)
                     current_principal.reset(token)
                 if self.quota is not None:
                     self.quota.after(call, response)
