@@ -115,6 +115,7 @@ def _large(group_id: Any) -> Any:
     some = (
         select(literal_column("1"))
         .where(offsets.c.group_id == group_id)
+        .correlate_except(offsets)  # the caller's group: a derived table is not correlated by itself
         .limit(bindparam("large", type_=Integer) + 1)
         .subquery("some")
     )

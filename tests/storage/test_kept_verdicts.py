@@ -131,6 +131,9 @@ def test_a_kept_verdict_is_not_given_under_another_window_past_its_age_or_after_
 
 def test_the_round_keeps_large_live_groups_only(vstore: Store) -> None:
     small, large = _group(vstore, kept_verdicts.LARGE_GROUP), _group(vstore, LARGE)
+    with engine_of(vstore).connect() as conn:
+        due = {group_id for group_id, _ in kept_verdicts.due(conn, DEFAULT_RULES.window)}
+    assert large in due and small not in due  # a round evaluates no group it will not keep
     kept = set(_round(vstore).verdicts)
     assert large in kept and small not in kept
     assert large in _kept(vstore) and small not in _kept(vstore)
