@@ -234,9 +234,16 @@ class Maintenance:
         for group_id, reset_count in await self.store.run(kept_verdicts.due, rules.window):
             if budget <= 0:
                 break
-            evaluated = await self.store.run_hot(
-                "keep_verdict", partial(kept_verdicts.evaluate_steps, group_id, rules), read_only=True
-            )
+            try:
+                evaluated = await self.store.run_hot(
+                    "keep_verdict", partial(kept_verdicts.evaluate_steps, group_id, rules), read_only=True
+                )
+            except OffsetStoreError as error:
+                # One group that cannot be evaluated (its chunk past the statement timeout) must
+                # not hold back the others, which come after it in every round.
+                log.warning("group verdict not kept", extra={"group_id": group_id, "error": type(error).__name__})
+                budget -= kept_verdicts.LARGE_GROUP
+                continue
             budget -= evaluated.partitions
             if evaluated.partitions > kept_verdicts.LARGE_GROUP:
                 await self.store.run(kept_verdicts.keep, evaluated, reset_count)
