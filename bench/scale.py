@@ -9,7 +9,13 @@ or a new large consumer. The probes (sequential calls, each its p50 over ``--cal
 against both servers alternately, call by call, so both see the same machine; then the big
 store is ANALYZEd and they run again. Printed: each probe's p50 on the small store, and its
 ratio on the big one, stale and analyzed; a 10,000-partition group's page of 100 beside a
-16-partition group's whole description; failed calls; the load averages. Timings are
+16-partition group's whole description; failed calls; the load averages.
+
+That first page gives the verdict a maintenance round kept for the group (storage/kept_verdicts.py).
+The servers' own rounds are held off (``--maintenance-interval 1h``: a round evaluating the
+other 99 big groups would load the machine mid-probe); before each phase the bench does what a
+round does for ``big-001`` (evaluate it over every partition, keep the verdict) and prints how
+long that took: the cost a round pays per 10,000-partition group, once, instead of every page. Timings are
 printed, never asserted (the targets: each ratio <= 1.5, the page <= 2, no call failing).
 
 Usage: ``python bench/scale.py [--calls 40] [--history 10] [--keep]``.
@@ -30,8 +36,12 @@ from collections.abc import Callable
 import psycopg
 from _server import served
 
+from offsetstore import storage
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import OffsetCommit
+from offsetstore.storage import kept_verdicts
+from offsetstore.storage.engine import plain_engine
+from offsetstore.storage.status import DEFAULT_RULES
 from offsetstore.v1 import offset_store_pb2 as pb
 
 ADMIN = os.environ.get("OFFSETSTORE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -78,6 +88,22 @@ def _url(database: str) -> str:
 def _sql(database: str, sql: str) -> None:
     with psycopg.connect(_url(database), autocommit=True) as conn:
         conn.execute(sql.encode())  # a script of several statements, no parameters
+
+
+def keep_verdict(database: str, group_id: str) -> float:
+    """What a maintenance round does for ``group_id``: evaluate its verdict over every partition and keep it; seconds."""
+    engine = plain_engine("postgresql+psycopg://" + _url(database).split("://")[1])
+    try:
+        started = time.perf_counter()
+        with engine.begin() as conn:
+            evaluated = storage.drive_steps(conn, kept_verdicts.evaluate_steps(group_id, DEFAULT_RULES))
+            reset_count = conn.exec_driver_sql(
+                "SELECT reset_count FROM offsetstore.groups WHERE group_id = %(g)s", {"g": group_id}
+            ).scalar_one()
+            kept_verdicts.keep(conn, evaluated, reset_count)
+        return time.perf_counter() - started
+    finally:
+        engine.dispose()
 
 
 def _load() -> str:
@@ -128,7 +154,7 @@ def measure(clients: dict[str, OffsetStoreClient], calls: int) -> tuple[dict[str
                 continue
             with contextlib.suppress(Exception):  # warm: the first call compiles what later ones reuse
                 ready[database][name]()
-        # The first page of a 10,000-partition group reads its verdict over every partition: fewer calls.
+        # The first page of a 10,000-partition group read its verdict over every partition before it was kept: fewer calls.
         for _ in range(max(5, calls // 4) if "10,000" in name else calls):
             for database in clients:
                 if database == SMALL and "10,000" in name:
@@ -160,7 +186,7 @@ def main() -> None:
             clients: dict[str, OffsetStoreClient] = {}
             for database in (SMALL, BIG):
                 os.environ["OFFSETSTORE_BENCH_DATABASE_URL"] = "postgresql+psycopg://" + _url(database).split("://")[1]
-                server = stack.enter_context(served(extra_args=["--processes", "1"]))
+                server = stack.enter_context(served(extra_args=["--processes", "1", "--maintenance-interval", "1h"]))
                 clients[database] = stack.enter_context(OffsetStoreClient(server.address, timeout=30))
                 _sql(database, _SMALL)
                 _sql(database, "ANALYZE")
@@ -186,6 +212,8 @@ def main() -> None:
             for phase in ("stale", "analyzed"):
                 if phase == "analyzed":
                     _sql(BIG, "ANALYZE")
+                took = keep_verdict(BIG, "big-001")
+                print(f"{phase}: big-001's verdict evaluated and kept in {took:.2f} s, load {_load()}", flush=True)
                 before = _load()
                 results[phase] = measure(clients, args.calls)
                 print(f"{phase}: measured, load {before} -> {_load()}", flush=True)

@@ -1,4 +1,4 @@
-"""The maintenance task: a round every interval makes and drops history partitions and expires idle groups."""
+"""The maintenance task: a round every interval makes and drops history partitions, expires idle groups and keeps large groups' verdicts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol, TypeVar
 
 from sqlalchemy import Connection, func, select
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from offsetstore.core.errors import OffsetStoreError
 from offsetstore.runtime._calls import lock_wait_ran_out
 from offsetstore.runtime.async_store import AsyncStore
+from offsetstore.storage import kept_verdicts
 from offsetstore.storage.advisory_locks import describe_holder
 from offsetstore.storage.lag import expire_samples
 from offsetstore.storage.retention.expiry import ACTOR
@@ -51,6 +53,8 @@ class RoundResult:
     dropped: list[str] = field(default_factory=list)
     expired: list[str] = field(default_factory=list)
     watermarks: int = 0
+    #: Groups whose verdict was evaluated and kept (:mod:`~offsetstore.storage.kept_verdicts`).
+    verdicts: list[str] = field(default_factory=list)
     #: Steps that found their lock taken and were left for the next round.
     deferred: list[str] = field(default_factory=list)
 
@@ -157,6 +161,7 @@ class Maintenance:
                 "partitions_dropped": len(result.dropped),
                 "groups_expired": len(result.expired),
                 "watermarks_dropped": result.watermarks,
+                "verdicts_kept": len(result.verdicts),
                 "deferred": result.deferred,
                 "ms": round(seconds * 1000, 1),
             },
@@ -211,7 +216,39 @@ class Maintenance:
             idle_for = timedelta(seconds=self.offsets_retention)
             expired = await self.store.expire_groups(idle_for, limit=EXPIRE_PER_ROUND, execute=True, actor=ACTOR)
             result.expired = [g.group_id for g in expired]
+        result.verdicts = await self._keep_verdicts()
         return result
+
+    async def _keep_verdicts(self) -> list[str]:
+        """Evaluates the large groups' verdicts due (at most :data:`~.kept_verdicts.ROUND_PARTITIONS` partitions) and keeps them.
+
+        Each evaluation is read-only statements on the hot pool, a chunk each, pausing between
+        slices (the loop serves the scrapes meanwhile); each kept verdict its own short transaction.
+        """
+        rules = self.store.status_rules
+        dropped = await self.store.run(kept_verdicts.drop_unused, rules.window)
+        if dropped:
+            log.info("kept verdicts dropped", extra={"verdicts": dropped})
+        kept: list[str] = []
+        budget = kept_verdicts.ROUND_PARTITIONS
+        for group_id, reset_count in await self.store.run(kept_verdicts.due, rules.window):
+            if budget <= 0:
+                break
+            try:
+                evaluated = await self.store.run_hot(
+                    "keep_verdict", partial(kept_verdicts.evaluate_steps, group_id, rules), read_only=True
+                )
+            except OffsetStoreError as error:
+                # One group that cannot be evaluated (its chunk past the statement timeout) must
+                # not hold back the others, which come after it in every round.
+                log.warning("group verdict not kept", extra={"group_id": group_id, "error": type(error).__name__})
+                budget -= kept_verdicts.LARGE_GROUP
+                continue
+            budget -= evaluated.partitions
+            if evaluated.partitions > kept_verdicts.LARGE_GROUP:
+                await self.store.run(kept_verdicts.keep, evaluated, reset_count)
+                kept.append(group_id)
+        return kept
 
     async def _observe_oldest(self) -> None:
         if self.metrics is None:

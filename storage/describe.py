@@ -7,25 +7,20 @@ lag-history flag: building it is most of a call's cost); its columns are
 
 from __future__ import annotations
 
-import collections
 import functools
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import Connection, Select, Text, bindparam, func, select, true
-from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
+from sqlalchemy import Connection, Select, Text, and_, bindparam, extract, func, select, true
 
 from offsetstore.core.errors import GroupNotFoundError
 from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
 from offsetstore.storage import validate as check
 from offsetstore.storage.batched_pages import PER_GROUP, batched
+from offsetstore.storage.kept_verdicts import MAX_AGE, evaluate_steps, verdict_of
 from offsetstore.storage.lag import lag_seconds_status
 from offsetstore.storage.lag_columns import (
-    FACTS_CHUNK,
     WATERMARK,
-    VerdictTally,
     facts_of,
-    group_facts_query,
     group_verdict,
     lag_columns,
     lag_histories_of,
@@ -46,20 +41,22 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import group_verdicts, groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
-from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
+from offsetstore.storage.steps import CompiledQuery, HotSteps, compile_query, drive_steps
 
 _GROUP = bindparam("group", type_=Text)
-_DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
 
 
 @functools.lru_cache(maxsize=16)
 def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
     """DescribeGroup's page query, built once per status window and lag-history flag (building it is most of a call).
 
-    Its parameters: ``group`` and the page's (:func:`~.pages.sized_page_params`).
+    Its parameters: ``group`` and the page's (:func:`~.pages.sized_page_params`). The group's
+    row comes with its kept verdict (:mod:`.kept_verdicts`) under ``window``, if one was kept
+    since its latest reset or delete: one more probe of a primary key.
     """
+    kept = group_verdicts.c
     group = (
         select(
             groups.c.generation,
@@ -68,6 +65,20 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             groups.c.member_id,
             groups.c.member_host,
             groups.c.active_at,
+            kept.status.label("kept_status"),
+            kept.reason.label("kept_reason"),
+            kept.partitions.label("kept_partitions"),
+            extract("epoch", func.statement_timestamp() - kept.evaluated_at).label("kept_age"),
+        )
+        .select_from(
+            groups.outerjoin(
+                group_verdicts,
+                and_(
+                    kept.group_id == groups.c.group_id,
+                    kept.status_window == window,
+                    kept.reset_count == groups.c.reset_count,
+                ),
+            )
         )
         .where(groups.c.group_id == _GROUP)
         .subquery("g")
@@ -101,62 +112,12 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
     return select(group, part).select_from(group.outerjoin(part, true())).order_by(part.c.topic, part.c.partition)
 
 
-class _Query(NamedTuple):
-    """A query compiled once to psycopg's SQL: its text, its fixed parameters, a row type naming its columns."""
-
-    sql: str
-    fixed: dict[str, Any]
-    row: Callable[..., Any]
-
-    def statement(self, **params: object) -> Statement:
-        return self.sql, {**self.fixed, **params}
-
-    def rows(self, found: list[tuple[Any, ...]] | None) -> list[Any]:
-        return [self.row(*r) for r in found or ()]
-
-
-def _compile(query: Select[Any]) -> _Query:
-    compiled = query.compile(dialect=_DIALECT)
-    names = list(query.selected_columns.keys())
-    return _Query(str(compiled), dict(compiled.params), collections.namedtuple("Row", names, rename=True))
-
-
 @functools.lru_cache(maxsize=16)
-def _page_query(window: float, lag_history: bool) -> _Query:
-    return _compile(_describe_statement(window, lag_history))
+def _page_query(window: float, lag_history: bool) -> CompiledQuery:
+    return compile_query(_describe_statement(window, lag_history))
 
 
-@functools.lru_cache(maxsize=16)
-def _facts_query(window: float) -> _Query:
-    return _compile(group_facts_query(window))
-
-
-_HISTORIES = _compile(lag_histories_query())
-
-
-def _group_verdict_steps(group_id: str, rules: StatusRules) -> HotSteps[Verdict]:
-    """The group's verdict over all its partitions, read :data:`~.lag_columns.FACTS_CHUNK` at a time in key order.
-
-    Each chunk is a statement of its own (its own snapshot: a verdict is a summary, not a
-    transaction's view), judged :data:`~.steps.SLICE` rows between pauses, so that a huge
-    group's verdict neither nears the statement timeout nor holds the event loop (issue 47:
-    20,000 partitions in one statement held it 1.2 s; 100,000 timed out).
-    """
-    facts = _facts_query(rules.window)
-    tally = VerdictTally()
-    after_topic, after_partition = "", -1
-    while True:
-        statement = facts.statement(
-            group=group_id, after_topic=after_topic, after_partition=after_partition, rows=FACTS_CHUNK
-        )
-        rows = facts.rows((yield statement))
-        for n, r in enumerate(rows, 1):
-            tally.add_row(r, rules)
-            if n % SLICE == 0:
-                yield PAUSE
-        if len(rows) < FACTS_CHUNK:
-            return tally.verdict()
-        after_topic, after_partition = rows[-1].topic, rows[-1].partition
+_HISTORIES = compile_query(lag_histories_query())
 
 
 def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any]]:
@@ -188,7 +149,8 @@ def describe_group(
 
     One statement, so the partitions and the generation come from one snapshot. A
     deleted group's error carries the generation and reset count its id keeps. The group's
-    verdict is over all its partitions: a second statement on a first page that has more after it.
+    verdict is over all its partitions: on a first page that has more after it, the one kept
+    for a large group (:mod:`.kept_verdicts`, its age in its reason), else more statements.
     """
     return drive_steps(conn, describe_group_steps(group_id, page, rules, lag_history))
 
@@ -250,8 +212,10 @@ def describe_group_steps(
     token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
     if not more and not page.page_token:
         verdict = group_verdict([(p.topic, p.partition, Verdict(p.status, p.status_reason)) for p in partitions])
+    elif not page.page_token and first.kept_status is not None and first.kept_age <= MAX_AGE:
+        verdict = verdict_of(first.kept_status, first.kept_reason, float(first.kept_age), first.kept_partitions)
     elif not page.page_token:
-        verdict = yield from _group_verdict_steps(group_id, rules)
+        verdict = (yield from evaluate_steps(group_id, rules)).verdict
     else:
         verdict = Verdict(GroupStatus.UNSPECIFIED, "")  # the first page has it
     return GroupDescription(

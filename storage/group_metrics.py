@@ -30,8 +30,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore import storage
+from offsetstore.storage.kept_verdicts import MAX_AGE
 from offsetstore.storage.lag_columns import with_watermarks
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import group_verdicts, groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
@@ -100,9 +101,27 @@ def _build_group_query() -> Select[Any]:
     )
 
 
+def _kept_status() -> Any:
+    # A summarized group's status: the verdict the maintenance kept for it (storage/kept_verdicts.py),
+    # if one applies (the window, no reset since, not too old); one probe of a primary key a group.
+    v = group_verdicts.c
+    return (
+        select(v.status)
+        .select_from(group_verdicts.join(groups, groups.c.group_id == v.group_id))
+        .where(
+            v.group_id == offsets.c.group_id,
+            v.status_window == bindparam("window", type_=Float),
+            v.reset_count == groups.c.reset_count,
+            v.evaluated_at >= func.statement_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, MAX_AGE),
+        )
+        .scalar_subquery()
+    )
+
+
 def _build_partition_query() -> CompoundSelect[Any]:
     # The second statement: the partitions of the groups that fit their share (at most the
-    # series budget's rows), and one row of sums for each group that does not.
+    # series budget's rows), and one row of sums for each group that does not (with its kept
+    # verdict's status, if any).
     _, lag = storage.lag_columns()
     past_end = storage.past_log_end_column()
     lag_seconds = storage.lag_seconds_column()
@@ -121,6 +140,7 @@ def _build_partition_query() -> CompoundSelect[Any]:
             lag_seconds.label("lag_seconds"),
             offsets.c.commit_time,
             *storage.status_columns(bindparam("window", type_=Float)),
+            null().label("kept_status"),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("detailed", type_=ids)))
@@ -137,7 +157,8 @@ def _build_partition_query() -> CompoundSelect[Any]:
             func.sum(lag).filter(known),
             func.count().filter(past_end),
             func.max(lag_seconds).filter(lag_seconds >= 0),
-            *(null() for _ in range(len(storage.status_columns(0)) + 1)),  # no verdict: see GroupCollector
+            *(null() for _ in range(len(storage.status_columns(0)) + 1)),  # no partition verdicts: see GroupCollector
+            _kept_status(),
         )
         .select_from(joined)
         .where(offsets.c.group_id == any_(bindparam("summarized", type_=ids)))
@@ -251,6 +272,7 @@ def group_metrics(
     )
 
 
-def group_sums(conn: Connection, group_ids: Sequence[str]) -> list[Any]:
-    """One row of sums (lag sum, max lag, partitions past the log end) for each of ``group_ids``."""
-    return list(conn.execute(_PARTITION_QUERY, {"detailed": [], "summarized": list(group_ids), "window": 0.0}).all())
+def group_sums(conn: Connection, group_ids: Sequence[str], rules: StatusRules = DEFAULT_RULES) -> list[Any]:
+    """One row of sums (lag sum, max lag, partitions past the log end, the kept status under ``rules``) for each of ``group_ids``."""
+    params = {"detailed": [], "summarized": list(group_ids), "window": rules.window}
+    return list(conn.execute(_PARTITION_QUERY, params).all())

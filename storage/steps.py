@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+import collections
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
 import psycopg
 import sqlalchemy.exc
 from sqlalchemy import (
     Connection,
+    Select,
 )
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 from sqlalchemy.util import await_only
 
 R = TypeVar("R")
@@ -47,6 +50,30 @@ def text_array(values: Sequence[str]) -> str:
 Statement = tuple[str, Mapping[str, object]]
 #: An operation of the hot path as steps: yields statements (or PAUSE), is sent each one's rows, returns its result.
 HotSteps = Generator[Statement | None, list[tuple[Any, ...]] | None, R]
+
+
+_DIALECT = postgresql_psycopg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it unannotated
+
+
+class CompiledQuery(NamedTuple):
+    """A query compiled once to psycopg's SQL: its text, its fixed parameters, a row type naming its columns."""
+
+    sql: str
+    fixed: dict[str, Any]
+    row: Callable[..., Any]
+
+    def statement(self, **params: object) -> Statement:
+        return self.sql, {**self.fixed, **params}
+
+    def rows(self, found: list[tuple[Any, ...]] | None) -> list[Any]:
+        return [self.row(*r) for r in found or ()]
+
+
+def compile_query(query: Select[Any]) -> CompiledQuery:
+    """``query`` as a :class:`CompiledQuery` (compiling is most of a small call's cost: do it once)."""
+    compiled = query.compile(dialect=_DIALECT)
+    names = list(query.selected_columns.keys())
+    return CompiledQuery(str(compiled), dict(compiled.params), collections.namedtuple("Row", names, rename=True))
 
 
 #: A statement with more entries than this in an array argument is planned for its arguments:

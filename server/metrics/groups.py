@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from offsetstore import storage
+from offsetstore.core.types import GroupStatus
 from offsetstore.runtime.store import Store
 from offsetstore.storage.group_metrics import GroupScrape, group_metrics, group_sums
 from offsetstore.storage.status import Verdict, judge
@@ -31,7 +32,8 @@ class GroupCollector(Collector):
     Bounded twice: at most ``group_limit`` groups are shown (taken round-robin over tenants),
     and the per-group series stay within ``series_limit`` (0: no limit). Every shown group has
     its partition count, lag sum, max lag, last commit age, partitions past the log end, lag in seconds
-    and status verdict (the verdict only while its partitions are detailed: a verdict is over them all);
+    and status verdict (while its partitions are detailed: a verdict is over them all; beyond, the
+    verdict the maintenance kept for a large group, :mod:`~offsetstore.storage.kept_verdicts`);
     its partitions have series of their own only while the group fits its tenant's fair share
     of the budget (:func:`share_series`).
 
@@ -86,7 +88,7 @@ class GroupCollector(Collector):
 
     def _refresh_sums(self, group_ids: list[str]) -> None:
         try:
-            rows = self.store.run(group_sums, group_ids)
+            rows = self.store.run(group_sums, group_ids, self.store.status_rules)
         except Exception as error:
             log.warning("group sums query failed", extra={"error": type(error).__name__})
             return
@@ -177,8 +179,8 @@ class GroupCollector(Collector):
             "status": GaugeMetricFamily(
                 "offsetstore_group_status",
                 "1 for the group's status verdict (its worst partition's: OK, IDLE, LAGGING, STALLED, STOPPED, "
-                "LOST, PAST_END or UNCONFIRMED; docs/operations.md), one series per group. Absent for a group "
-                "shown by its sums only.",
+                "LOST, PAST_END or UNCONFIRMED; docs/operations.md), one series per group. For a group shown by "
+                "its sums only, the verdict the maintenance kept for it (absent until one is kept).",
                 labels=("group", "status"),
             ),
             "age": GaugeMetricFamily(
@@ -217,10 +219,13 @@ class GroupCollector(Collector):
             latest = self._background_sums(scrape)
             rows = [*rows, *(latest[g] for g in sums if g not in scrape.detailed and g in latest)]
         verdicts: dict[str, list[tuple[str, int, Verdict]]] = {}
+        kept: dict[str, GroupStatus] = {}
         for r in rows:
             found = sums[r.group_id]
             if r.topic is None:  # the sums of a group that did not fit its share
                 found[:] = [r.lag_sum, r.lag if r.lag >= 0 else None, r.past_ends, r.lag_seconds]
+                if r.kept_status is not None:  # its verdict, as the maintenance kept it (storage/kept_verdicts.py)
+                    kept[r.group_id] = GroupStatus(r.kept_status)
                 continue
             facts = storage.facts_of(r, r.lag_seconds if r.lag_seconds >= 0 else -1.0)
             verdicts.setdefault(r.group_id, []).append((r.topic, r.partition, judge(facts, self.store.status_rules)))
@@ -246,6 +251,8 @@ class GroupCollector(Collector):
                 f["lag_seconds"].add_metric([r.group_id], lag_seconds)
             if r.group_id in verdicts:
                 f["status"].add_metric([r.group_id, storage.group_verdict(verdicts[r.group_id]).status.name], 1)
+            elif r.group_id in kept:
+                f["status"].add_metric([r.group_id, kept[r.group_id].name], 1)
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
         return list(f.values())
 

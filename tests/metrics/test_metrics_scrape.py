@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.pool import NullPool
 
 from offsetstore.core.types import Watermark
-from offsetstore.runtime import migrate
+from offsetstore.runtime import maintenance, migrate
 from offsetstore.runtime.config import StoreConfig
 from offsetstore.runtime.store import Store
 from offsetstore.server import metrics
@@ -202,6 +202,11 @@ def test_one_huge_group_shows_its_sums_and_every_other_group_keeps_its_partition
         assert samples["offsetstore_group_partitions_past_log_end{group=huge-0}"] == 1
         assert "offsetstore_group_last_commit_age_seconds{group=huge-0}" in samples
         assert samples["offsetstore_groups_summarized{}"] == 1
+        # No status for it until the maintenance has kept its verdict (one partition past its log end).
+        assert not any(key.startswith("offsetstore_group_status{group=huge-0,") for key in samples)
+        assert store.wait(maintenance.Maintenance(store.aio, history_retention=0, offsets_retention=0).run_once())
+        kept = metrics.build_registry(store, series_limit=1000)
+        assert kept.get_sample_value("offsetstore_group_status", {"group": "huge-0", "status": "PAST_END"}) == 1
         # Every other group keeps its per-partition series, and its sums too.
         for group in ("a-1", "a-2", "a-3", "b-1"):
             for partition in range(4):
