@@ -1,4 +1,4 @@
-"""``groups adopt`` (positions taken over from a Kafka group, a Spark checkpoint or a CSV file) and the way back out.
+"""``groups adopt`` (positions taken over from a Kafka group, a Spark checkpoint, a CSV file or an observed group) and the way back out.
 
 An adoption is one ResetOffsets with a different offset per partition (``to_offsets``) and a
 ``source``: one transaction that bumps the generation (so nothing older can overwrite it) and
@@ -24,7 +24,7 @@ from offsetstore.cli._offsets_file import OffsetsFileError, parse_plan_csv
 from offsetstore.cli._render import Output, offset_cell, unknown_cell
 from offsetstore.cli._spark_checkpoint import CheckpointError, read_checkpoint
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.errors import OffsetStoreError
+from offsetstore.core.errors import GroupNotFoundError, OffsetStoreError
 from offsetstore.core.types import EARLIEST, LATEST, TopicPartition, Watermark
 
 Offsets = dict[TopicPartition, int]
@@ -45,7 +45,7 @@ ADOPT_HELP = (
 
 def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     try:
-        offsets, source = _read_source(args, out)
+        offsets, source = _read_source(client, args, out)
         offsets = _selected(offsets, topic_selection(args), source)
         ranges = known_ranges(client, args.group, sorted(offsets), args.bootstrap_server)
         if args.bootstrap_server and args.from_kafka_group and args.execute:
@@ -168,10 +168,26 @@ def _report_log_ends(
     return len(marks)
 
 
-def _read_source(args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
+def _observed(client: OffsetStoreClient, group: str) -> tuple[Offsets, str]:
+    """An observed group's last observed positions, and the words that name them in the history."""
+    try:
+        described = client.describe_group(group)
+    except GroupNotFoundError:
+        raise UsageError(f"group {group} does not exist: nothing observed to adopt") from None
+    if not described.observed:
+        raise UsageError(f"group {group} is not observed: its positions are committed here already")
+    offsets = stored_offsets(client.fetch_offsets(group))
+    if not offsets:
+        raise UsageError(f"observed group {group} has no positions yet: nothing to adopt")
+    return offsets, f"observed {described.observed_source}"
+
+
+def _read_source(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
     """The offsets the chosen source holds and the words that name it in the history."""
     if args.file_group is not None and not args.from_file:
         raise UsageError("--file-group picks a group's lines of a --from-file FILE: give --from-file too")
+    if args.from_observed:
+        return _observed(client, args.group)
     if args.from_kafka_group:
         if not args.bootstrap_server:
             raise UsageError("--from-kafka-group needs --bootstrap-server HOST:PORT, the Kafka cluster of the group")
@@ -291,6 +307,12 @@ def _to_kafka_group(args: argparse.Namespace, offsets: Offsets, out: Output) -> 
         marks = _broker.watermarks(args.bootstrap_server, placeholders) if placeholders else {}
         resolved = {tp: marks[tp][0 if o == EARLIEST else 1] if tp in marks else o for tp, o in offsets.items()}
         if args.execute:
+            members = _broker.group_members(args.bootstrap_server, kafka_group)
+            if members:
+                raise UsageError(
+                    f"Kafka group {kafka_group} has {members} live member(s): stop its consumers first (a killed "
+                    "consumer stays a member until its session times out). Nothing changed"
+                )
             _broker.set_group_offsets(args.bootstrap_server, kafka_group, resolved)
     except (UsageError, _broker.BrokerError) as error:
         out.error(f"Error: {error}")

@@ -61,15 +61,26 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
                     "partition_count": g.partition_count,
                     "last_commit_time": json_time(g.last_commit_time),
                     "total_lag": g.total_lag,
+                    "observed": g.observed,
+                    "observed_source": g.observed_source,
                 }
                 for g in groups
             ]
         )
         return EXIT_OK
     out.table(
-        ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG"),
+        # OBSERVED last, so the columns before it keep their places: where an observed group's
+        # positions are read (its pipeline keeps them), - for a group committed here.
+        ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG", "OBSERVED"),
         (
-            (g.group_id, g.generation, g.partition_count, table_time(g.last_commit_time), unknown_cell(g.total_lag))
+            (
+                g.group_id,
+                g.generation,
+                g.partition_count,
+                table_time(g.last_commit_time),
+                unknown_cell(g.total_lag),
+                text_cell(g.observed_source) if g.observed else "-",
+            )
             for g in groups
         ),
     )

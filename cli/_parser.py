@@ -248,6 +248,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="the end offsets of the last batch of a Structured Streaming checkpoint that has a commit",
     )
     source.add_argument(
+        "--from-observed",
+        action="store_true",
+        help="GROUP's own last observed positions: an observed group (a Spark query's or a Kafka group's, "
+        "recorded by ObserveOffsets) becomes a committed one, in one step",
+    )
+    source.add_argument(
         "--from-file",
         metavar="FILE",
         help="kafka-consumer-groups' CSV: topic,partition,offset, or group,topic,partition,offset (GROUP's lines, "

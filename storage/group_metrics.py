@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from offsetstore import storage
 from offsetstore.storage.lag_columns import with_watermarks
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import groups, observed_groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
@@ -92,12 +92,16 @@ def _build_group_query() -> Select[Any]:
         .where(offsets.c.group_id == page.c.group_id)
         .lateral("size")
     )
-    shown = select(page.c.group_id, page.c.tenant, size.c.partitions, size.c.age).select_from(page.join(size, true()))
+    # Where an observed group's positions are read (offsetstore_group_observed); NULL for the others.
+    observed = select(observed_groups.c.source).where(observed_groups.c.group_id == page.c.group_id).scalar_subquery()
+    shown = select(
+        page.c.group_id, page.c.tenant, size.c.partitions, size.c.age, observed.label("observed_source")
+    ).select_from(page.join(size, true()))
     shown_sq = shown.subquery("shown")
     s = shown_sq.c
-    return select(total.c.groups, total.c.with_offsets, s.group_id, s.tenant, s.partitions, s.age).select_from(
-        total.outerjoin(shown_sq, true())
-    )
+    return select(
+        total.c.groups, total.c.with_offsets, s.group_id, s.tenant, s.partitions, s.age, s.observed_source
+    ).select_from(total.outerjoin(shown_sq, true()))
 
 
 def _build_partition_query() -> CompoundSelect[Any]:
@@ -149,10 +153,10 @@ def _build_partition_query() -> CompoundSelect[Any]:
 _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
-#: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
-#: age, partitions past the log end, lag in seconds, status. Each of its partitions adds at most
+#: Series each shown group has at most whatever its size: partitions, lag sum, max lag, last
+#: commit age, partitions past the log end, lag in seconds, status, and observed (an observed group's). Each of its partitions adds at most
 #: two: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 7
+GROUP_SERIES = 8
 PARTITION_SERIES = 2
 
 

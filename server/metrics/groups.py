@@ -186,6 +186,13 @@ class GroupCollector(Collector):
                 "Seconds since the group's most recent offset change.",
                 labels=group,
             ),
+            "observed": GaugeMetricFamily(
+                "offsetstore_group_observed",
+                "1 for an observed group (its pipeline keeps its positions; offsetstore records them, "
+                "ObserveOffsets), with where they are read in source; absent for a group committed here. "
+                "Join it on group to tell observed groups' series apart.",
+                labels=("group", "source"),
+            ),
         }
 
     def describe(self) -> Iterable[Metric]:
@@ -247,6 +254,8 @@ class GroupCollector(Collector):
             if r.group_id in verdicts:
                 f["status"].add_metric([r.group_id, storage.group_verdict(verdicts[r.group_id]).status.name], 1)
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
+            if r.observed_source is not None:
+                f["observed"].add_metric([r.group_id, r.observed_source], 1)
         return list(f.values())
 
 
