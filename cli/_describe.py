@@ -94,6 +94,14 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
     for group in groups:
         if group.observed:
             out.error(observed_note(group.group_id, group.observed_source))
+        if group.observed_lost_partitions:
+            out.error(
+                f"Warning: {group.group_id}: its source no longer has the positions of "
+                f"{group.observed_lost_partitions} partition(s) (a Kafka group's offsets expired or deleted) since "
+                f"{table_time(group.observed_lost_time)}; their last observed positions are kept here. Put them back "
+                f"with: offsetstore groups export {group.group_id} --to-kafka-group KAFKA_GROUP --bootstrap-server "
+                "HOST:PORT --execute"
+            )
         for warning in _past_end_warnings(group):
             out.error(warning)
         for note in _unconfirmed_notes(group):
@@ -111,6 +119,8 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
         "status_reason": group.status_reason,
         "observed": group.observed,
         "observed_source": group.observed_source,
+        "observed_lost_partitions": group.observed_lost_partitions,
+        "observed_lost_time": json_time(group.observed_lost_time),
         "partitions": [
             {
                 "topic": p.topic,

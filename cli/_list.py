@@ -42,6 +42,14 @@ def _expired_rows(groups: Sequence[ExpiredGroup], out: Output) -> list[dict[str,
     return None
 
 
+def _observed_cell(g: GroupSummary) -> str:
+    """Where an observed group is read, and how many of its positions the source lost; - for a committed group."""
+    if not g.observed:
+        return "-"
+    lost = f"(LOST:{g.observed_lost_partitions})" if g.observed_lost_partitions else ""
+    return text_cell(g.observed_source) + lost
+
+
 def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     if args.idle_for is not None:
         # What expiry would take: a preview of ExpireGroups, which needs admin on the prefix.
@@ -63,6 +71,7 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
                     "total_lag": g.total_lag,
                     "observed": g.observed,
                     "observed_source": g.observed_source,
+                    "observed_lost_partitions": g.observed_lost_partitions,
                 }
                 for g in groups
             ]
@@ -70,7 +79,8 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
         return EXIT_OK
     out.table(
         # OBSERVED last, so the columns before it keep their places: where an observed group's
-        # positions are read (its pipeline keeps them), - for a group committed here.
+        # positions are read (its pipeline keeps them), with (LOST:N) when its source lost N of
+        # them, - for a group committed here.
         ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG", "OBSERVED"),
         (
             (
@@ -79,7 +89,7 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
                 g.partition_count,
                 table_time(g.last_commit_time),
                 unknown_cell(g.total_lag),
-                text_cell(g.observed_source) if g.observed else "-",
+                _observed_cell(g),
             )
             for g in groups
         ),

@@ -215,6 +215,7 @@ def group_summary_to_proto(value: GroupSummary) -> pb.GroupSummary:
         total_lag=value.total_lag,
         observed=value.observed,
         observed_source=value.observed_source,
+        observed_lost_partitions=value.observed_lost_partitions,
     )
     _set_time(message, "last_commit_time", value.last_commit_time)
     return message
@@ -229,6 +230,7 @@ def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
         total_lag=message.total_lag,
         observed=message.observed,
         observed_source=message.observed_source,
+        observed_lost_partitions=message.observed_lost_partitions,
     )
 
 
@@ -393,8 +395,10 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         status_reason=value.status_reason,
         observed=value.observed,
         observed_source=value.observed_source,
+        observed_lost_partitions=value.observed_lost_partitions,
     )
     _set_time(message, "active_time", value.active_time)
+    _set_time(message, "observed_lost_time", value.observed_lost_time)
     return message
 
 
@@ -412,4 +416,6 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         status_reason=message.status_reason,
         observed=message.observed,
         observed_source=message.observed_source,
+        observed_lost_partitions=message.observed_lost_partitions,
+        observed_lost_time=_get_time(message, "observed_lost_time"),
     )

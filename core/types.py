@@ -192,6 +192,8 @@ class GroupSummary:
     observed: bool = False
     #: Where its latest observed positions were read; empty unless observed.
     observed_source: str = ""
+    #: Partitions whose position its source no longer has (a Kafka group's offsets expired or deleted).
+    observed_lost_partitions: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,10 @@ class GroupDescription:
     observed: bool = False
     #: Where its latest observed positions were read; empty unless observed.
     observed_source: str = ""
+    #: Partitions whose position its source no longer has; their last observed positions are kept here.
+    observed_lost_partitions: int = 0
+    #: Since when some are lost; None when none is.
+    observed_lost_time: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -180,5 +180,6 @@ class OffsetStoreServicer:
             await _in_slices(convert.offset_commit_from_proto, request.offsets),
             source=request.source,
             actor=_actor(context),
+            lost=[convert.topic_partition_from_proto(tp) for tp in request.lost],
         )
         return pb.ObserveOffsetsResponse(changed=changed)

@@ -69,6 +69,8 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             groups.c.member_host,
             groups.c.active_at,
             observed_groups.c.source.label("observed_source"),
+            observed_groups.c.lost_partitions.label("observed_lost_partitions"),
+            observed_groups.c.lost_since.label("observed_lost_time"),
         )
         .select_from(groups.outerjoin(observed_groups, observed_groups.c.group_id == groups.c.group_id))
         .where(groups.c.group_id == _GROUP)
@@ -269,4 +271,6 @@ def describe_group_steps(
         verdict.reason,
         first.observed_source is not None,
         first.observed_source or "",
+        first.observed_lost_partitions or 0,
+        first.observed_lost_time,
     )

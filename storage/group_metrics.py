@@ -92,15 +92,31 @@ def _build_group_query() -> Select[Any]:
         .where(offsets.c.group_id == page.c.group_id)
         .lateral("size")
     )
-    # Where an observed group's positions are read (offsetstore_group_observed); NULL for the others.
-    observed = select(observed_groups.c.source).where(observed_groups.c.group_id == page.c.group_id).scalar_subquery()
+    # An observed group's mark (offsetstore_group_observed, _observed_lost_partitions); NULL for the others.
+    mark = (
+        select(observed_groups.c.source, observed_groups.c.lost_partitions)
+        .where(observed_groups.c.group_id == page.c.group_id)
+        .lateral("mark")
+    )
     shown = select(
-        page.c.group_id, page.c.tenant, size.c.partitions, size.c.age, observed.label("observed_source")
-    ).select_from(page.join(size, true()))
+        page.c.group_id,
+        page.c.tenant,
+        size.c.partitions,
+        size.c.age,
+        mark.c.source.label("observed_source"),
+        mark.c.lost_partitions.label("observed_lost"),
+    ).select_from(page.join(size, true()).outerjoin(mark, true()))
     shown_sq = shown.subquery("shown")
     s = shown_sq.c
     return select(
-        total.c.groups, total.c.with_offsets, s.group_id, s.tenant, s.partitions, s.age, s.observed_source
+        total.c.groups,
+        total.c.with_offsets,
+        s.group_id,
+        s.tenant,
+        s.partitions,
+        s.age,
+        s.observed_source,
+        s.observed_lost,
     ).select_from(total.outerjoin(shown_sq, true()))
 
 
@@ -154,9 +170,10 @@ _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
 #: Series each shown group has at most whatever its size: partitions, lag sum, max lag, last
-#: commit age, partitions past the log end, lag in seconds, status, and observed (an observed group's). Each of its partitions adds at most
+#: commit age, partitions past the log end, lag in seconds, status, and an observed group's mark and
+#: lost partitions. Each of its partitions adds at most
 #: two: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 8
+GROUP_SERIES = 9
 PARTITION_SERIES = 2
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import GroupCommittedError
@@ -25,11 +25,22 @@ from offsetstore.storage.schema import groups, observed_groups, offsets
 _LOCK_OR_CREATE = text("SELECT generation, deleted_at, created FROM offsetstore.lock_group(:group_id, true)")
 
 
-def check_observe(group_id: str, positions: Sequence[OffsetCommit], source: str) -> None:
+def check_observe(
+    group_id: str, positions: Sequence[OffsetCommit], source: str, lost: Sequence[TopicPartition] = ()
+) -> None:
     """Raises :class:`InvalidArgumentError` naming every bad field of an ObserveOffsets request."""
     v = check.Violations()
     check.group_id(group_id, violations=v)
     check.commits(positions, violations=v)
+    observed = {(c.topic, c.partition) for c in positions}
+    if len(lost) > check.MAX_PARTITIONS:
+        v.add("lost", f"at most {check.MAX_PARTITIONS} partitions in one request")
+    else:
+        for i, tp in enumerate(lost):
+            check.topic(tp.topic, f"lost[{i}].topic", violations=v)
+            check.partition(tp.partition, f"lost[{i}].partition", violations=v)
+            if (tp.topic, tp.partition) in observed:
+                v.add(f"lost[{i}]", "is observed in the same request: a position is either there or lost")
     for i, c in enumerate(positions):
         if c.expected_offset is not None:
             v.add(f"offsets[{i}].expected_offset", "must be unset: an observed position is never a compare-and-set")
@@ -42,15 +53,23 @@ def check_observe(group_id: str, positions: Sequence[OffsetCommit], source: str)
 
 
 def observe_offsets(
-    conn: Connection, group_id: str, positions: Sequence[OffsetCommit], *, source: str, actor: str = ""
+    conn: Connection,
+    group_id: str,
+    positions: Sequence[OffsetCommit],
+    *,
+    source: str,
+    actor: str = "",
+    lost: Sequence[TopicPartition] = (),
 ) -> int:
     """Records a pipeline's positions in the observed group ``group_id``; returns how many changed.
 
     Creates the group (or revives a deleted one) as observed. A group whose positions are
     committed here is refused with :class:`GroupCommittedError`: observing would overwrite
-    what its writers committed. The group's mark keeps the latest ``source``.
+    what its writers committed. The group's mark keeps the latest ``source``, and how many of
+    its stored partitions are in ``lost`` (positions the source no longer has: their last
+    observed ones stay here) and since when; a call without ``lost`` clears the flag.
     """
-    check_observe(group_id, positions, source)
+    check_observe(group_id, positions, source, lost)
     group = conn.execute(_LOCK_OR_CREATE, {"group_id": group_id}).one()
     live = group.deleted_at is None and not group.created
     observed = observed_source(conn, group_id)
@@ -62,9 +81,22 @@ def observe_offsets(
         )
     if group.deleted_at is not None:  # a deleted group comes back, observed, with the generation its id kept
         conn.execute(update(groups).where(groups.c.group_id == group_id).values(deleted_at=None))
-    if observed != source:
-        mark = pg_insert(observed_groups).values(group_id=group_id, source=source)
-        conn.execute(mark.on_conflict_do_update(index_elements=[observed_groups.c.group_id], set_={"source": source}))
+    gone = _stored_count(conn, group_id, lost) if lost else 0
+    mark = pg_insert(observed_groups).values(
+        group_id=group_id, source=source, lost_partitions=gone, lost_since=func.statement_timestamp() if gone else None
+    )
+    since = func.coalesce(observed_groups.c.lost_since, func.statement_timestamp()) if gone else None
+    conn.execute(
+        mark.on_conflict_do_update(
+            index_elements=[observed_groups.c.group_id],
+            set_={"source": source, "lost_partitions": gone, "lost_since": since},
+            # Unchanged marks write nothing (a round that finds nothing new costs a read).
+            where=or_(
+                observed_groups.c.source != source,
+                observed_groups.c.lost_partitions != gone,
+            ),
+        )
+    )
     if not positions:
         return 0
     pairs = [(c.topic, c.partition) for c in positions]
@@ -107,3 +139,12 @@ def observe_offsets(
             changes.append((tp, None if before is None else before[0], c.offset))
     record_changes(conn, group_id, changes, ChangeKind.OBSERVED, group.generation, actor, when, source)
     return len(changes)
+
+
+def _stored_count(conn: Connection, group_id: str, partitions: Sequence[TopicPartition]) -> int:
+    """How many of ``partitions`` the group has a position for."""
+    pairs = sorted({(tp.topic, tp.partition) for tp in partitions})
+    found: int = conn.execute(
+        select(func.count()).select_from(offsets).where(offsets.c.group_id == group_id, among(offsets, pairs))
+    ).scalar_one()
+    return found

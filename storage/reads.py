@@ -202,6 +202,7 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
             per_group.c.last_commit_time,
             per_group.c.total_lag,
             observed_groups.c.source.label("observed_source"),
+            observed_groups.c.lost_partitions.label("observed_lost_partitions"),
         )
         .select_from(
             groups.join(per_group, true()).outerjoin(observed_groups, observed_groups.c.group_id == groups.c.group_id)
@@ -220,6 +221,7 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
             int(r.total_lag),
             r.observed_source is not None,
             r.observed_source or "",
+            r.observed_lost_partitions or 0,
         )
         for r in rows
     ]

@@ -76,6 +76,10 @@ observed_groups = Table(
     # Where its latest positions were read: spark:<query id>, kafka:<cluster>/<group>, ...
     Column("source", Text, nullable=False),
     Column("observed_since", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Partitions whose position the source no longer has (a Kafka group's offsets expired or
+    # deleted), and since when; their last observed positions stay in offsets.
+    Column("lost_partitions", Integer, nullable=False, server_default="0"),
+    Column("lost_since", DateTime(timezone=True), nullable=True),
 )
 
 # The next offset to consume per (group, topic, partition). -2 and -1 are the

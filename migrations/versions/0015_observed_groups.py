@@ -326,6 +326,8 @@ def upgrade() -> None:
         sa.Column("group_id", sa.Text(), nullable=False),
         sa.Column("source", sa.Text(), nullable=False),
         sa.Column("observed_since", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.Column("lost_partitions", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("lost_since", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("group_id", name=op.f("pk_observed_groups")),
         schema=SCHEMA,
     )

@@ -193,6 +193,12 @@ class GroupCollector(Collector):
                 "Join it on group to tell observed groups' series apart.",
                 labels=("group", "source"),
             ),
+            "observed_lost": GaugeMetricFamily(
+                "offsetstore_group_observed_lost_partitions",
+                "Partitions of an observed group whose position its source no longer has (a Kafka group's offsets "
+                "expired or deleted; their last observed positions are kept): alert on it above 0.",
+                labels=group,
+            ),
         }
 
     def describe(self) -> Iterable[Metric]:
@@ -256,6 +262,7 @@ class GroupCollector(Collector):
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
             if r.observed_source is not None:
                 f["observed"].add_metric([r.group_id, r.observed_source], 1)
+                f["observed_lost"].add_metric([r.group_id], r.observed_lost)
         return list(f.values())
 
 

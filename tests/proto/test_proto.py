@@ -73,6 +73,7 @@ def test_contract_fields() -> None:
         "total_lag",
         "observed",  # issue 57: a group whose pipeline keeps its own positions, and where they are read
         "observed_source",
+        "observed_lost_partitions",  # a Kafka group's offsets expired or deleted
     }
     assert fields("PartitionStatus") == {
         "topic",

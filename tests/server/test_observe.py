@@ -17,11 +17,13 @@ from offsetstore.client import (
     GroupObservedError,
     InvalidArgumentError,
     OffsetStoreClient,
+    PermissionDeniedError,
     TopicPartition,
     Watermark,
 )
 from offsetstore.core.types import GroupStatus, OffsetCommit
 from offsetstore.v1 import offset_store_pb2 as pb
+from tests.fixtures.fix_auth import TOKENS, fresh
 from tests.fixtures.fix_server import ServerHandle
 from tests.fixtures.service import rich_error
 
@@ -177,3 +179,40 @@ def test_the_async_client_observes_too(server: ServerHandle, client: OffsetStore
     assert client.describe_group(group_id).observed_source == SOURCE
     with pytest.raises(InvalidArgumentError):
         client.observe_offsets(group_id, {(topic, 0): 4}, source="")
+
+
+def test_positions_lost_at_the_source_flag_the_group_and_stay_until_observed_again(
+    client: OffsetStoreClient, group_id: str, topic: str
+) -> None:
+    client.observe_offsets(group_id, {(topic, 0): 10, (topic, 1): 20}, source=SOURCE)
+    # Kafka expired or deleted partition 1's committed offset; a partition never seen is ignored.
+    assert client.observe_offsets(group_id, {(topic, 0): 10}, source=SOURCE, lost=[(topic, 1), (topic, 9)]) == 0
+    described = client.describe_group(group_id)
+    assert described.observed_lost_partitions == 1 and described.observed_lost_time is not None
+    assert client.list_groups(group_id).items[0].observed_lost_partitions == 1
+    assert {p.partition: p.offset for p in described.partitions} == {0: 10, 1: 20}  # the last observed, kept
+    since = described.observed_lost_time
+    client.observe_offsets(group_id, {}, source=SOURCE, lost=[(topic, 1)])
+    assert client.describe_group(group_id).observed_lost_time == since  # lost since the first time
+    client.observe_offsets(group_id, {(topic, 0): 10, (topic, 1): 20}, source=SOURCE)  # put back
+    described = client.describe_group(group_id)
+    assert (described.observed_lost_partitions, described.observed_lost_time) == (0, None)
+    assert [c.kind for c in client.list_offset_history(group_id).items] == [ChangeKind.OBSERVED] * 2
+
+
+def test_a_tenant_cannot_observe_a_group_it_has_no_commit_grant_on(token_server, engine: sa.Engine) -> None:
+    outside, inside = fresh("u-"), fresh("t-")
+    with OffsetStoreClient(token_server.address, token=TOKENS["committer"]) as tenant:
+        assert tenant.observe_offsets(inside, {("orders", 0): 3}, source=SOURCE) == 1
+        with pytest.raises(PermissionDeniedError):
+            tenant.observe_offsets(outside, {("orders", 0): 3}, source=SOURCE)
+    with (
+        OffsetStoreClient(token_server.address, token=TOKENS["reader"]) as reader,
+        pytest.raises(PermissionDeniedError),
+    ):
+        reader.observe_offsets(fresh("t-"), {("orders", 0): 3}, source=SOURCE)
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT count(*) FROM offsetstore.observed_groups WHERE group_id = :g"), {"g": outside}
+        ).scalar_one()
+    assert found == 0

@@ -151,7 +151,7 @@ class Watermark(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
 
 class GroupSummary(_message.Message):
-    __slots__ = ("group_id", "generation", "partition_count", "last_commit_time", "total_lag", "observed", "observed_source")
+    __slots__ = ("group_id", "generation", "partition_count", "last_commit_time", "total_lag", "observed", "observed_source", "observed_lost_partitions")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class GroupSummary(_message.Message):
     TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_LOST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partition_count: int
@@ -166,7 +167,8 @@ class GroupSummary(_message.Message):
     total_lag: int
     observed: bool
     observed_source: str
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ...) -> None: ...
+    observed_lost_partitions: int
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ..., observed_lost_partitions: _Optional[int] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
     __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history")
@@ -371,7 +373,7 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_lag_history: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason", "observed", "observed_source")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason", "observed", "observed_source", "observed_lost_partitions", "observed_lost_time")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -384,6 +386,8 @@ class DescribeGroupResponse(_message.Message):
     STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_LOST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_LOST_TIME_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
@@ -396,7 +400,9 @@ class DescribeGroupResponse(_message.Message):
     status_reason: str
     observed: bool
     observed_source: str
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ...) -> None: ...
+    observed_lost_partitions: int
+    observed_lost_time: _timestamp_pb2.Timestamp
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ..., observed_lost_partitions: _Optional[int] = ..., observed_lost_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")
@@ -503,14 +509,16 @@ class TopicSummary(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
 
 class ObserveOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "offsets", "source")
+    __slots__ = ("group_id", "offsets", "source", "lost")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
     source: str
-    def __init__(self, group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., source: _Optional[str] = ...) -> None: ...
+    lost: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    def __init__(self, group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., source: _Optional[str] = ..., lost: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ...) -> None: ...
 
 class ObserveOffsetsResponse(_message.Message):
     __slots__ = ("changed",)

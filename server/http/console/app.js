@@ -194,7 +194,10 @@ const GROUP_COLUMNS = [
 // An observed group (its pipeline keeps its positions, offsetstore records them): marked wherever it is shown.
 function observedBadge(g) {
   if (!g.observed) return "";
-  return el("span", { class: "badge observed", title: `observed: read from ${g.observedSource || "?"}; commits are refused until it is adopted` }, "observed");
+  const lost = num(g.observedLostPartitions);
+  return el("span", {},
+    el("span", { class: "badge observed", title: `observed: read from ${g.observedSource || "?"}; commits are refused until it is adopted` }, "observed"),
+    lost ? el("span", { class: "badge observed-lost", title: "its source no longer has these positions (a Kafka group's offsets expired or deleted); the last observed ones are kept here" }, `${lost} lost at source`) : "");
 }
 
 // Worst first, as the server orders a group's partitions (storage/status.py's SEVERITY).
