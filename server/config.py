@@ -77,10 +77,17 @@ class Settings(SettingFields):
             raise ValueError(
                 "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
             )
-        if self.watermarks_kafka_bootstrap and not self.watermarks_kafka_groups.strip(","):
+        observing = bool(self.observe_kafka_groups.strip(","))
+        if self.watermarks_kafka_bootstrap and not (self.watermarks_kafka_groups.strip(",") or observing):
             raise ValueError(
                 "OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP needs OFFSETSTORE_WATERMARKS_KAFKA_GROUPS (group id prefixes)"
             )
+        if observing and not self.watermarks_kafka_bootstrap:
+            raise ValueError(
+                "OFFSETSTORE_OBSERVE_KAFKA_GROUPS needs OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP (the Kafka cluster)"
+            )
+        if self.observe_kafka_interval <= 0:
+            raise ValueError("OFFSETSTORE_OBSERVE_KAFKA_INTERVAL must be above 0")
         if self.watermarks_kafka_interval <= 0 or self.watermarks_kafka_max_partitions < 1:
             raise ValueError(
                 "OFFSETSTORE_WATERMARKS_KAFKA_INTERVAL must be above 0 and OFFSETSTORE_WATERMARKS_KAFKA_MAX_PARTITIONS at least 1"

@@ -148,3 +148,15 @@ def _stored_count(conn: Connection, group_id: str, partitions: Sequence[TopicPar
         select(func.count()).select_from(offsets).where(offsets.c.group_id == group_id, among(offsets, pairs))
     ).scalar_one()
     return found
+
+
+def observed_group_ids(conn: Connection, prefixes: Sequence[str], source_prefix: str) -> list[str]:
+    """The live observed groups whose ids start with one of ``prefixes`` and whose source starts with ``source_prefix``."""
+    starts = or_(*(func.starts_with(observed_groups.c.group_id, p) for p in prefixes))
+    rows = conn.execute(
+        select(observed_groups.c.group_id)
+        .join(groups, groups.c.group_id == observed_groups.c.group_id)
+        .where(starts, func.starts_with(observed_groups.c.source, source_prefix), groups.c.deleted_at.is_(None))
+        .order_by(observed_groups.c.group_id)
+    )
+    return [r.group_id for r in rows]

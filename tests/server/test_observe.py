@@ -216,3 +216,14 @@ def test_a_tenant_cannot_observe_a_group_it_has_no_commit_grant_on(token_server,
             sa.text("SELECT count(*) FROM offsetstore.observed_groups WHERE group_id = :g"), {"g": outside}
         ).scalar_one()
     assert found == 0
+
+
+def test_observing_kafka_groups_needs_the_watermark_readers_bootstrap() -> None:
+    from offsetstore.server.config import Settings
+
+    with pytest.raises(ValueError, match="OBSERVE_KAFKA_GROUPS needs"):
+        Settings(observe_kafka_groups="legacy-")
+    # The bootstrap alone needs prefixes: observed ones are enough (the reader watches them too).
+    Settings(observe_kafka_groups="legacy-", watermarks_kafka_bootstrap="kafka:9092")
+    with pytest.raises(ValueError, match="OBSERVE_KAFKA_INTERVAL"):
+        Settings(observe_kafka_groups="legacy-", watermarks_kafka_bootstrap="kafka:9092", observe_kafka_interval=0)
