@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime
 
 from offsetstore.cli import _broker, _offsets_file
 from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, UsageError
@@ -270,20 +271,29 @@ def _range_notes(
 
 def cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     """``groups export``: CSV (kafka-consumer-groups'), Spark's startingOffsets, or a Kafka group's offsets."""
-    if args.to_kafka_group is None and args.format == "csv":
+    if args.at is None and args.to_kafka_group is None and args.format == "csv":
         return _offsets_file.cmd_export(client, args, out)
-    fetched = client.fetch_offsets(args.group)
-    if not fetched.offsets and fetched.generation == 0:
-        out.error(f"Error: group {args.group} does not exist.")
-        return EXIT_ERROR
-    offsets = {tp: o.offset for tp, o in fetched.offsets.items()}
+    if args.at is not None:
+        offsets = _positions_at(client, args.group, args.at)
+        if not offsets:
+            out.error(f"Error: group {args.group} had no offsets at {args.at.isoformat()}.")
+            return EXIT_ERROR
+    else:
+        fetched = client.fetch_offsets(args.group)
+        if not fetched.offsets and fetched.generation == 0:
+            out.error(f"Error: group {args.group} does not exist.")
+            return EXIT_ERROR
+        offsets = {tp: o.offset for tp, o in fetched.offsets.items()}
     if args.to_kafka_group is not None:
         return _to_kafka_group(args, offsets, out)
-    document: dict[str, dict[str, int]] = {}
-    for tp, offset in sorted(offsets.items()):
-        # Spark's startingOffsets takes -2 (earliest) and -1 (latest) as they are.
-        document.setdefault(tp.topic, {})[str(tp.partition)] = offset
-    text = json.dumps(document, separators=(",", ":")) + "\n"
+    if args.format == "csv":  # kafka-consumer-groups' topic,partition,offset, as the plain export writes it
+        text = "".join(f"{tp.topic},{tp.partition},{o}\n" for tp, o in sorted(offsets.items()))
+    else:
+        document: dict[str, dict[str, int]] = {}
+        for tp, offset in sorted(offsets.items()):
+            # Spark's startingOffsets takes -2 (earliest) and -1 (latest) as they are.
+            document.setdefault(tp.topic, {})[str(tp.partition)] = offset
+        text = json.dumps(document, separators=(",", ":")) + "\n"
     if args.file in (None, "-"):
         out.out.write(text)
         return EXIT_OK
@@ -293,8 +303,20 @@ def cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
     except OSError as e:
         out.error(f"Error: cannot write {args.file}: {e.strerror or e}")
         return EXIT_ERROR
-    out.error(f"Exported {len(offsets)} offset(s) of group {args.group} to {args.file} as Spark startingOffsets.")
+    shape = "Spark startingOffsets" if args.format == "spark" else "CSV"
+    out.error(f"Exported {len(offsets)} offset(s) of group {args.group} to {args.file} as {shape}.")
     return EXIT_OK
+
+
+def _positions_at(client: OffsetStoreClient, group: str, at: datetime) -> Offsets:
+    """The group's positions at ``at``, from its history: a dry-run reset to that commit time changes nothing.
+
+    An observed group's history is its pipeline's (Spark batches, Kafka commits): the positions
+    to restart it, or another pipeline, from that instant. A partition that had none then is -2
+    (earliest), as the reset would store; an instant older than the kept history is refused.
+    """
+    preview = client.reset_offsets(group, all_topics=True, to_commit_time=at, dry_run=True)
+    return {TopicPartition(c.topic, c.partition): c.new_offset for c in preview.changes}
 
 
 def _to_kafka_group(args: argparse.Namespace, offsets: Offsets, out: Output) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from offsetstore.client import ChangeKind, OffsetStoreClient, TopicPartition
 from tests.fixtures.fix_cli import Run
@@ -63,3 +65,21 @@ def test_a_reset_of_an_observed_group_is_refused_with_the_way_to_adopt_it(
     refused = groups("reset", group_id, "--topic", topic, "--to-offset", "1", "--execute")
     assert refused.code != 0 and "--from-observed" in refused.err
     assert client.fetch_offsets(group_id).offsets[TopicPartition(topic, 0)].offset == 5
+
+
+def test_export_at_an_instant_gives_the_observed_positions_then_as_spark_json_and_csv(
+    groups: Callable[..., Run], client: OffsetStoreClient, group_id: str, topic: str
+) -> None:
+    client.observe_offsets(group_id, {(topic, 0): 5, (topic, 1): 8}, source=SOURCE)
+    between = datetime.now(UTC)
+    client.observe_offsets(group_id, {(topic, 0): 9, (topic, 1): 12}, source=SOURCE)
+    spark = groups("export", group_id, "--at", between.isoformat(), "--format", "spark")
+    assert spark.code == 0, spark.err
+    assert json.loads(spark.out) == {topic: {"0": 5, "1": 8}}
+    csv = groups("export", group_id, "--at", between.isoformat())
+    assert csv.out.splitlines() == [f"{topic},0,5", f"{topic},1,8"]
+    now = groups("export", group_id, "--format", "spark")
+    assert json.loads(now.out) == {topic: {"0": 9, "1": 12}}
+    # Nothing changed: the export's dry-run reset of an observed group writes nothing.
+    assert client.describe_group(group_id).observed
+    assert [c.kind for c in client.list_offset_history(group_id).items] == [ChangeKind.OBSERVED] * 4
