@@ -165,12 +165,14 @@ class KafkaGroupObserver:
         self._group_after = groups[-1] if len(listed) > self.max_partitions else None
         share = max(1, self.max_partitions // max(1, len(groups)))
         changed = 0
-        for group in gone:
-            changed += self._observe(group, {}, cluster, share)
-        for group in groups:
-            committed = self._committed(group)
-            if committed is not None:
+        for group in [*gone, *groups]:
+            committed = {} if group in gone else self._committed(group)
+            if committed is None:
+                continue
+            try:
                 changed += self._observe(group, committed, cluster, share)
+            except Exception as error:  # one group's failure (the store's answer) is not the others'
+                self._failed("store", error)
         return changed
 
     def _observe(self, group: str, committed: dict[TopicPartition, tuple[int, str]], cluster: str, share: int) -> int:

@@ -159,3 +159,37 @@ def test_a_kafka_group_is_observed_flagged_when_its_offsets_are_deleted_and_rese
     print(f"re-seeded: {len(pipeline.processed)} before, {len(resumed.processed)} after; lost {len(lost)}, "
           f"duplicates {duplicates}")  # fmt: skip
     assert (len(lost), duplicates) == (0, 0)
+
+
+def test_a_round_shares_its_positions_between_groups_and_never_overwrites_a_committed_group(
+    broker, make_topic, store, client
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from offsetstore.cli import _broker
+    from offsetstore.server.kafka_groups import KafkaGroupObserver
+
+    topic = make_topic(partitions=6, records=10)
+    prefix = f"share-{uuid.uuid4().hex[:8]}-"
+    big, small, committed = prefix + "big", prefix + "small", prefix + "mine"
+    _broker.set_group_offsets(broker.bootstrap, big, {TopicPartition(topic.name, p): 5 for p in range(6)})
+    _broker.set_group_offsets(broker.bootstrap, small, {TopicPartition(topic.name, 0): 7})
+    _broker.set_group_offsets(broker.bootstrap, committed, {TopicPartition(topic.name, 0): 9})
+    client.commit_offsets(committed, {(topic.name, 0): 3})  # its writers commit to offsetstore
+    registry = CollectorRegistry()
+    observer = KafkaGroupObserver(
+        store, broker.bootstrap, [prefix], max_partitions=3, registry=registry, request_seconds=5
+    ).start_client()
+    # Three positions a round, one per group: the big group takes its share, never the small one's.
+    assert observer.round() == 2
+    assert len(client.describe_group(big).partitions) == 1
+    assert [(p.partition, p.offset) for p in client.describe_group(small).partitions] == [(0, 7)]
+    rounds = 1
+    while len(client.describe_group(big).partitions) < 6:
+        observer.round()
+        rounds += 1
+    assert rounds == 6
+    assert client.fetch_offsets(committed).offsets[TopicPartition(topic.name, 0)].offset == 3
+    assert not client.describe_group(committed).observed
+    assert registry.get_sample_value("offsetstore_kafka_groups_failures_total", {"reason": "committed"}) >= 1
+    assert registry.get_sample_value("offsetstore_kafka_groups_observed_positions_total") == 7
