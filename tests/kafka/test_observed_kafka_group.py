@@ -106,7 +106,8 @@ def test_a_kafka_group_is_observed_flagged_when_its_offsets_are_deleted_and_rese
                 delays.append(wait_for(lambda want=committed: stored(client, group) == want, "the commit observed", 30))
             # What Kafka's own tool shows is what the store holds.
             assert kafka_committed(broker, group) == stored(client, group)
-            print(f"observed within {max(delays):.2f} s of each commit (poll interval {INTERVAL} s)")
+            with capsys.disabled():
+                print(f"\nobserved within {max(delays):.2f} s of each commit (poll interval {INTERVAL} s)")
             assert max(delays) <= 10 * INTERVAL + 2  # a loaded machine's slack; the printed delay is the claim
 
             described = client.describe_group(group)
@@ -156,8 +157,9 @@ def test_a_kafka_group_is_observed_flagged_when_its_offsets_are_deleted_and_rese
     expected = {(p, o) for p in range(PARTITIONS) for o in range(RECORDS + 5)}
     lost = expected - set(everything)
     duplicates = len(everything) - len(set(everything))
-    print(f"re-seeded: {len(pipeline.processed)} before, {len(resumed.processed)} after; lost {len(lost)}, "
-          f"duplicates {duplicates}")  # fmt: skip
+    with capsys.disabled():
+        print(f"re-seeded: {len(pipeline.processed)} before, {len(resumed.processed)} after; lost {len(lost)}, "
+              f"duplicates {duplicates}")  # fmt: skip
     assert (len(lost), duplicates) == (0, 0)
 
 
