@@ -1,4 +1,4 @@
-"""``groups adopt`` (positions taken over from a Kafka group, a Spark checkpoint or a CSV file) and the way back out.
+"""``groups adopt`` (positions taken over from a Kafka group, a Spark checkpoint, a CSV file or an observed group) and the way back out.
 
 An adoption is one ResetOffsets with a different offset per partition (``to_offsets``) and a
 ``source``: one transaction that bumps the generation (so nothing older can overwrite it) and
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime
 
 from offsetstore.cli import _broker, _offsets_file
 from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, UsageError
@@ -24,7 +25,7 @@ from offsetstore.cli._offsets_file import OffsetsFileError, parse_plan_csv
 from offsetstore.cli._render import Output, offset_cell, unknown_cell
 from offsetstore.cli._spark_checkpoint import CheckpointError, read_checkpoint
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.errors import OffsetStoreError
+from offsetstore.core.errors import GroupNotFoundError, OffsetStoreError
 from offsetstore.core.types import EARLIEST, LATEST, TopicPartition, Watermark
 
 Offsets = dict[TopicPartition, int]
@@ -45,7 +46,7 @@ ADOPT_HELP = (
 
 def cmd_adopt(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     try:
-        offsets, source = _read_source(args, out)
+        offsets, source = _read_source(client, args, out)
         offsets = _selected(offsets, topic_selection(args), source)
         ranges = known_ranges(client, args.group, sorted(offsets), args.bootstrap_server)
         if args.bootstrap_server and args.from_kafka_group and args.execute:
@@ -168,10 +169,26 @@ def _report_log_ends(
     return len(marks)
 
 
-def _read_source(args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
+def _observed(client: OffsetStoreClient, group: str) -> tuple[Offsets, str]:
+    """An observed group's last observed positions, and the words that name them in the history."""
+    try:
+        described = client.describe_group(group)
+    except GroupNotFoundError:
+        raise UsageError(f"group {group} does not exist: nothing observed to adopt") from None
+    if not described.observed:
+        raise UsageError(f"group {group} is not observed: its positions are committed here already")
+    offsets = stored_offsets(client.fetch_offsets(group))
+    if not offsets:
+        raise UsageError(f"observed group {group} has no positions yet: nothing to adopt")
+    return offsets, f"observed {described.observed_source}"
+
+
+def _read_source(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> tuple[Offsets, str]:
     """The offsets the chosen source holds and the words that name it in the history."""
     if args.file_group is not None and not args.from_file:
         raise UsageError("--file-group picks a group's lines of a --from-file FILE: give --from-file too")
+    if args.from_observed:
+        return _observed(client, args.group)
     if args.from_kafka_group:
         if not args.bootstrap_server:
             raise UsageError("--from-kafka-group needs --bootstrap-server HOST:PORT, the Kafka cluster of the group")
@@ -254,20 +271,29 @@ def _range_notes(
 
 def cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     """``groups export``: CSV (kafka-consumer-groups'), Spark's startingOffsets, or a Kafka group's offsets."""
-    if args.to_kafka_group is None and args.format == "csv":
+    if args.at is None and args.to_kafka_group is None and args.format == "csv":
         return _offsets_file.cmd_export(client, args, out)
-    fetched = client.fetch_offsets(args.group)
-    if not fetched.offsets and fetched.generation == 0:
-        out.error(f"Error: group {args.group} does not exist.")
-        return EXIT_ERROR
-    offsets = {tp: o.offset for tp, o in fetched.offsets.items()}
+    if args.at is not None:
+        offsets = _positions_at(client, args.group, args.at)
+        if not offsets:
+            out.error(f"Error: group {args.group} had no offsets at {args.at.isoformat()}.")
+            return EXIT_ERROR
+    else:
+        fetched = client.fetch_offsets(args.group)
+        if not fetched.offsets and fetched.generation == 0:
+            out.error(f"Error: group {args.group} does not exist.")
+            return EXIT_ERROR
+        offsets = {tp: o.offset for tp, o in fetched.offsets.items()}
     if args.to_kafka_group is not None:
         return _to_kafka_group(args, offsets, out)
-    document: dict[str, dict[str, int]] = {}
-    for tp, offset in sorted(offsets.items()):
-        # Spark's startingOffsets takes -2 (earliest) and -1 (latest) as they are.
-        document.setdefault(tp.topic, {})[str(tp.partition)] = offset
-    text = json.dumps(document, separators=(",", ":")) + "\n"
+    if args.format == "csv":  # kafka-consumer-groups' topic,partition,offset, as the plain export writes it
+        text = "".join(f"{tp.topic},{tp.partition},{o}\n" for tp, o in sorted(offsets.items()))
+    else:
+        document: dict[str, dict[str, int]] = {}
+        for tp, offset in sorted(offsets.items()):
+            # Spark's startingOffsets takes -2 (earliest) and -1 (latest) as they are.
+            document.setdefault(tp.topic, {})[str(tp.partition)] = offset
+        text = json.dumps(document, separators=(",", ":")) + "\n"
     if args.file in (None, "-"):
         out.out.write(text)
         return EXIT_OK
@@ -277,8 +303,20 @@ def cmd_export(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
     except OSError as e:
         out.error(f"Error: cannot write {args.file}: {e.strerror or e}")
         return EXIT_ERROR
-    out.error(f"Exported {len(offsets)} offset(s) of group {args.group} to {args.file} as Spark startingOffsets.")
+    shape = "Spark startingOffsets" if args.format == "spark" else "CSV"
+    out.error(f"Exported {len(offsets)} offset(s) of group {args.group} to {args.file} as {shape}.")
     return EXIT_OK
+
+
+def _positions_at(client: OffsetStoreClient, group: str, at: datetime) -> Offsets:
+    """The group's positions at ``at``, from its history: a dry-run reset to that commit time changes nothing.
+
+    An observed group's history is its pipeline's (Spark batches, Kafka commits): the positions
+    to restart it, or another pipeline, from that instant. A partition that had none then is -2
+    (earliest), as the reset would store; an instant older than the kept history is refused.
+    """
+    preview = client.reset_offsets(group, all_topics=True, to_commit_time=at, dry_run=True)
+    return {TopicPartition(c.topic, c.partition): c.new_offset for c in preview.changes}
 
 
 def _to_kafka_group(args: argparse.Namespace, offsets: Offsets, out: Output) -> int:
@@ -291,6 +329,12 @@ def _to_kafka_group(args: argparse.Namespace, offsets: Offsets, out: Output) -> 
         marks = _broker.watermarks(args.bootstrap_server, placeholders) if placeholders else {}
         resolved = {tp: marks[tp][0 if o == EARLIEST else 1] if tp in marks else o for tp, o in offsets.items()}
         if args.execute:
+            members = _broker.group_members(args.bootstrap_server, kafka_group)
+            if members:
+                raise UsageError(
+                    f"Kafka group {kafka_group} has {members} live member(s): stop its consumers first (a killed "
+                    "consumer stays a member until its session times out). Nothing changed"
+                )
             _broker.set_group_offsets(args.bootstrap_server, kafka_group, resolved)
     except (UsageError, _broker.BrokerError) as error:
         out.error(f"Error: {error}")

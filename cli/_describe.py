@@ -92,6 +92,16 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
     if none:
         out.line("There are no groups.")
     for group in groups:
+        if group.observed:
+            out.error(observed_note(group.group_id, group.observed_source))
+        if group.observed_lost_partitions:
+            out.error(
+                f"Warning: {group.group_id}: its source no longer has the positions of "
+                f"{group.observed_lost_partitions} partition(s) (a Kafka group's offsets expired or deleted) since "
+                f"{table_time(group.observed_lost_time)}; their last observed positions are kept here. Put them back "
+                f"with: offsetstore groups export {group.group_id} --to-kafka-group KAFKA_GROUP --bootstrap-server "
+                "HOST:PORT --execute"
+            )
         for warning in _past_end_warnings(group):
             out.error(warning)
         for note in _unconfirmed_notes(group):
@@ -107,6 +117,10 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
         "member_host": group.member_host,
         "status": group.status.name,
         "status_reason": group.status_reason,
+        "observed": group.observed,
+        "observed_source": group.observed_source,
+        "observed_lost_partitions": group.observed_lost_partitions,
+        "observed_lost_time": json_time(group.observed_lost_time),
         "partitions": [
             {
                 "topic": p.topic,
@@ -165,6 +179,15 @@ def _unconfirmed_notes(group: GroupDescription) -> list[str]:
         for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         if not p.offset_past_log_end and p.offset > p.log_end_offset >= 0
     ]
+
+
+def observed_note(group_id: str, source: str) -> str:
+    """What an observed group is, said under its table: its pipeline keeps its positions."""
+    return (
+        f"Note: {group_id} is observed (read from {source}): its pipeline keeps its positions, offsetstore "
+        f"records them and refuses commits. Take it over with: offsetstore groups adopt {group_id} "
+        "--from-observed --execute"
+    )
 
 
 def status_cell(status: GroupStatus) -> str:

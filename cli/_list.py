@@ -42,6 +42,14 @@ def _expired_rows(groups: Sequence[ExpiredGroup], out: Output) -> list[dict[str,
     return None
 
 
+def _observed_cell(g: GroupSummary) -> str:
+    """Where an observed group is read, and how many of its positions the source lost; - for a committed group."""
+    if not g.observed:
+        return "-"
+    lost = f"(LOST:{g.observed_lost_partitions})" if g.observed_lost_partitions else ""
+    return text_cell(g.observed_source) + lost
+
+
 def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     if args.idle_for is not None:
         # What expiry would take: a preview of ExpireGroups, which needs admin on the prefix.
@@ -61,15 +69,28 @@ def cmd_list(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -
                     "partition_count": g.partition_count,
                     "last_commit_time": json_time(g.last_commit_time),
                     "total_lag": g.total_lag,
+                    "observed": g.observed,
+                    "observed_source": g.observed_source,
+                    "observed_lost_partitions": g.observed_lost_partitions,
                 }
                 for g in groups
             ]
         )
         return EXIT_OK
     out.table(
-        ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG"),
+        # OBSERVED last, so the columns before it keep their places: where an observed group's
+        # positions are read (its pipeline keeps them), with (LOST:N) when its source lost N of
+        # them, - for a group committed here.
+        ("GROUP", "GENERATION", "PARTITIONS", "LAST-COMMIT", "TOTAL-LAG", "OBSERVED"),
         (
-            (g.group_id, g.generation, g.partition_count, table_time(g.last_commit_time), unknown_cell(g.total_lag))
+            (
+                g.group_id,
+                g.generation,
+                g.partition_count,
+                table_time(g.last_commit_time),
+                unknown_cell(g.total_lag),
+                _observed_cell(g),
+            )
             for g in groups
         ),
     )

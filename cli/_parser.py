@@ -159,6 +159,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="commit the offsets as Kafka group KAFKA_GROUP's instead (with --bootstrap-server; placeholders "
         "resolve to the broker's log start or end; dry run unless --execute; the Kafka group must be empty)",
     )
+    p.add_argument(
+        "--at",
+        type=parse_datetime,
+        metavar="ISO8601",
+        help="the positions the group had at this instant, from its history (no offset = UTC), instead of its "
+        "current ones: where to restart a pipeline (an observed Spark query's or Kafka group's) from that point",
+    )
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka cluster of --to-kafka-group")
     _add_execute(p)
 
@@ -174,6 +181,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--from-spark-checkpoint",
         metavar="DIR",
         help="the end offsets of the last batch of a Structured Streaming checkpoint that has a commit",
+    )
+    source.add_argument(
+        "--from-observed",
+        action="store_true",
+        help="GROUP's own last observed positions: an observed group (a Spark query's or a Kafka group's, "
+        "recorded by ObserveOffsets) becomes a committed one, in one step",
     )
     source.add_argument(
         "--from-file",

@@ -71,6 +71,7 @@ _KIND_TO_PROTO = {
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
     ChangeKind.ADOPT: pb.CHANGE_KIND_ADOPT,
+    ChangeKind.OBSERVED: pb.CHANGE_KIND_OBSERVED,
 }
 _KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 

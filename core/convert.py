@@ -142,6 +142,9 @@ def group_summary_to_proto(value: GroupSummary) -> pb.GroupSummary:
         generation=value.generation,
         partition_count=value.partition_count,
         total_lag=value.total_lag,
+        observed=value.observed,
+        observed_source=value.observed_source,
+        observed_lost_partitions=value.observed_lost_partitions,
     )
     _set_time(message, "last_commit_time", value.last_commit_time)
     return message
@@ -154,6 +157,9 @@ def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
         partition_count=message.partition_count,
         last_commit_time=_get_time(message, "last_commit_time"),
         total_lag=message.total_lag,
+        observed=message.observed,
+        observed_source=message.observed_source,
+        observed_lost_partitions=message.observed_lost_partitions,
     )
 
 
@@ -316,8 +322,12 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         next_page_token=value.next_page_token,
         status=cast(pb.GroupStatus, int(value.status)),
         status_reason=value.status_reason,
+        observed=value.observed,
+        observed_source=value.observed_source,
+        observed_lost_partitions=value.observed_lost_partitions,
     )
     _set_time(message, "active_time", value.active_time)
+    _set_time(message, "observed_lost_time", value.observed_lost_time)
     return message
 
 
@@ -333,4 +343,8 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         active_time=_get_time(message, "active_time"),
         status=group_status_from_proto(message.status),
         status_reason=message.status_reason,
+        observed=message.observed,
+        observed_source=message.observed_source,
+        observed_lost_partitions=message.observed_lost_partitions,
+        observed_lost_time=_get_time(message, "observed_lost_time"),
     )

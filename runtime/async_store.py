@@ -175,6 +175,17 @@ class AsyncStore(Database):
             page_token=page_token,
         )
 
+    async def observe_offsets(
+        self,
+        group_id: str,
+        positions: Sequence[OffsetCommit],
+        *,
+        source: str,
+        actor: str = "",
+        lost: Sequence[TopicPartition] = (),
+    ) -> int:
+        return await self.run(storage.observe_offsets, group_id, positions, source=source, actor=actor, lost=lost)
+
     async def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
         await self.run_hot("report_watermarks", lambda: storage.report_watermarks_steps(watermarks))
 

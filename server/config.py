@@ -52,9 +52,14 @@ class Settings(SettingFields):
             raise ValueError(
                 "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
             )
-        if self.watermarks_kafka_bootstrap and not self.watermarks_kafka_groups.strip(","):
+        observing = bool(self.observe_kafka_groups.strip(","))
+        if self.watermarks_kafka_bootstrap and not (self.watermarks_kafka_groups.strip(",") or observing):
             raise ValueError(
                 "OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP needs OFFSETSTORE_WATERMARKS_KAFKA_GROUPS (group id prefixes)"
+            )
+        if observing and not self.watermarks_kafka_bootstrap:
+            raise ValueError(
+                "OFFSETSTORE_OBSERVE_KAFKA_GROUPS needs OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP (the Kafka cluster)"
             )
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")

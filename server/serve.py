@@ -170,7 +170,7 @@ class _Supervisor:
             workers = Workers(settings, self.database_url, self.listen, self.directory, self.stopping)
             metrics_server = None
             maintenance: asyncio.Task[None] | None = None
-            reader = mirror = None
+            reader = mirror = observer = None
             try:
                 if settings.metrics_listen:
                     # Before the serving processes: a port taken since the probe stops the start before
@@ -197,6 +197,7 @@ class _Supervisor:
                 )
                 maintenance = asyncio.create_task(rounds.run(), name="offsetstore-maintenance")
                 reader = _watermarks_reader(settings, store, registry)
+                observer = _kafka_group_observer(settings, store, registry)
                 mirror = _kafka_mirror(settings, store)
                 log.info(
                     "serving",
@@ -221,6 +222,8 @@ class _Supervisor:
                         _reload(settings, workers)
                     await asyncio.to_thread(workers.replace_dead)
             finally:
+                if observer is not None:
+                    await asyncio.to_thread(observer.stop)
                 if reader is not None:
                     await asyncio.to_thread(reader.stop)
                 if mirror is not None:  # its last round, before the serving processes and the store stop
@@ -250,15 +253,36 @@ def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
         topics = TopicPolicy(principals=AuthConfig.load(settings.tokens_file).principals.values())
     else:
         topics = TopicPolicy()
+    # Observed Kafka groups are watched too: their lag needs the log ends.
+    prefixes = parse_prefixes(",".join((settings.watermarks_kafka_groups, settings.observe_kafka_groups)))
     return KafkaWatermarks(
         store,
         settings.watermarks_kafka_bootstrap,
-        parse_prefixes(settings.watermarks_kafka_groups),
+        prefixes,
         settings.watermarks_kafka_interval,
         settings.watermarks_kafka_max_partitions,
         config=read_client_config(settings.watermarks_kafka_config),
         registry=registry,
         topics=topics,
+    ).start()
+
+
+def _kafka_group_observer(settings: Settings, store: Any, registry: Any) -> Any:
+    """The Kafka group observer (once, here), started; None unless ``--observe-kafka-groups``."""
+    if not settings.observe_kafka_groups.strip(","):
+        return None
+    from offsetstore.server.kafka_groups import KafkaGroupObserver
+    from offsetstore.server.kafka_mirror import parse_prefixes
+    from offsetstore.server.kafka_watermarks import read_client_config
+
+    return KafkaGroupObserver(
+        store,
+        settings.watermarks_kafka_bootstrap,
+        parse_prefixes(settings.observe_kafka_groups),
+        settings.observe_kafka_interval,
+        settings.watermarks_kafka_max_partitions,
+        config=read_client_config(settings.watermarks_kafka_config),
+        registry=registry,
     ).start()
 
 

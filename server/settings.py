@@ -313,6 +313,20 @@ class SettingFields:
         metavar="FILE",
         group=WATERMARKS,
     )
+    observe_kafka_groups: str = setting(
+        "",
+        "Comma-separated Kafka group id prefixes whose committed offsets the supervisor records as observed groups "
+        "of the same ids (with the watermark reader's bootstrap, client config and partitions per round).",
+        metavar="PREFIX[,PREFIX]",
+        group=WATERMARKS,
+    )
+    observe_kafka_interval: float = setting(
+        5.0,
+        "Time between two rounds of the Kafka group observer: a commit to Kafka is recorded at most this late.",
+        group=WATERMARKS,
+        duration=True,
+        valid=above(0),
+    )
     tls_cert_file: Path | None = setting(
         None,
         "PEM certificate chain of the server; with ``--tls-key`` it serves TLS instead of plaintext.",

@@ -41,7 +41,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import group_verdicts, groups, offsets
+from offsetstore.storage.schema import group_verdicts, groups, observed_groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import CompiledQuery, HotSteps, compile_query, drive_steps
 
@@ -69,6 +69,9 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             kept.reason.label("kept_reason"),
             kept.partitions.label("kept_partitions"),
             extract("epoch", func.statement_timestamp() - kept.evaluated_at).label("kept_age"),
+            observed_groups.c.source.label("observed_source"),
+            observed_groups.c.lost_partitions.label("observed_lost_partitions"),
+            observed_groups.c.lost_since.label("observed_lost_time"),
         )
         .select_from(
             groups.outerjoin(
@@ -78,7 +81,7 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
                     kept.status_window == window,
                     kept.reset_count == groups.c.reset_count,
                 ),
-            )
+            ).outerjoin(observed_groups, observed_groups.c.group_id == groups.c.group_id)
         )
         .where(groups.c.group_id == _GROUP)
         .subquery("g")
@@ -229,4 +232,8 @@ def describe_group_steps(
         first.active_at,
         verdict.status,
         verdict.reason,
+        first.observed_source is not None,
+        first.observed_source or "",
+        first.observed_lost_partitions or 0,
+        first.observed_lost_time,
     )

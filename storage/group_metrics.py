@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from offsetstore import storage
 from offsetstore.storage.kept_verdicts import MAX_AGE
 from offsetstore.storage.lag_columns import with_watermarks
-from offsetstore.storage.schema import group_verdicts, groups, offsets
+from offsetstore.storage.schema import group_verdicts, groups, observed_groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules
 
 __all__ = ["GROUP_SERIES", "PARTITION_SERIES", "GroupScrape", "group_metrics", "group_sums", "share_series"]
@@ -93,12 +93,32 @@ def _build_group_query() -> Select[Any]:
         .where(offsets.c.group_id == page.c.group_id)
         .lateral("size")
     )
-    shown = select(page.c.group_id, page.c.tenant, size.c.partitions, size.c.age).select_from(page.join(size, true()))
+    # An observed group's mark (offsetstore_group_observed, _observed_lost_partitions); NULL for the others.
+    mark = (
+        select(observed_groups.c.source, observed_groups.c.lost_partitions)
+        .where(observed_groups.c.group_id == page.c.group_id)
+        .lateral("mark")
+    )
+    shown = select(
+        page.c.group_id,
+        page.c.tenant,
+        size.c.partitions,
+        size.c.age,
+        mark.c.source.label("observed_source"),
+        mark.c.lost_partitions.label("observed_lost"),
+    ).select_from(page.join(size, true()).outerjoin(mark, true()))
     shown_sq = shown.subquery("shown")
     s = shown_sq.c
-    return select(total.c.groups, total.c.with_offsets, s.group_id, s.tenant, s.partitions, s.age).select_from(
-        total.outerjoin(shown_sq, true())
-    )
+    return select(
+        total.c.groups,
+        total.c.with_offsets,
+        s.group_id,
+        s.tenant,
+        s.partitions,
+        s.age,
+        s.observed_source,
+        s.observed_lost,
+    ).select_from(total.outerjoin(shown_sq, true()))
 
 
 def _kept_status() -> Any:
@@ -170,10 +190,11 @@ def _build_partition_query() -> CompoundSelect[Any]:
 _GROUP_QUERY = _build_group_query()
 _PARTITION_QUERY = _build_partition_query()
 
-#: Series each shown group has whatever its size: partitions, lag sum, max lag, last commit
-#: age, partitions past the log end, lag in seconds, status. Each of its partitions adds at most
+#: Series each shown group has at most whatever its size: partitions, lag sum, max lag, last
+#: commit age, partitions past the log end, lag in seconds, status, and an observed group's mark and
+#: lost partitions. Each of its partitions adds at most
 #: two: its offset, and its lag or its past-log-end flag (a partition past the log end has no lag).
-GROUP_SERIES = 7
+GROUP_SERIES = 9
 PARTITION_SERIES = 2
 
 

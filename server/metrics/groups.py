@@ -188,6 +188,19 @@ class GroupCollector(Collector):
                 "Seconds since the group's most recent offset change.",
                 labels=group,
             ),
+            "observed": GaugeMetricFamily(
+                "offsetstore_group_observed",
+                "1 for an observed group (its pipeline keeps its positions; offsetstore records them, "
+                "ObserveOffsets), with where they are read in source; absent for a group committed here. "
+                "Join it on group to tell observed groups' series apart.",
+                labels=("group", "source"),
+            ),
+            "observed_lost": GaugeMetricFamily(
+                "offsetstore_group_observed_lost_partitions",
+                "Partitions of an observed group whose position its source no longer has (a Kafka group's offsets "
+                "expired or deleted; their last observed positions are kept): alert on it above 0.",
+                labels=group,
+            ),
         }
 
     def describe(self) -> Iterable[Metric]:
@@ -254,6 +267,9 @@ class GroupCollector(Collector):
             elif r.group_id in kept:
                 f["status"].add_metric([r.group_id, kept[r.group_id].name], 1)
             f["age"].add_metric([r.group_id], max(0.0, float(r.age)))
+            if r.observed_source is not None:
+                f["observed"].add_metric([r.group_id, r.observed_source], 1)
+                f["observed_lost"].add_metric([r.group_id], r.observed_lost)
         return list(f.values())
 
 

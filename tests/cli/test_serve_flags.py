@@ -28,6 +28,7 @@ PUBLIC_FLAGS = {
     "--require-synchronous-replication", "--sql-api-roles", "--statement-timeout-ms", "--status-window",
     "--tls-cert", "--tls-client-ca", "--tls-key", "--tokens-file", "--trace-trust-callers",
     "--watermarks-kafka-bootstrap", "--watermarks-kafka-config", "--watermarks-kafka-groups",
+    "--observe-kafka-groups", "--observe-kafka-interval",
     "--watermarks-kafka-interval", "--watermarks-kafka-max-partitions", "--watermarks-kafka-topics",
     "--write-flushers",
 }  # fmt: skip

@@ -84,7 +84,7 @@ function offsetText(v) {
 // A change's -1 is "none" unless the partition stored the latest placeholder just before (as
 // the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
 function storedFlags(changesNewestFirst) {
-  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT"];
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT", "CHANGE_KIND_OBSERVED"];
   const last = new Map();
   const flags = [];
   for (const c of [...changesNewestFirst].reverse()) {
@@ -181,7 +181,8 @@ function table(columns, rows, id) {
 // --- the groups page -----------------------------------------------------------------
 
 const GROUP_COLUMNS = [
-  { key: "groupId", label: "Group", value: (g) => g.groupId, cell: (g) => el("a", { class: "group-link", href: "#/group/" + encodeURIComponent(g.groupId) }, g.groupId) },
+  { key: "groupId", label: "Group", value: (g) => g.groupId, cell: (g) => el("span", {},
+    el("a", { class: "group-link", href: "#/group/" + encodeURIComponent(g.groupId) }, g.groupId), observedBadge(g)) },
   { key: "partitionCount", label: "Partitions", num: true, value: (g) => num(g.partitionCount), cell: (g) => String(num(g.partitionCount)) },
   { key: "generation", label: "Generation", num: true, value: (g) => num(g.generation), cell: (g) => String(g.generation) },
   { key: "totalLag", label: "Lag (offsets)", num: true, value: (g) => num(g.totalLag), cell: (g) => lagText(g.totalLag) },
@@ -189,6 +190,15 @@ const GROUP_COLUMNS = [
   { key: "lastCommitTime", label: "Last commit", value: (g) => g.lastCommitTime || "", cell: (g) => when(g.lastCommitTime) },
   { key: "status", label: "Status", value: (g) => STATUS_ORDER.indexOf(statusName(g.status)), cell: (g) => statusBadge(g.status, g.statusReason) },
 ];
+
+// An observed group (its pipeline keeps its positions, offsetstore records them): marked wherever it is shown.
+function observedBadge(g) {
+  if (!g.observed) return "";
+  const lost = num(g.observedLostPartitions);
+  return el("span", {},
+    el("span", { class: "badge observed", title: `observed: read from ${g.observedSource || "?"}; commits are refused until it is adopted` }, "observed"),
+    lost ? el("span", { class: "badge observed-lost", title: "its source no longer has these positions (a Kafka group's offsets expired or deleted); the last observed ones are kept here" }, `${lost} lost at source`) : "");
+}
 
 // Worst first, as the server orders a group's partitions (storage/status.py's SEVERITY).
 const STATUS_ORDER = ["LOST", "PAST_END", "STOPPED", "STALLED", "LAGGING", "UNCONFIRMED", "OK", "IDLE", "UNSPECIFIED"];
@@ -270,10 +280,11 @@ async function groupPage(groupId, mine) {
   const commits = partitions.map((p) => p.commitTime);
   main.replaceChildren(
     el("p", {}, el("a", { href: "#/?prefix=" + encodeURIComponent(view.prefix) }, "← groups")),
-    el("h1", { id: "group-id" }, groupId),
+    el("h1", { id: "group-id" }, groupId, " ", observedBadge(first)),
     el("p", { class: "status-line" }, el("span", { id: "group-status" }, statusBadge(first.status, first.statusReason)), " ",
       el("span", { id: "status-reason", class: "muted" }, first.statusReason || "")),
     el("dl", { class: "facts" },
+      ...(first.observed ? [el("dt", {}, "Observed from"), el("dd", { id: "observed-source" }, first.observedSource || "")] : []),
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
       el("dt", {}, "Member"), el("dd", {}, g.memberId ? (g.memberHost ? `${g.memberId} (${g.memberHost})` : g.memberId) : "none"),
