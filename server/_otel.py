@@ -204,14 +204,23 @@ class CallTracer(PolicyInterceptor):
                 f"{service}/{call.method}",
                 {"rpc.service": service, "rpc.method": call.method},
             )
+        failed: Exception | None = None
         with self._start(*named, call.transport) as span:
             try:
                 response = await next(call)
-            except (Exception, asyncio.CancelledError) as error:
-                _ended(span, call, ended_by(error))
+            except asyncio.CancelledError as error:
+                _ended(span, call, ended_by(error))  # the caller went away
                 raise
-            _ended(span, call, OK)
-            return response
+            except Exception as error:
+                # Raised past the span, not through it: a refusal is the server doing its job,
+                # and _ended() says which codes make the span an error.
+                _ended(span, call, ended_by(error))
+                failed = error
+            else:
+                _ended(span, call, OK)
+        if failed is not None:
+            raise failed
+        return response
 
     def wrap_other(
         self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
