@@ -162,8 +162,10 @@ class OffsetStoreServer:
     quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
     given, an HTTP listener beside gRPC on the same gate; ``auth``, an
     :class:`~offsetstore.server.auth.AccessControl`, authenticates and authorises every call;
-    ``credentials`` serve TLS; ``interceptors`` (metrics, say; ``grpc.aio`` interceptors) see
-    every call, also those refused. ``reuse_port`` lets several processes listen on one port
+    ``credentials`` serve TLS; ``interceptors`` (``grpc.aio`` interceptors) see every gRPC call,
+    also those refused; those that are policies too (:class:`~offsetstore.server.interceptor.PolicyInterceptor`:
+    the metrics, the traces) are the outermost of the gate's chain, and so see every offset store
+    call, gRPC and HTTP, once. ``reuse_port`` lets several processes listen on one port
     (``serve --processes``).
     """
 
