@@ -16,7 +16,6 @@ is one tuple (:data:`offsetstore.server.gate.ORDER`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
@@ -45,5 +44,11 @@ def chain(policies: Iterable[Policy], last: Next) -> Next:
 
 
 def _link(policy: Policy, rest: Next) -> Next:
-    # A partial, not a closure: the policy's own coroutine is the only frame of its step.
-    return functools.partial(policy.__call__, next=rest)
+    # A plain function that returns the policy's coroutine: the policy's is the only frame
+    # its step adds to a call (an ``async def`` here would add another to every await).
+    run = policy.__call__
+
+    def step(call: Call) -> Awaitable[Message]:
+        return run(call, rest)
+
+    return step
