@@ -15,22 +15,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 import grpc
 from google.protobuf.message import Message
 
 from offsetstore.core.calls import FACTS, CallFacts, Cost, Scan, Scope
 from offsetstore.core.errors import OffsetStoreError
+from offsetstore.server.auth.callers import Metadata
+from offsetstore.server.auth.principals import Principal
 from offsetstore.v1 import offset_store_pb2 as pb
 
-if TYPE_CHECKING:  # the auth package reads calls: at run time, the annotation is a string
-    from offsetstore.server.auth.principals import Principal
-
 __all__ = ["CANCELLED", "OK", "Call", "Ended", "Metadata", "Transport", "ended_by"]
-
-#: A call's metadata as grpc gives it: (key, value) pairs, binary values as bytes.
-Metadata = Iterable[tuple[str, str | bytes]]
 
 
 class Transport(Protocol):

@@ -10,14 +10,32 @@ from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.server.auth.principals import RPC_PERMISSIONS, Grant, Permission, Principal
 from offsetstore.server.auth.tls import certificate_identities
 from offsetstore.server.auth.tokens_file import AuthConfig
-from offsetstore.server.call import Call, Metadata
 
-__all__ = ["AccessControl"]
+__all__ = ["AccessControl", "CallerContext", "Metadata", "Request"]
 
 #: Every caller of a server with client certificates but no tokens file: the CA is the gate.
 _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
 
 _VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
+
+
+#: A call's metadata as grpc gives it: (key, value) pairs, binary values as bytes.
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+class Request(Protocol):
+    """What authorisation reads of a call once its request is read (the gate's :class:`~offsetstore.server.call.Call`)."""
+
+    @property
+    def facts(self) -> CallFacts: ...
+
+    @property
+    def scope(self) -> str:
+        """The group id, or a prefix RPC's prefix, the permission is checked on."""
+
+    @property
+    def reported_topics(self) -> list[str]:
+        """The topics a watermark report names."""
 
 
 class CallerContext(Protocol):
@@ -64,7 +82,7 @@ class AccessControl:
             what = "report watermarks of any topic" if topics else f"{_VERBS[permission]} any group"
             raise PermissionDeniedError(f"{principal.name} may not {what}")
 
-    def authorize(self, principal: Principal, call: Call) -> None:
+    def authorize(self, principal: Principal, call: Request) -> None:
         """Raises PermissionDeniedError unless ``principal`` may make ``call`` (its method, with its request)."""
         facts = call.facts
         permission = RPC_PERMISSIONS.get(facts.method)
