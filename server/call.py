@@ -20,7 +20,7 @@ from typing import Protocol, cast
 import grpc
 from google.protobuf.message import Message
 
-from offsetstore.core.calls import FACTS, CallFacts, Cost, Scan, Scope
+from offsetstore.core.calls import FACTS, SERVICE, CallFacts, Cost, Scan, Scope
 from offsetstore.core.errors import OffsetStoreError
 from offsetstore.server.auth.callers import Metadata
 from offsetstore.server.auth.principals import Principal
@@ -58,7 +58,7 @@ _SCOPE_FIELDS = {Scope.GROUP: "group_id", Scope.PREFIX: "prefix", Scope.TOPICS: 
 
 def _check_fields() -> None:
     for name, facts in FACTS.items():
-        request = pb.DESCRIPTOR.services_by_name["OffsetStoreService"].methods_by_name[name].input_type
+        request = SERVICE.methods_by_name[name].input_type
         needed = {_SCOPE_FIELDS[facts.scope]}
         if facts.cost is Cost.SELECTION or (facts.adds_partitions and not facts.entries_field):
             needed.add("topics")  # a selection (TopicSelection: topic, partitions)
@@ -70,6 +70,9 @@ def _check_fields() -> None:
 
 
 _check_fields()
+
+# The methods whose request has a topic selection (``topics``).
+_SELECTING = frozenset(m.name for m in SERVICE.methods if "topics" in m.input_type.fields_by_name)
 
 
 @dataclass(slots=True)
@@ -165,7 +168,7 @@ class Call:
     @property
     def selection(self) -> Sequence[pb.TopicSelection]:
         """The request's ``topics`` selection (empty for a method without one)."""
-        if "topics" not in self.message.DESCRIPTOR.fields_by_name:
+        if self.facts.method not in _SELECTING:
             return ()
         return cast("Sequence[pb.TopicSelection]", self._field("topics"))
 
