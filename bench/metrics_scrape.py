@@ -72,9 +72,11 @@ def main() -> None:
         started = time.perf_counter()
         fill(url, args.partitions)
         print(f"filled {args.partitions} partitions in {time.perf_counter() - started:.1f}s")
-    store = Store.open(StoreConfig(url, SessionSettings(statement_timeout_ms=60_000), hot_pool_size=2))
+    series = metrics.StoreSeries()  # as offsetstore serve: the store's own series are on the page too
+    config = StoreConfig(url, SessionSettings(statement_timeout_ms=60_000), hot_pool_size=2, observer=series.observer)
+    store = Store.open(config)
     try:
-        registry = metrics.build_registry(store, sums_seconds=args.sums_seconds)
+        registry = metrics.build_registry(store, series=series, sums_seconds=args.sums_seconds)
         seconds, size = [], 0
         for _ in range(args.scrapes):
             started = time.perf_counter()

@@ -1,15 +1,29 @@
-"""The argparse tree of the groups commands: their options, the checks argparse makes, and the help."""
+"""The argparse tree of the groups commands: their options and the checks argparse makes (their help: :mod:`._groups_help`)."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import NoReturn
 
 from offsetstore.cli._adopt import ADOPT_HELP
+from offsetstore.cli._command_parser import GroupsCommandParser
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
-from offsetstore.cli._errors import UsageError
-from offsetstore.cli._offsets_file import import_operands
+from offsetstore.cli._groups_help import (
+    BOOTSTRAP_HELP,
+    BY_DURATION_HELP,
+    CLAMP_HELP,
+    DELETE_HELP,
+    EXPECTED_GENERATION_HELP,
+    EXPIRE_HELP,
+    EXPORT_HELP,
+    HISTORY_HELP,
+    IDLE_FOR_HELP,
+    IDLE_FOR_LIST_HELP,
+    IMPORT_HELP,
+    RESET_EXPORT_HELP,
+    RESET_HELP,
+    TO_CURRENT_HELP,
+    TO_DATETIME_HELP,
+)
 from offsetstore.cli._profile import PROFILE_ENV
 from offsetstore.cli._values import (
     int64,
@@ -23,92 +37,6 @@ from offsetstore.cli._values import (
 )
 from offsetstore.core.types import Boundary
 
-_RESET_HELP = (
-    "Reset the selected partitions to one target, like kafka-consumer-groups --reset-offsets. As there, "
-    "nothing changes without --execute. An applied reset bumps the group's generation, so live fenced "
-    "consumers stop instead of overwriting it: unlike Kafka, resetting a live group is safe. In tables "
-    "'earliest' and 'latest' are the placeholders -2 and -1, which a reader resolves to the log's start "
-    "or end; - is no offset."
-)
-_TO_DATETIME_HELP = (
-    "the offsets the group had committed at that instant, from its history (e.g. 2024-01-31T10:00:00.000, "
-    "2024-01-31T10:00:00Z or ...+02:00; a time without a UTC offset is taken as UTC): the group's own past "
-    "position, where a partition that had no offset then gets the earliest placeholder (a reset never "
-    "deletes an offset). With --bootstrap-server it means what kafka-consumer-groups means: the offsets of "
-    "the first records with a timestamp at or after it"
-)
-_BOOTSTRAP_HELP = (
-    "a Kafka broker to ask, as kafka-consumer-groups does (the kafka extra): --to-datetime and --by-duration "
-    "then mean record timestamps (each partition's first record at or after the instant, offsets_for_times; "
-    "the log end where none is that recent), a whole --topic means every partition the broker has, and "
-    "--to-offset is checked against the broker's log start and end"
-)
-_CLAMP_HELP = (
-    "set an offset outside the known [log start, log end] to the nearer bound (kafka-consumer-groups "
-    "clamps silently; offsetstore warns and sets what you asked unless you give --clamp)"
-)
-_EXPECTED_GENERATION_HELP = (
-    "apply (or preview) the reset only while the group is at generation N, the one a --dry-run showed: "
-    "if a consumer joined or another reset came in between, nothing changes and the command says the "
-    "generation the group is at now (one group only)"
-)
-#: What every duration option takes (cli/_values.py parse_by_duration).
-_DURATION_FORMS = "PnDTnHnMnS as kafka takes it (PT1H30M, P1D) or 90s, 15m, 2h, 1d (a unit is required)"
-_BY_DURATION_HELP = (
-    "like --to-datetime at now minus DURATION: the offsets the group had committed then, from its history. "
-    + _DURATION_FORMS
-)
-_TO_CURRENT_HELP = (
-    "keep each offset where it is (a placeholder resolves to a known watermark, an offset past a known "
-    "log end is capped to it); applied, it only bumps the generation, which fences live writers"
-)
-_HISTORY_HELP = (
-    "The group's audit trail, newest first: consumers' commits, resets (an import is one), adoptions with "
-    "their source, deletes and expiries. In PREVIOUS and NEW, - is no offset; 'earliest' and 'latest' "
-    "are the placeholders -2 and -1. The contract writes both 'no offset' and the latest placeholder as -1; "
-    "the table tells them apart from the partition's change before, where it is listed."
-)
-_EXPORT_HELP = (
-    "Write the group's offsets as topic,partition,offset lines with no header, the format of "
-    "kafka-consumer-groups --reset-offsets --export, which 'import' and kafka-consumer-groups --from-file "
-    "read back. Placeholders are written as their numbers (-2 earliest, -1 latest). --output json writes "
-    "a JSON list instead."
-)
-_IMPORT_HELP = (
-    "Set the offsets of a topic,partition,offset file (kafka-consumer-groups --from-file; FILE - reads "
-    "standard input), as 'export' writes it. Blank lines and a topic,partition,offset header are skipped; "
-    "a malformed line rejects the whole file. Offsets are >= 0, or the placeholders -2 (earliest) and -1 "
-    "(latest), which are set by a reset to that end (so they resolve to a known watermark, as "
-    "'reset --to-earliest' does). With --execute every offset of the file is set in one reset, which bumps "
-    "the generation and so fences live writers; the history records it as a reset (no consumer's commit: "
-    "the status verdict waits for the consumer). To record where the offsets came from, 'adopt --from-file' "
-    "does the same with the file named as its source. Partitions not in the file "
-    "keep their offsets. A group,topic,partition,offset file (kafka-consumer-groups' export of several "
-    "groups, 'reset --export' of several) sets each group it names with 'import FILE', or only GROUP's "
-    "lines with 'import GROUP FILE'."
-)
-_IDLE_FOR_HELP = f"groups with no commit, join or reset for this long: {_DURATION_FORMS}"
-_IDLE_FOR_LIST_HELP = (
-    "list instead the groups idle (no commit, join or reset) for this long, which 'expire' and the "
-    f"server's --offsets-retention would expire (needs admin on --prefix): {_DURATION_FORMS}"
-)
-_EXPIRE_HELP = (
-    "Expire the offsets of groups idle for --idle-for, as the server's --offsets-retention does (Kafka's "
-    "offsets.retention.minutes): their offsets are removed and recorded in their history as "
-    "CHANGE_KIND_EXPIRE; each group keeps its generation, so a rejoin gets a higher one. Nothing changes "
-    "without --execute. At most 1000 groups, longest idle first; run again for more."
-)
-_RESET_EXPORT_HELP = (
-    "write the plan (each selected partition's new offset) to standard output as CSV instead of the table, "
-    "as kafka-consumer-groups --reset-offsets --export does: topic,partition,offset lines for one group, "
-    "group,topic,partition,offset lines for several (--group repeated, --all-groups); notes go to standard "
-    "error. With --dry-run (the default) it plans; with --execute it applies and writes what it set"
-)
-_DELETE_HELP = (
-    "Delete the selected offsets (--all-topics deletes the group). Like 'reset' and 'import', and unlike "
-    "kafka-consumer-groups, it only shows what it would delete until --execute is given."
-)
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Adds the ``groups`` subcommands and their options to `parser`; `run` executes the result."""
@@ -117,7 +45,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
     _add_common_options(common, suppress=True)
     sub = parser.add_subparsers(
-        dest="groups_command", required=True, metavar="COMMAND", parser_class=_GroupsCommandParser
+        dest="groups_command", required=True, metavar="COMMAND", parser_class=GroupsCommandParser
     )
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
@@ -125,7 +53,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
     p = command("list", "list the groups", "List the groups with their generation, partitions, last commit and lag.")
     p.add_argument("--prefix", default="", help="only groups whose id starts with this")
-    p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", help=_IDLE_FOR_LIST_HELP)
+    p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", help=IDLE_FOR_LIST_HELP)
     p.add_argument(
         "--state",
         nargs="?",
@@ -166,7 +94,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "verdict with its reason (OK, IDLE, LAGGING, STALLED, STOPPED, LOST, PAST_END, UNCONFIRMED)",
     )
 
-    p = command("reset", "reset a group's offsets (dry run unless --execute)", _RESET_HELP)
+    p = command("reset", "reset a group's offsets (dry run unless --execute)", RESET_HELP)
     _add_groups(p, "reset")
     _add_selection(p, required=True)
     target = p.add_mutually_exclusive_group(required=True)
@@ -192,21 +120,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         const=Boundary.LATEST,
         help="the log end where a watermark is known, else the -1 (latest) placeholder",
     )
-    target.add_argument("--to-current", action="store_true", help=_TO_CURRENT_HELP)
-    target.add_argument("--to-datetime", type=parse_datetime, metavar="ISO8601", help=_TO_DATETIME_HELP)
-    target.add_argument("--by-duration", type=parse_by_duration, metavar="DURATION", help=_BY_DURATION_HELP)
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=_BOOTSTRAP_HELP)
-    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
-    p.add_argument("--export", action="store_true", help=_RESET_EXPORT_HELP)
-    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
+    target.add_argument("--to-current", action="store_true", help=TO_CURRENT_HELP)
+    target.add_argument("--to-datetime", type=parse_datetime, metavar="ISO8601", help=TO_DATETIME_HELP)
+    target.add_argument("--by-duration", type=parse_by_duration, metavar="DURATION", help=BY_DURATION_HELP)
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help=BOOTSTRAP_HELP)
+    p.add_argument("--clamp", action="store_true", help=CLAMP_HELP)
+    p.add_argument("--export", action="store_true", help=RESET_EXPORT_HELP)
+    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=EXPECTED_GENERATION_HELP)
     _add_execute(p)
 
-    p = command("delete", "delete a group's offsets (dry run unless --execute)", _DELETE_HELP)
+    p = command("delete", "delete a group's offsets (dry run unless --execute)", DELETE_HELP)
     _add_groups(p, "delete")
     _add_selection(p, required=True)
     _add_execute(p)
 
-    p = command("history", "show a group's commits, resets, adoptions, deletes and expiries", _HISTORY_HELP)
+    p = command("history", "show a group's commits, resets, adoptions, deletes and expiries", HISTORY_HELP)
     p.add_argument("group", metavar="GROUP")
     _add_selection(p, required=False)
     p.add_argument("--since", type=parse_datetime, metavar="ISO8601", help="changes from this on (no offset = UTC)")
@@ -215,7 +143,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--limit", type=nonnegative_int, default=100, metavar="N", help="at most N changes (default 100, 0 = all)"
     )
 
-    p = command("export", "write a group's offsets as CSV, as Spark startingOffsets or to a Kafka group", _EXPORT_HELP)
+    p = command("export", "write a group's offsets as CSV, as Spark startingOffsets or to a Kafka group", EXPORT_HELP)
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--file", metavar="FILE", help="write to FILE instead of standard output")
     p.add_argument(
@@ -266,16 +194,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "adopt KAFKA_GROUP's lines into GROUP (default: GROUP's own lines)",
     )
     _add_selection(p, required=False)
-    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
-    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
+    p.add_argument("--clamp", action="store_true", help=CLAMP_HELP)
+    p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=EXPECTED_GENERATION_HELP)
     _add_execute(p)
 
-    p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", _EXPIRE_HELP)
-    p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=_IDLE_FOR_HELP)
+    p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", EXPIRE_HELP)
+    p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=IDLE_FOR_HELP)
     p.add_argument("--prefix", default="", help="only groups whose id starts with this")
     _add_execute(p)
 
-    p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", _IMPORT_HELP)
+    p = command("import", "set a group's offsets from a CSV file (dry run unless --execute)", IMPORT_HELP)
     p.usage = "%(prog)s [options] [--clamp] [--dry-run | --execute] [GROUP] FILE"
     p.add_argument(
         "operands",
@@ -284,49 +212,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="the group to set the offsets of, and the file (no GROUP: the file's group column names them)",
     )
     p.add_argument("--group", metavar="GROUP", help=argparse.SUPPRESS)  # the older 'import FILE --group GROUP'
-    p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
+    p.add_argument("--clamp", action="store_true", help=CLAMP_HELP)
     _add_execute(p)
-
-
-class CommandParser(argparse.ArgumentParser):
-    """A command's parser: any usage error is reported by this command, in two lines.
-
-    argparse hands a subcommand's unknown arguments back to the top-level parser, which
-    would print its own usage, not the one of the command the user got wrong. And argparse
-    prints a command's whole usage before its error: twelve lines for ``reset``, five for
-    ``groups`` itself, above the one that says what is wrong. So every command of
-    ``offsetstore`` says its errors in two lines: its usage and the error, argparse's own
-    form, where the usage is one line; else the error first, and where the usage is.
-    """
-
-    def error(self, message: str) -> NoReturn:
-        usage = self.format_usage()
-        if usage.count("\n") == 1:
-            self.exit(2, f"{usage}{self.prog}: error: {message}\n")
-        self.exit(2, f"{self.prog}: error: {message}\nSee '{self.prog} --help' for its options.\n")
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-
-class _GroupsCommandParser(CommandParser):
-    """A groups command's parser, which also reads ``import``'s operands."""
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        namespace, extras = super().parse_known_args(args, namespace)
-        if getattr(namespace, "operands", None) is not None:
-            try:
-                namespace.group, namespace.file = import_operands(namespace)
-            except UsageError as error:
-                self.error(str(error))
-        return namespace, extras
 
 
 def connection_parser() -> argparse.ArgumentParser:

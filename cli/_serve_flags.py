@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from offsetstore.core.durations import parse_duration
-from offsetstore.server.settings import SettingFields, env_name
+from offsetstore.server.settings import SettingFields, env_name, kinds
 
-_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "Path": Path}
+_TYPES: dict[type, Callable[[str], Any]] = {int: int, float: float, Path: Path}
 
 
 def flag_name(field: dataclasses.Field[Any]) -> str:
@@ -59,8 +59,8 @@ def add_serve_flags(parser: argparse.ArgumentParser, names: tuple[str, ...] | No
         env = env_name(field.name)
         help_ = (meta["flag_help"] or meta["help"]).replace("``", "").replace("%", "%%")
         options: dict[str, Any] = {"dest": field.name, "default": None}
-        kind = str(field.type).removesuffix(" | None")
-        if kind == "bool" and meta["choices"] is None:
+        kind, _ = kinds()[field.name]
+        if kind is bool and meta["choices"] is None:
             # A switch: it flips the default; the variable takes 1/0, true/false, yes/no, on/off.
             options.update(action="store_const", const=not field.default)
             turns = "off" if field.default else "on"

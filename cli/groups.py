@@ -7,7 +7,8 @@ leading ``groups``). They talk to the server only through `OffsetStoreClient`.
 Each command lives in a module of its own (``_list``: list, topics and expire, ``_describe``,
 ``_reset``, ``_delete``, ``_history``, ``_offsets_file``: export and import, ``_adopt``: adopt and
 the export to Spark or a Kafka group); ``_parser``
-builds the options from ``_values``' parsers, ``_render`` shows results, ``_errors`` words
+builds the options from ``_values``' parsers (their longer help: ``_groups_help``; the parsers'
+class, which says usage errors in two lines: ``_command_parser``), ``_render`` shows results, ``_errors`` words
 the errors, ``_connect`` reaches the server.
 
 Exit codes: 0 success, 1 an error (from the server, the connection or an input file),
@@ -24,6 +25,7 @@ from typing import Any
 
 from offsetstore.cli import _connect, _errors, _offsets_file, _render, _values
 from offsetstore.cli._adopt import cmd_adopt, cmd_export
+from offsetstore.cli._command_parser import CommandParser
 from offsetstore.cli._connect import (
     DEFAULT_SERVER,
     SERVER_ENV,
@@ -37,7 +39,7 @@ from offsetstore.cli._errors import EXIT_ERROR, error_message
 from offsetstore.cli._history import cmd_history
 from offsetstore.cli._list import cmd_expire, cmd_list, cmd_topics
 from offsetstore.cli._offsets_file import cmd_import
-from offsetstore.cli._parser import CommandParser, configure_parser
+from offsetstore.cli._parser import configure_parser
 from offsetstore.cli._profile import ProfileError, apply_profile
 from offsetstore.cli._render import Output
 from offsetstore.cli._reset import cmd_reset

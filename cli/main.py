@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from offsetstore.cli import groups as groups_cli
+from offsetstore.cli._command_parser import CommandParser
 from offsetstore.cli._completion import bash_script, group_names
 from offsetstore.cli._migrate import add_migrate_parser
 from offsetstore.cli._migrate import run as migrate_command
-from offsetstore.cli._parser import CommandParser
 from offsetstore.cli._serve_flags import add_serve_flags
 
 

@@ -78,7 +78,7 @@ class Store:
     def config(self) -> StoreConfig:
         return self.aio.config
 
-    # Settings and hooks live on the runtime store.
+    # Settings and hooks live on the runtime store (the hooks given in its config).
     @property
     def statement_timeout_ms(self) -> int:
         return self.aio.statement_timeout_ms
@@ -106,15 +106,6 @@ class Store:
     @property
     def observer(self) -> StoreObserver:
         return self.aio.observer
-
-    def observe_with(
-        self,
-        *,
-        operation: Callable[[str, float], None] | None = None,
-        expired: Callable[[int], None] | None = None,
-        batch: Callable[[str, int], None] | None = None,
-    ) -> None:
-        self.aio.observe_with(operation=operation, expired=expired, batch=batch)
 
     def pool_in_use(self) -> int:
         return self.aio.pool_in_use()

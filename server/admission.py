@@ -1,6 +1,6 @@
 """Fair admission: each principal's calls are admitted by what they cost, so one tenant waits behind itself.
 
-Three bounds, each per principal (an authenticated one, or, with authentication off, one per
+Four bounds, each per principal (an authenticated one, or, with authentication off, one per
 peer address):
 
 - **cost in flight**: a call costs what it makes the server and the database do (the
@@ -8,13 +8,16 @@ peer address):
   :func:`cost_of`). A principal's calls run while their costs together stay within
   ``share``; the next one waits, as a coroutine, in the principal's own FIFO queue. Another
   principal's calls never queue behind it. A single call costlier than ``share`` runs alone.
+- **cost per second**: while another principal is active, a principal spends a budget of
+  ``cost_per_second`` (a token bucket holding ``burst_cost``, refilled continuously); a call
+  waits in the same queue until the bucket holds its cost (at most a full bucket), then
+  takes it. A cost is a cost whatever the call's width: eight calls of 999 partitions
+  spend what eight of 1,000 do (the rest after a call of 1,000 or more that this replaces
+  was a cliff one partition below it). Alone, a principal never waits and owes nothing
+  beyond an empty bucket: the budget shares a busy server, it is not a quota.
 - **calls at once**: beyond ``max_calls`` running or waiting (``max_anonymous_calls`` for an
   anonymous peer), a call is refused at once, RESOURCE_EXHAUSTED with a retry hint, before
   its request is read: this bounds the requests a principal makes the server hold.
-- **rest after a wide call**: while another principal is active, a principal's call of
-  ``WIDE_COST`` or more is followed by a pause ``REST_FACTOR`` (3) times as long as it took,
-  so that a tenant's wide calls hold what they hold (the database's CPU and WAL, the event
-  loop) at most a quarter of the time while others wait on them; alone, it never waits.
 - **response bytes** (authenticated principals): a token bucket of ``bytes_per_second``
   (bursts of ``burst_bytes``); a response may overdraw it, then the principal's next calls
   are refused with the time to wait until it is refilled.
@@ -37,15 +40,10 @@ from offsetstore.storage import validate as check
 
 __all__ = ["DEFAULT_READ_COST", "Admission", "cost_of"]
 
-#: A call of at least this cost is wide: see :meth:`Admission.done`.
-WIDE_COST = 1000
-#: A wide call is followed by a rest this many times as long as it took, while others are
-#: active: the wide tenant's calls hold the database and the loop at most a quarter of the
-#: time (measured: another tenant's commit p99 under four processes of the widest commits
-#: fell from ~11 ms at 1x to ~8.5 ms at 3x, against ~2.5 ms quiet).
-REST_FACTOR = 3.0
 #: A principal counts as active for this long after a call of its own was admitted.
 ACTIVE_SECONDS = 1.0
+#: Past this many principals known, those idle with full buckets are forgotten (:meth:`Admission._forget_idle`).
+KEEP_PRINCIPALS = 4096
 
 #: What a read that names no partitions is taken to return, before it has: a typical group.
 #: Reads of huge groups are held back by the byte budget, which counts what they did return.
@@ -80,13 +78,23 @@ def _by_rule(call: Call) -> int:
     return 1
 
 
+def _refill(bucket: tuple[float, float] | None, now: float, rate: float, burst: float) -> float:
+    """What a token bucket (``(left, when)``; None: full) holds at ``now``."""
+    if bucket is None:
+        return burst
+    left, when = bucket
+    return min(burst, left + (now - when) * rate)
+
+
 @dataclass
 class _Principal:
     calls: int = 0  # running or waiting
     cost: int = 0  # of the calls running
     waiting: deque[tuple[int, asyncio.Future[None]]] = field(default_factory=deque)
-    rest_until: float = 0.0  # after a wide call, while others are active (time.monotonic())
-    bucket: tuple[float, float] | None = None  # (bytes left, when)
+    budget: tuple[float, float] | None = None  # cost per second: (cost left, when); None: full
+    timer: asyncio.TimerHandle | None = None  # wakes the first waiter when the budget holds its cost
+    due: bool = False  # that timer fired: the first waiter's budget wait is over
+    bucket: tuple[float, float] | None = None  # response bytes: (bytes left, when); None: full
 
 
 class Admission:
@@ -101,20 +109,31 @@ class Admission:
         max_calls: int,
         max_anonymous_calls: int = 256,
         share: int = check.MAX_PARTITIONS,
+        cost_per_second: float = 0,
+        burst_cost: float | None = None,
         bytes_per_second: float = 0,
         burst_bytes: float | None = None,
     ) -> None:
+        """``cost_per_second`` 0: no budget; ``burst_cost`` unset: a second's worth, at least the widest call."""
         if max_calls < 1:
             raise ValueError("the per-principal call limit must be >= 1")
         if share < 1:
             raise ValueError("the per-principal cost share must be >= 1")
+        if cost_per_second < 0 or (burst_cost is not None and burst_cost <= 0):
+            raise ValueError("the per-principal cost budget must be >= 0 a second, its burst above 0")
         self.max_calls = max_calls
         self.max_anonymous_calls = max_anonymous_calls
         self.share = share
+        self.cost_rate = cost_per_second
+        self.cost_burst = burst_cost if burst_cost is not None else max(cost_per_second, check.MAX_PARTITIONS)
         self.rate = bytes_per_second
         self.burst = burst_bytes if burst_bytes is not None else 4 * bytes_per_second
         self._principals: dict[str, _Principal] = {}
-        self._seen: dict[str, float] = {}  # principal -> when its last call was admitted to run
+        self._sweep_at = KEEP_PRINCIPALS
+        # The two principals whose calls came last, latest first (name, when): whether another
+        # than a given one is active, in constant time however many principals there are.
+        self._latest: tuple[str, float] = ("", -ACTIVE_SECONDS)
+        self._before: tuple[str, float] = ("", -ACTIVE_SECONDS)
 
     def enter(self, principal: str, *, limited: bool) -> None:
         """Counts a call of ``principal`` in, or raises ResourceExhaustedError; from metadata, before the request.
@@ -125,6 +144,8 @@ class Admission:
         """
         state = self._principals.get(principal)
         if state is None:
+            if len(self._principals) >= self._sweep_at:
+                self._forget_idle()
             state = self._principals[principal] = _Principal()
         bound = self.max_calls if limited else self.max_anonymous_calls
         if state.calls >= bound:
@@ -136,9 +157,8 @@ class Admission:
             )
         if limited:
             if self.rate > 0 and state.bucket is not None:
-                left, when = state.bucket
                 now = time.monotonic()
-                left = min(self.burst, left + (now - when) * self.rate)
+                left = _refill(state.bucket, now, self.rate, self.burst)
                 state.bucket = None if left >= self.burst else (left, now)  # full again: forget it
                 if left < 0:
                     self._forget_if_idle(principal, state)
@@ -149,61 +169,79 @@ class Admission:
                     )
         state.calls += 1
 
-    async def run(self, principal: str, cost: int) -> float:
-        """Waits until the principal's calls running leave room for ``cost`` (and its rest is over).
+    async def run(self, principal: str, cost: int) -> None:
+        """Waits until the principal's calls running leave room for ``cost``, and its budget holds it; then takes it.
 
-        Returns when it was admitted (``time.monotonic()``), for :meth:`done`, which gives the cost back.
+        :meth:`done` gives the cost in flight back (the budget's is spent).
         """
         now = time.monotonic()
-        self._seen[principal] = now
+        if self._latest[0] != principal:
+            self._before = self._latest
+        self._latest = (principal, now)
         state = self._principals[principal]
-        if not state.waiting and now >= state.rest_until and (state.cost == 0 or state.cost + cost <= self.share):
-            state.cost += cost
-            return now
+        if (
+            not state.waiting
+            and state.timer is None
+            and self._fits(state, cost)
+            and not self._wait(principal, state, cost, now)
+        ):
+            self._take(principal, state, cost, now)
+            return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         state.waiting.append((cost, turn))
+        if len(state.waiting) == 1:
+            self._wake(principal, state)  # first in line, held by the budget alone: its timer
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
-                self.done(principal, cost, time.monotonic())  # admitted as it was cancelled: give it back
+                self.done(principal, cost)  # admitted as it was cancelled: give it back
             else:
                 with contextlib.suppress(ValueError):  # _wake may have dropped it already
                     state.waiting.remove((cost, turn))
-                self._wake(state)
+                if not state.waiting and state.timer is not None:  # nobody left to wait for the budget
+                    state.timer.cancel()
+                    state.timer, state.due = None, False
+                self._wake(principal, state)
             raise
-        return time.monotonic()
 
-    def done(self, principal: str, cost: int, admitted: float) -> None:
-        """Gives back the cost of a call :meth:`run` admitted at ``admitted``.
-
-        A wide call (``WIDE_COST`` or more) while another principal is active is followed by a
-        rest as long as the call took: two busy tenants get at most half the time each of
-        whatever the wide calls hold (the database's CPU, its WAL), the small one's calls none.
-        """
+    def done(self, principal: str, cost: int) -> None:
+        """Gives back the cost in flight of a call :meth:`run` admitted."""
         state = self._principals[principal]
         state.cost -= cost
-        now = time.monotonic()
-        if cost >= WIDE_COST and self._others_active(principal, now):
-            rest = REST_FACTOR * (now - admitted)
-            state.rest_until = until = now + rest
-            asyncio.get_running_loop().call_later(rest, self._end_rest, state, until)
-            return
-        self._wake(state)
+        self._wake(principal, state)
 
-    def _end_rest(self, state: _Principal, until: float) -> None:
-        # The timer says when the rest is over, not the clock: uvloop's timers count libuv's
-        # milliseconds from the loop turn's start and may fire before time.monotonic() reaches
-        # ``until``; a waiter that then waited for the clock would wait for ever (nothing else
-        # wakes it). A later wide call's rest, set since, has its own timer.
-        if state.rest_until == until:
-            state.rest_until = 0.0
-            self._wake(state)
+    def _fits(self, state: _Principal, cost: int) -> bool:
+        return state.cost == 0 or state.cost + cost <= self.share
+
+    def _wait(self, principal: str, state: _Principal, cost: int, now: float) -> float:
+        """Seconds until the principal's budget holds ``cost`` (a full bucket at most); 0: now, or no budget applies."""
+        if self.cost_rate <= 0 or state.due or not self._others_active(principal, now):
+            return 0.0
+        short = min(cost, self.cost_burst) - _refill(state.budget, now, self.cost_rate, self.cost_burst)
+        return max(0.0, short / self.cost_rate)
+
+    def _take(self, principal: str, state: _Principal, cost: int, now: float) -> None:
+        state.cost += cost
+        state.due = False
+        if self.cost_rate > 0:
+            left = _refill(state.budget, now, self.cost_rate, self.cost_burst) - cost
+            if not self._others_active(principal, now):
+                left = max(left, 0.0)  # alone, it owes nothing beyond an empty bucket
+            state.budget = (left, now)
+
+    def _refilled(self, principal: str, state: _Principal) -> None:
+        # The timer says when the budget holds the call, not the clock: uvloop's timers count
+        # libuv's milliseconds from the loop turn's start and may fire before time.monotonic()
+        # says the bucket holds enough; a waiter that then waited for the clock would wait for
+        # ever (nothing else wakes it).
+        state.timer = None
+        state.due = True
+        self._wake(principal, state)
 
     def _others_active(self, principal: str, now: float) -> bool:
-        if len(self._seen) > 4096:  # forget the long gone, so the map stays small
-            self._seen = {p: t for p, t in self._seen.items() if now - t < ACTIVE_SECONDS}
-        return any(p != principal and now - t < ACTIVE_SECONDS for p, t in self._seen.items())
+        other, when = self._latest if self._latest[0] != principal else self._before
+        return other != principal and now - when < ACTIVE_SECONDS
 
     def leave(self, principal: str, response_bytes: int = 0, *, limited: bool) -> None:
         """Counts a call out; ``response_bytes`` are charged to the principal's byte budget."""
@@ -211,25 +249,47 @@ class Admission:
         state.calls -= 1
         if limited and self.rate > 0 and response_bytes > 0:
             now = time.monotonic()
-            left, when = state.bucket or (self.burst, now)
-            state.bucket = (min(self.burst, left + (now - when) * self.rate) - response_bytes, now)
+            state.bucket = (_refill(state.bucket, now, self.rate, self.burst) - response_bytes, now)
         self._forget_if_idle(principal, state)
 
-    def _wake(self, state: _Principal) -> None:
-        if time.monotonic() < state.rest_until:
-            return  # the timer set at the rest's start wakes it (_end_rest)
-        while state.waiting:
+    def _wake(self, principal: str, state: _Principal) -> None:
+        while state.waiting and state.timer is None:  # a timer: it wakes the first waiter (_refilled)
             cost, turn = state.waiting[0]
             if turn.done():  # cancelled, its task not yet told: it takes nothing
                 state.waiting.popleft()
                 continue
-            if state.cost != 0 and state.cost + cost > self.share:
+            if not self._fits(state, cost):
+                return
+            now = time.monotonic()
+            wait = self._wait(principal, state, cost, now)
+            if wait > 0:
+                state.timer = asyncio.get_running_loop().call_later(wait, self._refilled, principal, state)
                 return
             state.waiting.popleft()
-            state.cost += cost
+            self._take(principal, state, cost, now)
             turn.set_result(None)
 
+    def _idle(self, state: _Principal, now: float) -> bool:
+        # Nothing running or waiting, and nothing owed: forgetting it changes nothing.
+        return (
+            state.calls == 0
+            and state.bucket is None
+            and _refill(state.budget, now, self.cost_rate, self.cost_burst) >= self.cost_burst
+        )
+
     def _forget_if_idle(self, principal: str, state: _Principal) -> None:
-        # The map holds principals with calls or an unpaid byte budget only, so it stays small.
-        if state.calls == 0 and state.bucket is None:
+        # The map holds principals with calls or unpaid budgets only, so it stays small.
+        if self._idle(state, time.monotonic()):
             del self._principals[principal]
+
+    def _forget_idle(self) -> None:
+        # Principals that left with a budget to refill stay until they come back; many of
+        # them (one per anonymous peer address) are swept here once it is refilled.
+        now = time.monotonic()
+        for principal, state in list(self._principals.items()):
+            if state.calls == 0 and state.bucket is not None:
+                left = _refill(state.bucket, now, self.rate, self.burst)
+                state.bucket = None if left >= self.burst else (left, now)
+            if self._idle(state, now):
+                del self._principals[principal]
+        self._sweep_at = max(KEEP_PRINCIPALS, 2 * len(self._principals))  # a sweep per doubling at most

@@ -211,6 +211,7 @@ class OffsetStoreServer:
                 max_calls=limits.calls_per_principal,
                 # What the sync server queued at most, server-wide; now per anonymous peer.
                 max_anonymous_calls=limits.max_workers * 8,
+                cost_per_second=limits.principal_partitions_per_second,
                 bytes_per_second=limits.principal_bytes_per_second,
             ),
             limits=limits,

@@ -11,8 +11,8 @@ from typing import Any
 
 from offsetstore.core.durations import parse_duration
 from offsetstore.runtime.config import Carry, StoreConfig, StoreObserver
-from offsetstore.server.limits import REFLECTION_MODES, Limits
-from offsetstore.server.settings import SettingFields
+from offsetstore.server.limits import Limits
+from offsetstore.server.settings import SettingFields, Valid, kinds
 from offsetstore.storage import database_url
 from offsetstore.storage.engine import SessionSettings
 from offsetstore.storage.status import StatusRules
@@ -22,15 +22,20 @@ from offsetstore.storage.status import StatusRules
 class Settings(SettingFields):
     """Everything ``offsetstore serve`` needs; flags win over the environment, which wins over defaults.
 
-    The fields, their defaults and their help are declared once in ``server/settings.py`` (the flags
-    of ``serve`` are made from them); here are their checks and the parts made of them.
+    The fields, their defaults, their help and what each value must be are declared once in
+    ``server/settings.py`` (the flags of ``serve`` and the checks below are made from them); here
+    are the checks that relate settings to each other and the parts made of them.
     """
 
     def __post_init__(self) -> None:
+        # Each setting's own rule is declared with it (``valid``, or its choices); here, the rules
+        # that relate settings to each other.
+        for f in dataclasses.fields(self):
+            valid: Valid | None = f.metadata.get("valid")
+            if valid is not None:
+                valid.check(f.name, getattr(self, f.name))
         if self.database_url is not None:
             database_url.parse(self.database_url)  # InvalidDatabaseUrl (a ValueError): one line, exit 2
-        if self.database_prepare not in ("on", "off"):
-            raise ValueError("OFFSETSTORE_DATABASE_PREPARE must be on or off (off behind a transaction pooler)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("OFFSETSTORE_TLS_CERT_FILE and OFFSETSTORE_TLS_KEY_FILE go together: give both or neither")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
@@ -41,38 +46,8 @@ class Settings(SettingFields):
             raise ValueError("OFFSETSTORE_METRICS_TLS needs the server's TLS certificate and key")
         if not 1 <= self.write_flushers < self.pool_size:
             raise ValueError("OFFSETSTORE_WRITE_FLUSHERS must be at least 1 and below OFFSETSTORE_POOL_SIZE")
-        if self.max_message_bytes < 1024:
-            raise ValueError("OFFSETSTORE_MAX_MESSAGE_BYTES must be at least 1024")
-        if not 2**16 <= self.max_response_bytes <= 2**26:
-            raise ValueError("OFFSETSTORE_MAX_RESPONSE_BYTES must be between 65536 (64 KiB) and 67108864 (64 MiB)")
-        if self.migration_lock_timeout < 0:
-            raise ValueError("OFFSETSTORE_MIGRATION_LOCK_TIMEOUT must be 0 or above")
-        if self.sql_api_roles not in ("", "keep", "revoke"):
-            raise ValueError("OFFSETSTORE_SQL_API_ROLES must be keep or revoke (or empty: stop and name them)")
-        if self.maintenance_interval <= 0:
-            raise ValueError("OFFSETSTORE_MAINTENANCE_INTERVAL must be above 0")
-        if self.history_retention < 0 or self.offsets_retention < 0:
-            raise ValueError("retention durations must be 0 (keep everything) or above")
-        if self.event_loop not in ("uvloop", "asyncio"):
-            raise ValueError("OFFSETSTORE_EVENT_LOOP must be uvloop or asyncio")
-        if self.reflection not in REFLECTION_MODES:
-            raise ValueError("OFFSETSTORE_REFLECTION must be on, off or authenticated")
         if self.reflection == "authenticated" and self.tokens_file is None and self.tls_client_ca_file is None:
             raise ValueError("OFFSETSTORE_REFLECTION=authenticated needs a tokens file or client certificates")
-        if self.principal_history_rows_per_second < 0:
-            raise ValueError("OFFSETSTORE_PRINCIPAL_HISTORY_ROWS_PER_SECOND must be >= 0 (0: no budget)")
-        if self.principal_bytes_per_second < 0:
-            raise ValueError("OFFSETSTORE_PRINCIPAL_BYTES_PER_SECOND must be >= 0 (0: no limit)")
-        if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
-            raise ValueError("OFFSETSTORE_MAX_CALLS_PER_PRINCIPAL must be at least 1")
-        if self.metrics_series_limit < 0:
-            raise ValueError("OFFSETSTORE_METRICS_SERIES_LIMIT must be >= 0 (0: no limit)")
-        if self.max_partitions_per_principal < 0:
-            raise ValueError("OFFSETSTORE_MAX_PARTITIONS_PER_PRINCIPAL must be >= 0 (0: no quota)")
-        if self.max_groups_per_principal < 0:
-            raise ValueError("OFFSETSTORE_MAX_GROUPS_PER_PRINCIPAL must be >= 0 (0: no quota)")
-        if not 1 <= self.processes <= 256:
-            raise ValueError("OFFSETSTORE_PROCESSES must be between 1 and 256, or auto")
         if self.mirror_kafka_bootstrap and not self.mirror_kafka_groups.strip(","):
             raise ValueError(
                 "OFFSETSTORE_MIRROR_KAFKA_BOOTSTRAP needs OFFSETSTORE_MIRROR_KAFKA_GROUPS (group id prefixes)"
@@ -81,20 +56,6 @@ class Settings(SettingFields):
             raise ValueError(
                 "OFFSETSTORE_WATERMARKS_KAFKA_BOOTSTRAP needs OFFSETSTORE_WATERMARKS_KAFKA_GROUPS (group id prefixes)"
             )
-        if self.watermarks_kafka_interval <= 0 or self.watermarks_kafka_max_partitions < 1:
-            raise ValueError(
-                "OFFSETSTORE_WATERMARKS_KAFKA_INTERVAL must be above 0 and OFFSETSTORE_WATERMARKS_KAFKA_MAX_PARTITIONS at least 1"
-            )
-        if self.status_window <= 0:
-            raise ValueError("OFFSETSTORE_STATUS_WINDOW must be above 0")
-        if self.mirror_interval <= 0:
-            raise ValueError("OFFSETSTORE_MIRROR_INTERVAL must be above 0")
-        if self.grpc_handshake_timeout <= 0:
-            raise ValueError("OFFSETSTORE_GRPC_HANDSHAKE_TIMEOUT must be above 0")
-        if self.max_connections is not None and self.max_connections < 1:
-            raise ValueError("OFFSETSTORE_MAX_CONNECTIONS must be at least 1")
-        if self.max_connections_per_peer < 0:
-            raise ValueError("OFFSETSTORE_MAX_CONNECTIONS_PER_PEER must be >= 0 (0: no cap)")
         if not 0 <= self.max_streams < self.max_workers:
             raise ValueError("OFFSETSTORE_MAX_STREAMS must be >= 0 and below OFFSETSTORE_MAX_WORKERS")
 
@@ -104,6 +65,7 @@ class Settings(SettingFields):
             max_workers=self.max_workers,
             max_streams=self.max_streams,
             max_calls_per_principal=self.max_calls_per_principal,
+            principal_partitions_per_second=self.principal_partitions_per_second,
             principal_bytes_per_second=self.principal_bytes_per_second,
             max_groups_per_principal=self.max_groups_per_principal,
             max_partitions_per_principal=self.max_partitions_per_principal,
@@ -167,7 +129,7 @@ class Settings(SettingFields):
                 continue
             if f.name == "processes" and isinstance(raw, str) and raw.strip().lower() == "auto":
                 raw = os.cpu_count() or 1
-            values[f.name] = _duration(f.name, raw) if f.metadata.get("duration") else _coerce(f.name, f.type, raw)
+            values[f.name] = _duration(f.name, raw) if f.metadata.get("duration") else _coerce(f.name, raw)
         return cls(**values)
 
 
@@ -187,29 +149,26 @@ def _duration(name: str, raw: Any) -> float:
 SECURITY_SETTINGS = frozenset({"tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"})
 
 
-def _coerce(name: str, kind: Any, raw: Any) -> Any:
+def _coerce(name: str, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     if name in SECURITY_SETTINGS and not raw.strip():
         raise ValueError(f"OFFSETSTORE_{name.upper()} is set but empty; unset it to run without it, or give the file")
-    if isinstance(kind, str) and kind.endswith(" | None"):
-        if raw == "":
-            return None  # an empty variable unsets an optional setting
-        kind = kind.removesuffix(" | None")
+    kind, optional = kinds()[name]
+    if optional and raw == "":
+        return None  # an empty variable unsets an optional setting
     try:
-        if kind in ("bool", bool):
+        if kind is bool:
             lowered = raw.strip().lower()
             if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
                 raise ValueError(raw)
             return lowered in ("1", "true", "yes", "on")
-        if kind in ("int", int):
-            return int(raw)
-        if kind in ("float", float):
-            return float(raw)
-        if kind in ("Path", Path):
+        if kind in (int, float):
+            return kind(raw)
+        if kind is Path:
             return Path(raw).expanduser()
     except ValueError:
-        raise ValueError(f"OFFSETSTORE_{name.upper()}: cannot read {raw!r} as {kind}") from None
+        raise ValueError(f"OFFSETSTORE_{name.upper()}: cannot read {raw!r} as {kind.__name__}") from None
     return raw
 
 

@@ -38,6 +38,9 @@ class Limits:
     max_calls_per_principal: int | None = None
     """Calls one authenticated principal may have running at once (all processes together); unset: a quarter of ``max_workers``."""
 
+    principal_partitions_per_second: float = 20_000.0
+    """Cost (partitions, entries, rows) one principal may spend per second while others are active; 0: no budget."""
+
     principal_bytes_per_second: float = 4 * 2**20
     """Response bytes one principal may read per second on average (bursts of 4 s); 0: no limit."""
 
@@ -79,6 +82,8 @@ class Limits:
             raise ValueError("grpc_handshake_timeout must be above 0")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if self.principal_partitions_per_second < 0:
+            raise ValueError("principal_partitions_per_second must be >= 0 (0: no budget)")
         if self.max_connections_per_peer < 0:
             raise ValueError("max_connections_per_peer must be >= 0 (0: no cap)")
 
@@ -102,6 +107,7 @@ class Limits:
         return dataclasses.replace(
             self,
             max_calls_per_principal=max(1, self.calls_per_principal // self.processes),
+            principal_partitions_per_second=self.principal_partitions_per_second / self.processes,
             principal_bytes_per_second=self.principal_bytes_per_second / self.processes,
             principal_history_rows_per_second=self.principal_history_rows_per_second / self.processes,
             processes=1,

@@ -153,11 +153,13 @@ class _Supervisor:
         # two queries (the sums are read by a thread of their own) beside the reader's.
         # The mirror holds one more, its advisory lock's, for as long as it runs.
         cold = 6 + (1 if settings.mirror_kafka_bootstrap else 0)
-        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=cold)
+        series = metrics.StoreSeries()  # the store's hooks, given as it is made
+        config = settings.store_config(self.database_url, pool_size=2, cold_pool_size=cold, observer=series.observer)
         async with AsyncStore(config) as aio:
             store = Store(aio, asyncio.get_running_loop())  # the portal the threads call through
             registry = metrics.build_registry(
                 store,
+                series=series,
                 group_limit=settings.group_metrics_limit,
                 series_limit=settings.metrics_series_limit,
                 cache_seconds=metrics.SCRAPE_CACHE_SECONDS,

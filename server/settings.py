@@ -1,8 +1,11 @@
-"""The ``serve`` settings declared once (name, type, default, help, flag), importable without the server extra."""
+"""The ``serve`` settings declared once (name, type, default, help, flag, validity), importable without the server extra."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,45 @@ WATERMARKS = "server-side watermarks (off by default; see docs/operations.md)"
 SECURITY = "security (off by default; see docs/security.md)"
 
 
+@dataclass(frozen=True)
+class Valid:
+    """What a setting's value must be: ``test`` says whether it is, ``words`` say it (``... must be <words>``)."""
+
+    test: Callable[[Any], bool]
+    words: str
+
+    def check(self, name: str, value: Any) -> None:
+        """Raises ValueError naming the variable when ``value`` (None: unset, always valid) is not valid."""
+        if value is not None and not self.test(value):
+            raise ValueError(f"{env_name(name)} must be {self.words}")
+
+
+def _noted(words: str, note: str | None) -> str:
+    return f"{words} ({note})" if note else words
+
+
+def at_least(low: float, note: str | None = None) -> Valid:
+    """``low`` or more; ``note`` says what the edge means (``0: no limit``)."""
+    return Valid(lambda value: value >= low, _noted(f"at least {low:g}", note))
+
+
+def above(low: float) -> Valid:
+    return Valid(lambda value: value > low, f"above {low:g}")
+
+
+def between(low: float, high: float, note: str | None = None) -> Valid:
+    return Valid(lambda value: low <= value <= high, _noted(f"between {low:g} and {high:g}", note))
+
+
+def one_of(choices: tuple[str, ...], default: object) -> Valid:
+    """A value among ``choices`` (a text setting's; its default too, where that is outside them: empty)."""
+    allowed = {*choices, default}
+    words = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+    if default not in choices:
+        words += ", or empty" if default == "" else f", or {default}"
+    return Valid(lambda value: value in allowed, words)
+
+
 def setting(
     default: T,
     help: str,
@@ -35,13 +77,18 @@ def setting(
     factory: Callable[[], T] | None = None,
     shown: str | None = None,
     flag_help: str | None = None,
+    valid: Valid | None = None,
 ) -> T:
     """A field of the settings with what its flag needs: ``help`` is its one line, ``flag`` the name when not ``--<name>``.
 
     ``duration``: read as ``90s``/``15m``/``12h``/``7d`` or seconds; ``auto``: also takes ``auto``
     (one per CPU); ``shown``: the default as help prints it, where the value is computed at start;
-    ``flag_help``: the flag's own line where the flag says the opposite of the setting (``--no-migrate``).
+    ``flag_help``: the flag's own line where the flag says the opposite of the setting (``--no-migrate``);
+    ``valid``: what its value must be, checked when the settings are made (a text setting's
+    ``choices`` say it already). Checks that relate two settings are ``Settings``' own.
     """
+    if valid is None and choices is not None and isinstance(default, str):
+        valid = one_of(choices, default)
     metadata = {
         "help": help,
         "flag_help": flag_help,
@@ -52,6 +99,7 @@ def setting(
         "duration": duration,
         "auto": auto,
         "shown": shown,
+        "valid": valid,
     }
     if factory is not None:
         made: Any = dataclasses.field(default_factory=factory, metadata=metadata)
@@ -112,6 +160,7 @@ class SettingFields:
         "How long to wait for the migration lock (another migrator, or any session squatting its key) "
         "before naming its holder and giving up.",
         duration=True,
+        valid=at_least(0),
     )
     processes: int = setting(
         1,
@@ -119,6 +168,7 @@ class SettingFields:
         "``auto`` is the number of CPUs.",
         metavar="N|auto",
         auto=True,
+        valid=between(1, 256, "or auto"),
     )
     max_workers: int = setting(
         32,
@@ -153,13 +203,14 @@ class SettingFields:
         "uvloop",
         "The serving processes' event loop: uvloop (less CPU per call: docs/performance.md, The event loop), "
         "or asyncio's own; where uvloop is not installed, asyncio's, said once.",
-        choices=("asyncio", "uvloop"),
+        choices=("uvloop", "asyncio"),
     )
     group_metrics_limit: int = setting(1000, "At most this many groups get per-group metric series per scrape.")
     metrics_series_limit: int = setting(
         20_000,
         "Per-group series a scrape holds at most, shared fairly by tenants; a group beyond its share shows sums "
         "only (0: no limit).",
+        valid=at_least(0, "0: no limit"),
     )
     log_level: str = setting("INFO", "Python logging level name: DEBUG, INFO, WARNING, ...")
     log_format: str = setting(
@@ -168,31 +219,40 @@ class SettingFields:
     max_message_bytes: int = setting(
         MAX_MESSAGE_BYTES,
         "Largest request taken; the default admits the largest valid one (10,000 partitions, full metadata: ~44 MB).",
+        valid=at_least(1024),
     )
     max_response_bytes: int = setting(
         MAX_RESPONSE_BYTES,
         "Largest FetchOffsets or DescribeGroup answer; a larger one comes in pages (page_size > 0), or is refused.",
+        valid=between(2**16, 2**26, "64 KiB to 64 MiB"),
     )
     history_retention: float = setting(
         7 * 86400.0,
         "Offset history kept (whole days are dropped once older); 0 keeps everything.",
         group=RETENTION,
         duration=True,
+        valid=at_least(0, "0 keeps everything"),
     )
     offsets_retention: float = setting(
         0.0,
         "Time without a commit, join or reset after which a group's offsets expire; 0 never expires them.",
         group=RETENTION,
         duration=True,
+        valid=at_least(0, "0 never expires"),
     )
     maintenance_interval: float = setting(
-        60.0, "Time between maintenance rounds (history partitions, expiry).", group=RETENTION, duration=True
+        60.0,
+        "Time between maintenance rounds (history partitions, expiry).",
+        group=RETENTION,
+        duration=True,
+        valid=above(0),
     )
     status_window: float = setting(
         60.0,
         "The group status verdict's window: no commit for this long is STOPPED (IDLE when caught up), "
         "an offset unmoved under commits STALLED.",
         duration=True,
+        valid=above(0),
     )
     mirror_kafka_bootstrap: str = setting(
         "",
@@ -211,6 +271,7 @@ class SettingFields:
         "Time between two mirror rounds: a partition's offset reaches Kafka at most this late.",
         group=MIRROR,
         duration=True,
+        valid=above(0),
     )
     watermarks_kafka_bootstrap: str = setting(
         "",
@@ -232,13 +293,18 @@ class SettingFields:
         group=WATERMARKS,
     )
     watermarks_kafka_interval: float = setting(
-        5.0, "Time between two rounds of the watermark reader.", group=WATERMARKS, duration=True
+        5.0,
+        "Time between two rounds of the watermark reader.",
+        group=WATERMARKS,
+        duration=True,
+        valid=above(0),
     )
     watermarks_kafka_max_partitions: int = setting(
         10_000,
         "Partitions one round reads at most; beyond, rounds take them round-robin.",
         metavar="N",
         group=WATERMARKS,
+        valid=at_least(1),
     )
     watermarks_kafka_config: Path | None = setting(
         None,
@@ -283,29 +349,41 @@ class SettingFields:
         "Calls one authenticated principal may have running at once; more get RESOURCE_EXHAUSTED; "
         "unset: a quarter of ``--max-workers``.",
         group=SECURITY,
+        valid=at_least(1),
+    )
+    principal_partitions_per_second: float = setting(
+        Limits.principal_partitions_per_second,
+        "Cost (the partitions a commit carries, the rows a read may return) one principal may spend per second "
+        "while other principals are active (bursts of a second, at least 10,000); 0: no budget.",
+        group=SECURITY,
+        valid=at_least(0, "0: no budget"),
     )
     principal_bytes_per_second: int = setting(
         int(Limits.principal_bytes_per_second),
         "Response bytes one authenticated principal may read per second on average (bursts of 4 s); 0: no limit.",
         group=SECURITY,
+        valid=at_least(0, "0: no limit"),
     )
     max_groups_per_principal: int = setting(
         0,
         "Live groups one authenticated principal may create, more get RESOURCE_EXHAUSTED GROUP_QUOTA "
         "(``max_groups`` in the tokens file wins); 0: no quota.",
         group=SECURITY,
+        valid=at_least(0, "0: no quota"),
     )
     max_partitions_per_principal: int = setting(
         0,
         "Partitions one authenticated principal may store, calls adding more get RESOURCE_EXHAUSTED "
         "PARTITION_QUOTA (``max_partitions`` in the tokens file wins); 0: no quota.",
         group=SECURITY,
+        valid=at_least(0, "0: no quota"),
     )
     principal_history_rows_per_second: float = setting(
         1000.0,
         "History rows a principal under a partition quota may append per second on average (bursts of 10 s); "
         "more get RESOURCE_EXHAUSTED history_rows; 0: no budget.",
         group=SECURITY,
+        valid=at_least(0, "0: no budget"),
     )
     max_streams: int = setting(4, "Reflection streams open at once; each is ended after a minute.", group=SECURITY)
     grpc_handshake_timeout: float = setting(
@@ -313,18 +391,21 @@ class SettingFields:
         "Time a gRPC connection has to finish its TLS and HTTP/2 handshake before it is closed (grpc's own: 120 s).",
         duration=True,
         group=SECURITY,
+        valid=above(0),
     )
     max_connections: int | None = setting(
         None,
         "gRPC connections one serving process holds at once, more closed as they are accepted; "
         "unset: its descriptor limit less 384.",
         group=SECURITY,
+        valid=at_least(1),
     )
     max_connections_per_peer: int = setting(
         64,
         "gRPC connections one peer address may hold (behind a proxy: the proxy's); those beyond are closed "
         "within about 0.1 s (Linux); 0: no cap.",
         group=SECURITY,
+        valid=at_least(0, "0: no cap"),
     )
     tokens_file: Path | None = setting(
         None,
@@ -337,3 +418,17 @@ class SettingFields:
 def env_name(name: str) -> str:
     """The environment variable of setting ``name``: ``OFFSETSTORE_<NAME>``."""
     return f"OFFSETSTORE_{name.upper()}"
+
+
+@functools.cache
+def kinds() -> dict[str, tuple[type, bool]]:
+    """Each setting's type and whether it may be unset (None), from its resolved annotation, never its text."""
+    resolved: dict[str, tuple[type, bool]] = {}
+    for name, hint in typing.get_type_hints(SettingFields).items():
+        if isinstance(hint, types.UnionType):
+            args = typing.get_args(hint)
+            (kind,) = (arg for arg in args if arg is not type(None))
+            resolved[name] = (kind, type(None) in args)
+        else:
+            resolved[name] = (hint, False)
+    return resolved

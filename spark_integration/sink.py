@@ -17,14 +17,12 @@ from offsetstore.sink.batch_write import (
     SinkTarget,
     TableName,
     column_names,
-    deliver_batch,
     sink_metrics,
 )
-from offsetstore.spark_integration import _faults, _fence_watch, _progress, _staged_write, workers
+from offsetstore.spark_integration import _driver_write, _faults, _fence_watch, _progress, _staged_write, workers
 from offsetstore.storage import engine as store_engine
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from prometheus_client import CollectorRegistry
     from pyspark.sql import DataFrame
 
@@ -301,10 +299,18 @@ class ExactlyOnceSink:
                 self._run = self._join(conn, key)
                 if self.watch_idle and key and key[1]:
                     _fence_watch.watch_idle(batch_df, self._get_engine(), self.group_id, self._run.generation, key[1])
-            collected = self._collect_on_driver(frame)
+            collected = _driver_write.collect_on_driver(self, frame)
             if collected is not None:
                 path = "driver"
-                outcome = self._write_from_driver(conn, collected, batch_id)
+                outcome = _driver_write.write_from_driver(
+                    self,
+                    conn,
+                    collected,
+                    batch_id,
+                    generation=self._run.generation,
+                    actor=self._run.member,
+                    metadata=_metadata(batch_id),
+                )
                 del collected
             else:
                 path = "executors"
@@ -342,21 +348,6 @@ class ExactlyOnceSink:
         log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
         return _Run(key, generation, member)
 
-    def _collect_on_driver(self, frame: DataFrame) -> pa.Table | None:
-        """The batch as Arrow when the driver writes it; None when the executors do.
-
-        ``"auto"`` collects at most ``executor_threshold + 1`` rows: if that many
-        came, the batch is too big for the driver and is left to the executors, so
-        the driver never holds more, whatever the batch (a previous batch's size says
-        nothing about this one's).
-        """
-        if self.write_path == "executors":
-            return None
-        if self.write_path == "driver":
-            return frame.toArrow()
-        head = frame.limit(self.executor_threshold + 1).toArrow()
-        return head if head.num_rows <= self.executor_threshold else None
-
     def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:
         """The batch's log line and counters: what an operator sees of a replay."""
         sink_metrics(self._registry).observe(self.group_id, outcome)
@@ -379,21 +370,6 @@ class ExactlyOnceSink:
                 "driver_max_rows": self.executor_threshold if self.write_path == "auto" else None,
             },
         )
-
-    def _write_from_driver(self, conn: Connection, data: pa.Table, batch_id: int) -> BatchOutcome:
-        assert self._run is not None
-        with conn.begin():
-            outcome = deliver_batch(
-                conn,
-                self.target,
-                data,
-                group_id=self.group_id,
-                generation=self._run.generation,
-                actor=self._run.member,
-                metadata=_metadata(batch_id),
-            )
-            _faults.at("in_transaction", batch_id)
-        return outcome
 
 
 def _metadata(batch_id: int) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "SCRAPE_CACHE_SECONDS",
     "SUMS_SECONDS",
     "RetentionMetrics",
+    "StoreSeries",
     "build_registry",
     "interceptors",
     "retention_metrics",
@@ -58,21 +59,6 @@ def _build_version() -> str:
         return "unknown"
 
 
-def _observe_store(
-    store: Store,
-    *,
-    query_seconds: Histogram | None = None,
-    expired: Counter | None = None,
-    batch_calls: Histogram | None = None,
-) -> None:
-    """Points ``store``'s observer at these series: each operation's duration, the groups each expiry removed, batch sizes.
-
-    A second registry built over the same store takes the hooks it gives over.
-    """
-    hooks = _observer(query_seconds, expired, batch_calls)
-    store.observe_with(operation=hooks.operation, expired=hooks.expired, batch=hooks.batch)
-
-
 _SERVER_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ServerMetrics] = weakref.WeakKeyDictionary()
 _SERVER_METRICS_LOCK = threading.Lock()
 
@@ -93,18 +79,13 @@ SUMS_SECONDS = 30.0
 
 
 class RetentionMetrics:
-    """Retention's series: groups expired, the age of the oldest kept history, maintenance rounds.
+    """The maintenance's series: the age of the oldest kept history, maintenance rounds (groups expired: :class:`StoreSeries`).
 
     The counter and histogram live on ``values``; the age is read at scrape time by a
     collector on ``served`` (the same registry unless the server runs several processes).
     """
 
     def __init__(self, values: CollectorRegistry, served: CollectorRegistry | None = None) -> None:
-        self.groups_expired = Counter(
-            "offsetstore_groups_expired",
-            "Idle groups whose offsets expired (by the maintenance round or ExpireGroups).",
-            registry=values,
-        )
         #: Change time of the oldest kept history entry, set by each maintenance round.
         self.oldest_history: Any = None
         self.maintenance_seconds = Histogram(
@@ -168,6 +149,37 @@ def use_multiprocess(directory: str) -> None:
     prometheus_values.ValueClass = prometheus_values.MultiProcessValue()  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
+class StoreSeries:
+    """The series a store feeds as it runs: each operation's duration, the groups each expiry removed, each batch's calls.
+
+    Made before the store, whose config takes :attr:`observer`
+    (``StoreConfig(url, observer=series.observer)``), then given to :func:`build_registry`,
+    which serves them: a store's hooks are given when it is made, never patched in after its
+    pools are open. The series belong to no registry until one registers them (:meth:`register_in`).
+    """
+
+    def __init__(self) -> None:
+        self.query_seconds = _query_seconds()
+        self.groups_expired = Counter(
+            "offsetstore_groups_expired",
+            "Idle groups whose offsets expired (by the maintenance round or ExpireGroups).",
+            registry=None,
+        )
+        self.batch_calls = _batch_calls()
+        query_seconds, batch_calls = self.query_seconds, self.batch_calls
+        #: The hooks for the store's config.
+        self.observer = StoreObserver(
+            operation=lambda operation, seconds: query_seconds.labels(operation).observe(seconds),
+            expired=self.groups_expired.inc,
+            batch=lambda kind, calls: batch_calls.labels(kind).observe(calls),
+        )
+
+    def register_in(self, registry: CollectorRegistry) -> None:
+        """Makes ``registry`` serve (or, under :func:`use_multiprocess`, file) these series; once per registry."""
+        for series in (self.query_seconds, self.groups_expired, self.batch_calls):
+            registry.register(series)
+
+
 def worker_metrics() -> tuple[CollectorRegistry, StoreObserver]:
     """The metrics a serving process records: the registry (gRPC, store counters) for :func:`interceptors`, and the store's observer (query times, expiries).
 
@@ -177,48 +189,36 @@ def worker_metrics() -> tuple[CollectorRegistry, StoreObserver]:
     """
     registry = CollectorRegistry()
     server_metrics(registry)
-    return registry, _observer(
-        _query_seconds(registry), RetentionMetrics(registry).groups_expired, _batch_calls(registry)
-    )
-
-
-def _observer(
-    query_seconds: Histogram | None, expired: Counter | None, batch_calls: Histogram | None = None
-) -> StoreObserver:
-    return StoreObserver(
-        operation=(lambda operation, seconds: query_seconds.labels(operation).observe(seconds))
-        if query_seconds is not None
-        else None,
-        expired=expired.inc if expired is not None else None,
-        batch=(lambda kind, calls: batch_calls.labels(kind).observe(calls)) if batch_calls is not None else None,
-    )
+    series = StoreSeries()
+    series.register_in(registry)
+    return registry, series.observer
 
 
 #: Calls per batch: 1 (a batch of one: no sharing), up to the write batch's 512 requests.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def _batch_calls(registry: CollectorRegistry) -> Histogram:
+def _batch_calls() -> Histogram:
     batch_calls = Histogram(
         "offsetstore_database_batch_calls",
         "Calls sharing one database round of the hot path: a group commit's transaction (batch=write), "
         "a coalesced read's statement (batch=read).",
         ("batch",),
         buckets=BATCH_BUCKETS,
-        registry=registry,
+        registry=None,
     )
     for kind in ("write", "read"):
         batch_calls.labels(kind)
     return batch_calls
 
 
-def _query_seconds(registry: CollectorRegistry) -> Histogram:
+def _query_seconds() -> Histogram:
     query_seconds = Histogram(
         "offsetstore_database_query_seconds",
         "Duration of store operations, each one transaction, including retries and failures.",
         ("operation",),
         buckets=LATENCY_BUCKETS,
-        registry=registry,
+        registry=None,
     )
     for operation in OPERATIONS:
         query_seconds.labels(operation)
@@ -228,6 +228,7 @@ def _query_seconds(registry: CollectorRegistry) -> Histogram:
 def build_registry(
     store: Store,
     *,
+    series: StoreSeries | None = None,
     group_limit: int = 1000,
     scrape_store: Store | None = None,
     cache_seconds: float = 0.0,
@@ -238,8 +239,11 @@ def build_registry(
 ) -> CollectorRegistry:
     """A registry with every offsetstore metric over ``store``; pass it to :func:`interceptors`.
 
-    ``scrape_store`` (default ``store``) runs the per-group query: ``offsetstore serve``
-    gives it a connection of its own, so scrapes never take one the RPCs need.
+    ``series`` are the store's own (:class:`StoreSeries`, whose observer ``store``'s config
+    was given): without them the registry serves no operation times, expiries or batch sizes.
+
+    ``scrape_store`` (default ``store``) runs the per-group query, on connections of its own,
+    so scrapes never take one the RPCs need; its queries are timed by its own config's observer.
     ``cache_seconds``, ``tenant_prefixes``, ``series_limit``, ``sums_seconds``: see :class:`GroupCollector` and the group query.
     With ``multiprocess_dir`` (after :func:`use_multiprocess`), the registry sums what the
     serving processes recorded there; the RPC series and the pool gauge are theirs.
@@ -261,9 +265,8 @@ def build_registry(
     else:
         values = CollectorRegistry()  # never served: its values are in the files the collector sums
         MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]  # unannotated upstream
-    query_seconds = _query_seconds(values)
-    if scrape_store is not None and scrape_store is not store:
-        _observe_store(scrape_store, query_seconds=query_seconds)
+    if series is not None:
+        series.register_in(values)
     registry.register(
         GroupCollector(
             scrape_store or store,
@@ -276,10 +279,7 @@ def build_registry(
     )
     registry.register(ReplicationCollector(scrape_store or store, cache_seconds=cache_seconds))
     with _SERVER_METRICS_LOCK:
-        retention = _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
-    _observe_store(
-        store, query_seconds=query_seconds, expired=retention.groups_expired, batch_calls=_batch_calls(values)
-    )
+        _RETENTION_METRICS[registry] = RetentionMetrics(values, registry)
     return registry
 
 

@@ -34,7 +34,7 @@ class CountedIn:
 
 
 class Shared:
-    """Waits for the caller's cost share: the call's cost (:func:`cost_of`), or what its scan reads if more."""
+    """Waits for the caller's cost share and budget: the call's cost (:func:`cost_of`), or what its scan reads if more."""
 
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
@@ -43,11 +43,11 @@ class Shared:
         name = call.caller
         assert name is not None, "the caller is named first (access.Identified)"
         cost = max(cost_of(call), call.scanned)  # a one-row page that aggregates a huge group is not one row
-        admitted = await self.admission.run(name, cost)
+        await self.admission.run(name, cost)
         try:
             return await next(call)
         finally:
-            self.admission.done(name, cost, admitted)
+            self.admission.done(name, cost)
 
 
 def counted_in(parts: Parts) -> CountedIn:

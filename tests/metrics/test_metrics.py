@@ -328,11 +328,16 @@ def test_a_scrape_with_the_database_down_reports_it_and_does_not_fail() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    series = metrics.StoreSeries()
     store = Store.open(
-        StoreConfig(f"postgresql://postgres@127.0.0.1:{port}/none", SessionSettings(connect_timeout_s=2))
+        StoreConfig(
+            f"postgresql://postgres@127.0.0.1:{port}/none",
+            SessionSettings(connect_timeout_s=2),
+            observer=series.observer,
+        )
     )
     try:
-        registry = metrics.build_registry(store)
+        registry = metrics.build_registry(store, series=series)
         text = generate_latest(registry).decode()  # one scrape, read as Prometheus would
         samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
         assert samples["offsetstore_database_up"].value == 0
@@ -365,14 +370,19 @@ def test_a_scrape_that_times_out_keeps_the_database_up(metrics_database_url: str
         store.dispose()
 
 
-def test_building_twice_over_one_store_times_into_the_newest_registry(metrics_database_url: str, group_id: str) -> None:
-    store = Store.open(StoreConfig(metrics_database_url, hot_pool_size=2))
+def test_each_registry_times_the_store_made_with_its_hooks(metrics_database_url: str, group_id: str) -> None:
+    # The hooks are given when a store is made (StoreConfig.observer), never patched in after:
+    # two stores, each with its registry's series, time their operations into their own alone.
+    first_series, second_series = metrics.StoreSeries(), metrics.StoreSeries()
+    first = Store.open(StoreConfig(metrics_database_url, hot_pool_size=2, observer=first_series.observer))
+    second = Store.open(StoreConfig(metrics_database_url, hot_pool_size=2, observer=second_series.observer))
     try:
-        first = metrics.build_registry(store)
-        second = metrics.build_registry(store)
-        store.join_group(group_id)
+        first_registry = metrics.build_registry(first, series=first_series)
+        second_registry = metrics.build_registry(second, series=second_series)
+        second.join_group(group_id)
         count = {"operation": "join_group"}
-        assert second.get_sample_value("offsetstore_database_query_seconds_count", count) == 1
-        assert first.get_sample_value("offsetstore_database_query_seconds_count", count) == 0
+        assert second_registry.get_sample_value("offsetstore_database_query_seconds_count", count) == 1
+        assert first_registry.get_sample_value("offsetstore_database_query_seconds_count", count) == 0
     finally:
-        store.dispose()
+        second.dispose()
+        first.dispose()

@@ -25,6 +25,7 @@ def test_every_limit_is_taken_from_the_setting_of_its_name() -> None:
         max_streams=3,
         max_calls_per_principal=7,
         principal_bytes_per_second=1234,
+        principal_partitions_per_second=5000.0,
         max_groups_per_principal=5,
         max_partitions_per_principal=6,
         principal_history_rows_per_second=12.5,
@@ -42,11 +43,16 @@ def test_every_limit_is_taken_from_the_setting_of_its_name() -> None:
 
 def test_each_process_admits_its_share_of_the_per_principal_limits() -> None:
     share = Limits(
-        max_workers=40, principal_bytes_per_second=900, principal_history_rows_per_second=30, processes=3
+        max_workers=40,
+        principal_bytes_per_second=900,
+        principal_history_rows_per_second=30,
+        principal_partitions_per_second=6000,
+        processes=3,
     ).share()
     assert share.calls_per_principal == 10 // 3  # a quarter of the workers, divided
     assert share.principal_bytes_per_second == 300
     assert share.principal_history_rows_per_second == 10
+    assert share.principal_partitions_per_second == 2000
     assert share.processes == 1
     assert share.max_workers == 40  # what is not per principal stays whole
     # A call limit below the number of processes still lets each process admit one call.

@@ -133,9 +133,9 @@ def test_reading_ones_own_huge_group_in_a_loop_keeps_another_tenants_commits_wit
     ran_out: list[str] = []
 
     def reader() -> None:
-        # The finding's loop: one-row pages that aggregate the whole group. Admission rests this
-        # principal 3x each call's cost while the victim commits, so one of its four queued calls
-        # may wait past its own deadline: that is the throttle working on the aggressor, counted,
+        # The finding's loop: one-row pages that aggregate the whole group. Admission holds this
+        # principal to its cost per second while the victim commits (each call costs the 10,000
+        # partitions it scans at most), so one of its four queued calls may wait past its own deadline: that is the throttle working on the aggressor, counted,
         # not a fault of the test (the victim's p99 is the claim; some rounds must still finish).
         with grpc.insecure_channel(served.address) as channel:
             own = pb_grpc.OffsetStoreServiceStub(channel)

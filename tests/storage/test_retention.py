@@ -40,15 +40,20 @@ from tests.fixtures.waits import wait_for
 
 
 @pytest.fixture(scope="module")
-def rstore(module_database_url: str) -> Iterator[Store]:
-    store = Store.open(StoreConfig(module_database_url, hot_pool_size=8))
+def series() -> metrics.StoreSeries:
+    return metrics.StoreSeries()
+
+
+@pytest.fixture(scope="module")
+def rstore(module_database_url: str, series: metrics.StoreSeries) -> Iterator[Store]:
+    store = Store.open(StoreConfig(module_database_url, hot_pool_size=8, observer=series.observer))
     yield store
     store.dispose()
 
 
 @pytest.fixture(scope="module")
-def registry(rstore: Store) -> CollectorRegistry:
-    return metrics.build_registry(rstore)
+def registry(rstore: Store, series: metrics.StoreSeries) -> CollectorRegistry:
+    return metrics.build_registry(rstore, series=series)
 
 
 @pytest.fixture(scope="module")
