@@ -13,12 +13,19 @@ response, the request decoded) and driven alternately by the same grpc.aio clien
   readiness event of the loop per batch, no database CPU);
 - ``stream+loop``: the gate's shape, each call yielding to the loop once (``sleep(0)``)
   before it answers;
-- ``stream-untimed``: the gate's shape without the timer that bounds the request's read.
+- ``stream-untimed``: the gate's shape without the timer that bounds the request's read;
+- ``gate``: the real gate (server/gate.py) with every policy a server with tokens has
+  (authentication, admission, the grants, the quotas, the scan cost, the deadline, the RPC
+  metrics), over a servicer whose FetchOffsets answers the canned response at once. With
+  ``--gate-trees before=/tmp/old/src after=src`` each tree's gate is a shape of its own
+  (``gate[before]``, ``gate[after]``), imported from that source tree: the same run measures
+  two versions of the gate side by side (``git archive`` a commit into /tmp for the old one).
 
 The lines give each shape's rate and server CPU per call, and their ratio to the first
 shape asked for. Timings are printed, never asserted.
 
-Usage: ``python bench/gate_shape.py [--shapes stream stream+wait] [--seconds 5] [--rounds 3] [--concurrency 64]``
+Usage: ``python bench/gate_shape.py [--shapes stream stream+wait] [--seconds 5] [--rounds 3] [--concurrency 64]
+[--gate-trees LABEL=SRC ...]``
 """
 
 from __future__ import annotations
@@ -27,13 +34,87 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import sys
 import time
 from typing import Any
 
 import psutil
 
-SHAPES = ("stream", "interceptor+unary", "stream+wait", "stream+loop", "stream-untimed")
+SHAPES = ("stream", "interceptor+unary", "stream+wait", "stream+loop", "stream-untimed", "gate")
 TOKEN = ("authorization", "Bearer bench")
+SHAPE_METHOD = "/bench.Shape/Fetch"
+GATE_METHOD = "/offsetstore.v1.OffsetStoreService/FetchOffsets"
+GATE_TOKENS = """
+[principals.bench]
+token_sha256 = "{digest}"
+grants = [{{ prefix = "bench-", permissions = ["commit"] }}]
+"""
+
+
+def _gate_server(loop: str, port: Any, ready: Any, tree: str | None) -> None:
+    """The real gate of the source tree ``tree`` (None: the one imported), serving a canned FetchOffsets."""
+    if tree is not None:
+        sys.path.insert(0, tree)  # before anything of offsetstore is imported in this process
+    import grpc
+    from prometheus_client import CollectorRegistry
+
+    from offsetstore.server import gate as gate_module
+    from offsetstore.server import metrics
+    from offsetstore.server.admission import Admission
+    from offsetstore.server.auth import AccessControl, AuthConfig, hash_token
+    from offsetstore.server.limits import Limits
+    from offsetstore.server.partition_quota import PartitionQuota
+    from offsetstore.server.quota import GroupQuota
+    from offsetstore.server.scan_cost import ScanCost
+    from offsetstore.server.servicer import OffsetStoreServicer
+    from offsetstore.v1 import offset_store_pb2 as pb
+
+    print(f"gate from {gate_module.__file__}", flush=True)
+    response = pb.FetchOffsetsResponse(
+        offsets=[pb.CommittedOffset(topic="bench", partition=p, offset=1) for p in range(16)], generation=1
+    )
+
+    class Canned(OffsetStoreServicer):
+        async def FetchOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802  # the RPC's name
+            return response
+
+    async def main() -> None:
+        auth = AccessControl(AuthConfig.parse(GATE_TOKENS.format(digest=hash_token(TOKEN[1].split()[1]))))
+        interceptors = metrics.interceptors(CollectorRegistry())
+        # No byte budget: one principal at full speed would overdraw it (the same for every tree).
+        admission = Admission(max_calls=1024, bytes_per_second=0)
+        store: Any = None  # FetchOffsets touches no store in the policies (no scan, no quota lookup)
+        if hasattr(gate_module, "ORDER"):  # the chain (issue 56)
+            from offsetstore.server.interceptor import PolicyInterceptor
+
+            gate = gate_module.Gate(
+                Canned(store),
+                store=store,
+                admission=admission,
+                limits=Limits(),
+                auth=auth,
+                observers=tuple(i for i in interceptors if isinstance(i, PolicyInterceptor)),
+            )
+        else:  # the gate before it: policies as keyword arguments, metrics also as an observer
+            gate = gate_module.Gate(
+                Canned(store),
+                admission=admission,
+                auth=auth,
+                quota=GroupQuota(store, auth),
+                partition_quota=PartitionQuota(store, auth),
+                scan_cost=ScanCost(store),
+                observers=tuple(i for i in interceptors if isinstance(i, gate_module.CallObserver)),
+            )
+        server = grpc.aio.server(interceptors=interceptors)
+        server.add_generic_rpc_handlers((gate.handler(),))
+        port.value = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    from offsetstore.runtime import event_loop
+
+    event_loop.run(main(), loop)
 
 
 def _server(shape: str, loop: str, port: Any, ready: Any) -> None:
@@ -124,7 +205,7 @@ def _server(shape: str, loop: str, port: Any, ready: Any) -> None:
     event_loop.run(main(), loop)
 
 
-def _clients(target: str, clients: int, seconds: float, out: Any) -> None:
+def _clients(target: str, method: str, clients: int, seconds: float, out: Any) -> None:
     import grpc
 
     from offsetstore.v1 import offset_store_pb2 as pb
@@ -133,7 +214,7 @@ def _clients(target: str, clients: int, seconds: float, out: Any) -> None:
         request = pb.FetchOffsetsRequest(group_id="bench-group").SerializeToString()
         done = 0
         async with grpc.aio.insecure_channel(target) as channel:
-            call = channel.unary_unary("/bench.Shape/Fetch")
+            call = channel.unary_unary(method)
             stop_at = time.perf_counter() + seconds
 
             async def loop() -> None:
@@ -148,12 +229,12 @@ def _clients(target: str, clients: int, seconds: float, out: Any) -> None:
     out.put(asyncio.run(run()))
 
 
-def measure(target: str, pid: int, clients: int, seconds: float, processes: int) -> tuple[float, float]:
+def measure(target: str, method: str, pid: int, clients: int, seconds: float, processes: int) -> tuple[float, float]:
     """(calls per second, server CPU µs per call)."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
-    workers = [ctx.Process(target=_clients, args=(target, n, seconds, out)) for n in per if n]
+    workers = [ctx.Process(target=_clients, args=(target, method, n, seconds, out)) for n in per if n]
     server = psutil.Process(pid)
     before = sum(server.cpu_times()[:2])
     for w in workers:
@@ -173,16 +254,32 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=2)
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=["stream", "interceptor+unary"])
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop", help="the servers' event loop")
+    parser.add_argument(
+        "--gate-trees",
+        nargs="+",
+        default=[],
+        metavar="LABEL=SRC",
+        help="the gate shape once per source tree (its src/ folder), as gate[LABEL]",
+    )
     args = parser.parse_args()
-    shapes = args.shapes
+    trees = dict(t.split("=", 1) for t in args.gate_trees)
+    shapes = [s for s in args.shapes if s != "gate" or not trees]
+    if trees:
+        shapes += [f"gate[{label}]" for label in trees]
 
     ctx = multiprocessing.get_context("spawn")
     servers = {}
     for shape in shapes:
         port, ready = ctx.Value("i", 0), ctx.Event()
-        process = ctx.Process(target=_server, args=(shape, args.loop, port, ready), daemon=True)
+        if shape.startswith("gate"):
+            tree = trees.get(shape[5:-1]) if "[" in shape else None
+            tree = None if tree is None else os.path.abspath(tree)
+            process = ctx.Process(target=_gate_server, args=(args.loop, port, ready, tree), daemon=True)
+        else:
+            process = ctx.Process(target=_server, args=(shape, args.loop, port, ready), daemon=True)
         process.start()
-        ready.wait(30)
+        if not ready.wait(60):
+            raise SystemExit(f"the {shape} server did not start")
         servers[shape] = (f"127.0.0.1:{port.value}", process)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
     totals = {shape: [0.0, 0.0] for shape in shapes}  # calls, CPU µs
@@ -190,7 +287,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for shape in shapes:
                 target, process = servers[shape]
-                rate, us = measure(target, process.pid, args.concurrency, args.seconds, args.client_processes)
+                method = GATE_METHOD if shape.startswith("gate") else SHAPE_METHOD
+                rate, us = measure(target, method, process.pid, args.concurrency, args.seconds, args.client_processes)
                 totals[shape][0] += rate * args.seconds
                 totals[shape][1] += us * rate * args.seconds
                 print(f"  {shape}: {rate:,.0f}/s, {us:,.0f} µs server CPU per call", flush=True)

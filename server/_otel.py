@@ -28,6 +28,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -41,8 +42,9 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from offsetstore.runtime.async_store import Carry
 from offsetstore.server._otel_policy import CallerBlindSampler, NoQueryInSpans, StatementNames
-from offsetstore.server.gate import CallOutcome
-from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
+from offsetstore.server.call import OK, Call, Ended, ended_by
+from offsetstore.server.interceptor import Behaviour, PolicyInterceptor
+from offsetstore.server.policy import Next
 
 __all__ = ["CallTracer", "install"]
 
@@ -183,13 +185,44 @@ def _trace_ids_in_log_records() -> None:
     logging.setLogRecordFactory(record)
 
 
-class CallTracer(HandlerInterceptor):
-    """A span around every call this server serves, gRPC or HTTP (see the module docstring)."""
+class CallTracer(PolicyInterceptor):
+    """A span around every call this server serves, gRPC or HTTP (see the module docstring).
+
+    The offset store's calls are traced as a policy of the gate (:meth:`__call__`), the other
+    services' by the interceptor.
+    """
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
+        self._gated: dict[str, tuple[str, dict[str, str]]] = {}
 
-    def wrap(
+    async def __call__(self, call: Call, next: Next) -> Message:
+        named = self._gated.get(call.method)
+        if named is None:
+            service = self._GATED.strip("/")
+            named = self._gated[call.method] = (
+                f"{service}/{call.method}",
+                {"rpc.service": service, "rpc.method": call.method},
+            )
+        failed: Exception | None = None
+        with self._start(*named, call.transport) as span:
+            try:
+                response = await next(call)
+            except asyncio.CancelledError as error:
+                _ended(span, call, ended_by(error))  # the caller went away
+                raise
+            except Exception as error:
+                # Raised past the span, not through it: a refusal is the server doing its job,
+                # and _ended() says which codes make the span an error.
+                _ended(span, call, ended_by(error))
+                failed = error
+            else:
+                _ended(span, call, OK)
+        if failed is not None:
+            raise failed
+        return response
+
+    def wrap_other(
         self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
     ) -> Behaviour | None:
         service, _, name = method.lstrip("/").partition("/")
@@ -211,15 +244,6 @@ class CallTracer(HandlerInterceptor):
             kind=SpanKind.SERVER,
             attributes={**attributes, "rpc.system": "grpc"},
         )
-
-    def call_ended(self, outcome: CallOutcome) -> None:
-        """The gate's observer hook, inside the call's span: who made the call and for which group."""
-        span = trace.get_current_span()
-        if outcome.principal is not None:
-            span.set_attribute(PRINCIPAL, outcome.principal)
-        group = getattr(outcome.request, "group_id", None) if outcome.request is not None else None
-        if group:
-            span.set_attribute(GROUP, group)
 
     def _unary(
         self, name: str, attributes: dict[str, str], behaviour: Callable[..., Awaitable[Any]]
@@ -250,6 +274,24 @@ class CallTracer(HandlerInterceptor):
                 _finish(span, context)
 
         return call
+
+
+def _ended(span: trace.Span, call: Call, ended: Ended) -> None:
+    """An offset store call's span, as it ends: who made it, for which group, how it ended."""
+    if call.caller is not None:
+        span.set_attribute(PRINCIPAL, call.caller)
+    if call.group:
+        span.set_attribute(GROUP, call.group)
+    code = ended.code
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    span.set_attribute(OUTCOME, code.name)
+    if code is grpc.StatusCode.OK:
+        return
+    reason = ended.error.reason if ended.error is not None else ""
+    if reason:
+        span.set_attribute(REASON, reason)
+    if code in _SERVER_ERRORS:
+        span.set_status(Status(StatusCode.ERROR, f"{code.name}{': ' + reason if reason else ''}"))
 
 
 def _finish(span: trace.Span, context: Any, ended: grpc.StatusCode | None = None) -> None:

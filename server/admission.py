@@ -61,20 +61,19 @@ def cost_of(call: Call) -> int:
 
 
 def _by_rule(call: Call) -> int:
-    facts, request = call.facts, call.request
-    rule = facts.cost
+    rule = call.facts.cost
     if rule is Cost.ENTRIES:
-        return max(1, len(getattr(request, facts.cost_field)))
+        return max(1, call.costed)
     if rule is Cost.SELECTION:
-        topics = request.topics
+        topics = call.selection
         named = sum(len(t.partitions) for t in topics)
         whole = not topics or any(not t.partitions for t in topics)
-        page = getattr(request, facts.cost_field) if facts.cost_field else 0
+        page = call.costed
         if whole:
             named += min(page, check.MAX_PARTITIONS) if page > 0 else DEFAULT_READ_COST
         return max(1, min(named, check.MAX_PARTITIONS))
     if rule is Cost.PAGE:
-        size = getattr(request, facts.cost_field)
+        size = call.costed
         return max(1, min(size, check.MAX_PARTITIONS)) if size > 0 else DEFAULT_READ_COST
     return 1
 

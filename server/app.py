@@ -18,14 +18,11 @@ from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.admission import Admission
 from offsetstore.server.auth import AccessControl
 from offsetstore.server.auth.callers import CallerContext
-from offsetstore.server.gate import CallObserver, Gate
+from offsetstore.server.gate import Gate
 from offsetstore.server.grpc_connections import PeerCap, descriptor_limit, server_options, total_connections
 from offsetstore.server.http import HttpConfig, HttpListener
-from offsetstore.server.interceptor import Behaviour, HandlerInterceptor
+from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, PolicyInterceptor
 from offsetstore.server.limits import Limits
-from offsetstore.server.partition_quota import PartitionQuota
-from offsetstore.server.quota import GroupQuota
-from offsetstore.server.scan_cost import ScanCost
 from offsetstore.server.servicer import OffsetStoreServicer
 from offsetstore.server.status import CallEnded, fail
 from offsetstore.server.tracing import server_interceptors as tracing_interceptors
@@ -165,8 +162,10 @@ class OffsetStoreServer:
     quotas and the reflection guard (this process's :meth:`~Limits.share` of them); ``http``, when
     given, an HTTP listener beside gRPC on the same gate; ``auth``, an
     :class:`~offsetstore.server.auth.AccessControl`, authenticates and authorises every call;
-    ``credentials`` serve TLS; ``interceptors`` (metrics, say; ``grpc.aio`` interceptors) see
-    every call, also those refused. ``reuse_port`` lets several processes listen on one port
+    ``credentials`` serve TLS; ``interceptors`` (``grpc.aio`` interceptors) see every gRPC call,
+    also those refused; those that are policies too (:class:`~offsetstore.server.interceptor.PolicyInterceptor`:
+    the metrics, the traces) are the outermost of the gate's chain, and so see every offset store
+    call, gRPC and HTTP, once. ``reuse_port`` lets several processes listen on one port
     (``serve --processes``).
     """
 
@@ -204,18 +203,10 @@ class OffsetStoreServer:
         self._started = self._stopped = False
 
     def _gate(self) -> Gate:
-        limits, auth = self.limits, self.auth
-        quota = partition_quota = None
-        if auth is not None and auth.config is not None:
-            quota = GroupQuota(self.store, auth, limits.max_groups_per_principal)
-            partition_quota = PartitionQuota(
-                self.store,
-                auth,
-                limits.max_partitions_per_principal,
-                history_rows_per_second=limits.principal_history_rows_per_second,
-            )
+        limits = self.limits
         return Gate(
             OffsetStoreServicer(self.store),
+            store=self.store,
             admission=Admission(
                 max_calls=limits.calls_per_principal,
                 # What the sync server queued at most, server-wide; now per anonymous peer.
@@ -223,12 +214,10 @@ class OffsetStoreServer:
                 cost_per_second=limits.principal_partitions_per_second,
                 bytes_per_second=limits.principal_bytes_per_second,
             ),
-            auth=auth,
-            quota=quota,
-            partition_quota=partition_quota,
-            scan_cost=ScanCost(self.store),
-            # The interceptors that want each call's outcome from the gate (the metrics).
-            observers=tuple(i for i in self.interceptors if isinstance(i, CallObserver)),
+            limits=limits,
+            auth=self.auth,
+            # The interceptors that are policies too (metrics, traces): the gate runs them for its calls.
+            observers=tuple(i for i in self.interceptors if isinstance(i, PolicyInterceptor)),
         )
 
     def _bind(self) -> int:
@@ -255,11 +244,10 @@ class OffsetStoreServer:
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         )
         self.server.add_generic_rpc_handlers((gate.handler(),))
-        if self.http_config is not None:  # the HTTP listener calls the same gate, through the same interceptors
+        if self.http_config is not None:  # the HTTP listener calls the same gate's chain
             self.http = HttpListener(
-                gate.handler(),
+                gate.run,
                 self.http_config,
-                interceptors=self.interceptors,
                 max_message_bytes=limits.max_message_bytes,
                 reuse_port=self.reuse_port,
             )

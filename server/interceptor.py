@@ -11,8 +11,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
-__all__ = ["Behaviour", "HandlerInterceptor", "handler_kind", "rpc_kind"]
+from offsetstore.core.calls import SERVICE
+from offsetstore.server.call import Call
+from offsetstore.server.policy import Next
+
+__all__ = ["Behaviour", "HandlerInterceptor", "PolicyInterceptor", "handler_kind", "rpc_kind"]
 
 #: A handler's behaviour: ``(request or request iterator, context)`` -> response, or an async iterator of them.
 Behaviour = Callable[..., Any]
@@ -67,4 +72,31 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
         self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
     ) -> Behaviour | None:
         """The behaviour to serve ``method`` with instead of ``behaviour``; None leaves the handler as it is."""
+        raise NotImplementedError
+
+
+class PolicyInterceptor(HandlerInterceptor):
+    """An interceptor of the server's other services (health, reflection) that is a policy of the gate as well.
+
+    The offset store's calls, gRPC and HTTP alike, it sees as a policy of the gate's chain
+    (:meth:`__call__`, placed by the server outermost); their handlers it leaves alone, so
+    that each call passes it once. Subclasses implement :meth:`__call__` and :meth:`wrap_other`.
+    """
+
+    _GATED = f"/{SERVICE.full_name}/"
+
+    async def __call__(self, call: Call, next: Next) -> Message:
+        raise NotImplementedError
+
+    def wrap(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
+        if method.startswith(self._GATED):
+            return None  # the gate's chain runs this policy for it
+        return self.wrap_other(method, kind, handler, behaviour)
+
+    def wrap_other(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour | None:
+        """As :meth:`HandlerInterceptor.wrap`, for a method of another service."""
         raise NotImplementedError

@@ -27,18 +27,21 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any
+
+from google.protobuf.message import Message
 
 from offsetstore.core.calls import Scope
 from offsetstore.core.errors import PartitionQuotaError, ResourceExhaustedError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AccessControl, Permission, Principal
 from offsetstore.server.call import Call
+from offsetstore.server.policies.parts import Parts
+from offsetstore.server.policy import Next
 from offsetstore.server.quota import creation_prefixes
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.quotas import count_partitions, count_watermarks
 
-__all__ = ["PartitionQuota"]
+__all__ = ["PartitionQuota", "make"]
 
 #: The history budget's bursts: this many seconds of its rate.
 HISTORY_BURST_SECONDS = 10.0
@@ -52,12 +55,11 @@ def topic_prefixes(principal: Principal) -> tuple[str, ...]:
 
 def _partitions(call: Call) -> list[tuple[str, int]]:
     """The partitions a call may add: the entries it writes (a commit's offsets), or those a reset names."""
-    facts, request = call.facts, call.request
-    if facts.entries_field:
-        return sorted({(o.topic, o.partition) for o in facts.entries(request)})
-    if facts.previews(request):
+    if call.facts.entries_field:
+        return sorted({(o.topic, o.partition) for o in call.entries})
+    if call.previews:
         return []
-    return sorted({(s.topic, p) for s in request.topics for p in s.partitions})
+    return sorted({(s.topic, p) for s in call.selection for p in s.partitions})
 
 
 class PartitionQuota:
@@ -110,13 +112,13 @@ class PartitionQuota:
 
     def _charge_history(self, call: Call, principal: str) -> None:
         # Calls that append to the history, one row a partition: the history budget counts them.
-        facts, request = call.facts, call.request
-        if self.history_rate <= 0 or not facts.appends_history or facts.previews(request):
+        facts = call.facts
+        if self.history_rate <= 0 or not facts.appends_history or call.previews:
             return
         if facts.entries_field:  # a row an entry written (a commit's offsets)
-            rows = len(facts.entries(request))
+            rows = len(call.entries)
         else:
-            rows = sum(max(1, len(t.partitions)) for t in request.topics) or 1
+            rows = sum(max(1, len(t.partitions)) for t in call.selection) or 1
         now = time.monotonic()
         self._history[principal] = (self._history_left(principal, now) - rows, now)
 
@@ -136,23 +138,24 @@ class PartitionQuota:
 
     async def check(self, call: Call) -> None:
         """Raises PartitionQuotaError when ``call`` would store partitions beyond its principal's quota."""
-        facts, request, principal = call.facts, call.request, call.principal
+        facts, principal = call.facts, call.principal
         if principal is None:
             return
         if facts.scope is Scope.TOPICS:
-            await self._check_watermarks(request, principal)
+            await self._check_watermarks(call, principal)
             return
         if facts.appends_history and self.quota_of(principal)[0] != 0:
             self._check_history(principal)
-        if not facts.adds_partitions or not checkable_group_id(request.group_id):
+        group = call.group
+        if not facts.adds_partitions or not checkable_group_id(group):
             return
         limit, prefixes = self.quota_of(principal)
         if limit == 0:
             return  # before looking at the partitions: 10,000 of them are milliseconds of work
         pairs = _partitions(call)
-        if not pairs or self._key(request.group_id, pairs) in self.known:
+        if not pairs or self._key(group, pairs) in self.known:
             return
-        new, stored = await self.store.read(count_partitions, request.group_id, pairs, prefixes)
+        new, stored = await self.store.read(count_partitions, group, pairs, prefixes)
         if new and stored + new > limit:
             raise PartitionQuotaError(
                 f"{principal} stores {stored} partitions, its quota is {limit}: this call would add {new} "
@@ -166,13 +169,13 @@ class PartitionQuota:
                 },
             )
 
-    async def _check_watermarks(self, request: Any, principal: str) -> None:
+    async def _check_watermarks(self, call: Call, principal: str) -> None:
         # Watermarks are per topic and have no owner: a principal's are those of the topics it
         # may report, and it may hold as many as the partitions it may store (issue 34 finding 10).
         limit, prefixes = self.quota_of(principal, topics=True)
         if limit == 0:
             return
-        pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+        pairs = call.reported_partitions
         if not pairs or self._key("", pairs) in self.known:
             return
         new, stored = await self.store.read(count_watermarks, pairs, prefixes)
@@ -191,17 +194,38 @@ class PartitionQuota:
 
     def after(self, call: Call) -> None:
         """Remembers a partition set that ``call``, which succeeded, stored."""
-        facts, request, principal = call.facts, call.request, call.principal
+        facts, principal = call.facts, call.principal
         if principal is None:
             return
         if facts.appends_history and self.quota_of(principal)[0] != 0:
             self._charge_history(call, principal)
         if facts.scope is Scope.TOPICS and self.quota_of(principal)[0] != 0:
-            pairs = sorted({(w.topic, w.partition) for w in request.watermarks})
+            pairs = call.reported_partitions
             if pairs:
                 self.known.add(self._key("", pairs))
             return
         if facts.adds_partitions and self.quota_of(principal)[0] != 0:
             pairs = _partitions(call)
             if pairs:
-                self.known.add(self._key(request.group_id, pairs))
+                self.known.add(self._key(call.group, pairs))
+
+    async def __call__(self, call: Call, next: Next) -> Message:
+        """The gate's policy: :meth:`check` before the rest of the call, :meth:`after` once it succeeded."""
+        await self.check(call)
+        response = await next(call)
+        self.after(call)
+        return response
+
+
+def make(parts: Parts) -> PartitionQuota | None:
+    """The gate's partition quota (and history budget): with a tokens file only."""
+    auth = parts.auth
+    if auth is None or auth.config is None:
+        return None
+    limits = parts.limits
+    return PartitionQuota(
+        parts.store,
+        auth,
+        limits.max_partitions_per_principal,
+        history_rows_per_second=limits.principal_history_rows_per_second,
+    )

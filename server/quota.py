@@ -25,17 +25,21 @@ What it costs and what it does not promise:
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+from google.protobuf.message import Message
 
 from offsetstore.core.calls import Scope
 from offsetstore.core.errors import GroupQuotaError
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.auth import AccessControl, Permission, Principal
 from offsetstore.server.call import Call
+from offsetstore.server.policies.parts import Parts
+from offsetstore.server.policy import Next
 from offsetstore.server.quota_common import KNOWN_GROUPS, KnownKeys, checkable_group_id
 from offsetstore.storage.quotas import count_groups
+from offsetstore.v1 import offset_store_pb2 as pb
 
-__all__ = ["GroupQuota", "creation_prefixes"]
+__all__ = ["GroupQuota", "creation_prefixes", "make"]
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +49,9 @@ def _creates(call: Call) -> bool:
     # preview (a reset that is not a dry run creates the group of an unknown id), or writes
     # entries and has none: a commit of no offsets only checks the generation.
     facts = call.facts
-    if facts.entries_field and not facts.entries(call.request):
+    if facts.entries_field and not call.entries:
         return False
-    return facts.creates_group and not facts.previews(call.request)
+    return facts.creates_group and not call.previews
 
 
 def creation_prefixes(principal: Principal) -> tuple[str, ...]:
@@ -89,7 +93,7 @@ class GroupQuota:
         principal = call.principal
         if principal is None or not _creates(call):
             return
-        group = call.request.group_id
+        group = call.group
         # A bad group id is the servicer's to refuse.
         if group in self.known or not checkable_group_id(group):
             return
@@ -107,16 +111,31 @@ class GroupQuota:
                 metadata={"limit": "max_groups", "max_groups": str(limit), "groups": str(count)},
             )
 
-    def after(self, call: Call, response: Any) -> None:
+    def after(self, call: Call, response: Message) -> None:
         """Remembers what ``call``, which succeeded, did to the live groups."""
-        facts, request = call.facts, call.request
+        facts = call.facts
         if _creates(call):
-            self.known.add(request.group_id)  # created (or found)
-        elif not facts.removes_groups or facts.previews(request):
+            self.known.add(call.group)  # created (or found)
+        elif not facts.removes_groups or call.previews:
             return
         elif facts.scope is Scope.GROUP:
-            if request.all_topics:  # the group is gone: its next commit creates it again
-                self.known.discard(request.group_id)
-        else:
+            if call.all_topics:  # the group is gone: its next commit creates it again
+                self.known.discard(call.group)
+        elif isinstance(response, pb.ExpireGroupsResponse):  # the groups a prefix removal removed
             for expired in response.groups:  # gone too: reviving one is a creation
                 self.known.discard(expired.group_id)
+
+    async def __call__(self, call: Call, next: Next) -> Message:
+        """The gate's policy: :meth:`check` before the rest of the call, :meth:`after` once it succeeded."""
+        await self.check(call)
+        response = await next(call)
+        self.after(call, response)
+        return response
+
+
+def make(parts: Parts) -> GroupQuota | None:
+    """The gate's group quota: with a tokens file only (certificates alone name no quotas)."""
+    auth = parts.auth
+    if auth is None or auth.config is None:
+        return None
+    return GroupQuota(parts.store, auth, parts.limits.max_groups_per_principal)

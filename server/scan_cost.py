@@ -11,13 +11,17 @@ time, each followed by its rest (:mod:`.admission`) while others are active.
 
 from __future__ import annotations
 
+from google.protobuf.message import Message
+
 from offsetstore.core.calls import Scan
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.call import Call
+from offsetstore.server.policies.parts import Parts
+from offsetstore.server.policy import Next
 from offsetstore.storage import validate as check
 from offsetstore.storage.scans import group_partitions, listed_partitions
 
-__all__ = ["ScanCost"]
+__all__ = ["ScanCost", "make"]
 
 
 class ScanCost:
@@ -29,12 +33,18 @@ class ScanCost:
 
     async def of(self, call: Call) -> int:
         # The scan is a fact of the RPC (the .proto's `scan`), never told from its name.
-        request = call.request
-        scan = call.facts.scans(request)
+        scan = call.scan
         if scan is Scan.GROUP:
-            return await self.store.read(group_partitions, request.group_id, self.cap)
+            return await self.store.read(group_partitions, call.group, self.cap)
         if scan is Scan.PREFIX:
-            return await self.store.read(
-                listed_partitions, request.prefix, request.page_size, request.page_token, self.cap
-            )
+            return await self.store.read(listed_partitions, *call.page(), self.cap)
         return 0
+
+    async def __call__(self, call: Call, next: Next) -> Message:
+        """The gate's policy: the call's scan counted, for the admission's cost share after it."""
+        call.scanned = await self.of(call)
+        return await next(call)
+
+
+def make(parts: Parts) -> ScanCost:
+    return ScanCost(parts.store)

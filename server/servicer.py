@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
-
-import grpc
+from typing import Any, Protocol, TypeVar
 
 from offsetstore import storage
 from offsetstore.core import convert, convert_requests
@@ -26,7 +24,13 @@ log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 
 
-def _actor(context: grpc.ServicerContext) -> str:
+class Caller(Protocol):
+    """What a method reads of its call besides the request (the gate's :class:`~offsetstore.server.call.Call`)."""
+
+    def peer(self) -> str: ...
+
+
+def _actor(context: Caller) -> str:
     """Who a change is recorded as: the authenticated principal, or the peer while authentication is off."""
     return current_principal.get() or context.peer()
 
@@ -55,9 +59,7 @@ class OffsetStoreServicer:
     def __init__(self, store: AsyncStore) -> None:
         self.store = store
 
-    async def CommitOffsets(
-        self, request: pb.CommitOffsetsRequest, context: grpc.ServicerContext
-    ) -> pb.CommitOffsetsResponse:
+    async def CommitOffsets(self, request: pb.CommitOffsetsRequest, context: Caller) -> pb.CommitOffsetsResponse:
         committed = await self.store.commit_offsets(
             request.group_id,
             await _in_slices(convert.offset_commit_from_proto, request.offsets),
@@ -76,9 +78,7 @@ class OffsetStoreServicer:
                     entry.commit_time.CopyFrom(convert.datetime_to_timestamp(c.commit_time))
         return response
 
-    async def FetchOffsets(
-        self, request: pb.FetchOffsetsRequest, context: grpc.ServicerContext
-    ) -> pb.FetchOffsetsResponse:
+    async def FetchOffsets(self, request: pb.FetchOffsetsRequest, context: Caller) -> pb.FetchOffsetsResponse:
         result = await self.store.fetch_offsets(
             request.group_id,
             convert_requests.selections_from_proto(request.topics),
@@ -87,17 +87,13 @@ class OffsetStoreServicer:
         )
         return convert.fetch_result_to_proto(result)
 
-    async def ResetOffsets(
-        self, request: pb.ResetOffsetsRequest, context: grpc.ServicerContext
-    ) -> pb.ResetOffsetsResponse:
+    async def ResetOffsets(self, request: pb.ResetOffsetsRequest, context: Caller) -> pb.ResetOffsetsResponse:
         result = await self.store.reset_offsets(
             convert_requests.reset_request_from_proto(request), actor=_actor(context)
         )
         return convert.reset_result_to_proto(result)
 
-    async def DeleteOffsets(
-        self, request: pb.DeleteOffsetsRequest, context: grpc.ServicerContext
-    ) -> pb.DeleteOffsetsResponse:
+    async def DeleteOffsets(self, request: pb.DeleteOffsetsRequest, context: Caller) -> pb.DeleteOffsetsResponse:
         deleted = await self.store.delete_offsets(
             request.group_id,
             convert_requests.selections_from_proto(request.topics),
@@ -106,19 +102,17 @@ class OffsetStoreServicer:
         )
         return pb.DeleteOffsetsResponse(deleted=[convert.topic_partition_to_proto(tp) for tp in deleted])
 
-    async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.ServicerContext) -> pb.JoinGroupResponse:
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: Caller) -> pb.JoinGroupResponse:
         generation = await self.store.join_group(request.group_id, request.member_id, context.peer())
         return pb.JoinGroupResponse(generation=generation)
 
-    async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: Caller) -> pb.ListGroupsResponse:
         page = await self.store.list_groups(request.prefix, page_size=request.page_size, page_token=request.page_token)
         return pb.ListGroupsResponse(
             groups=[convert.group_summary_to_proto(g) for g in page.items], next_page_token=page.next_page_token
         )
 
-    async def DescribeGroup(
-        self, request: pb.DescribeGroupRequest, context: grpc.ServicerContext
-    ) -> pb.DescribeGroupResponse:
+    async def DescribeGroup(self, request: pb.DescribeGroupRequest, context: Caller) -> pb.DescribeGroupResponse:
         description = await self.store.describe_group(
             request.group_id,
             page_size=request.page_size,
@@ -127,7 +121,7 @@ class OffsetStoreServicer:
         )
         return convert.group_description_to_proto(description)
 
-    async def ListTopics(self, request: pb.ListTopicsRequest, context: grpc.ServicerContext) -> pb.ListTopicsResponse:
+    async def ListTopics(self, request: pb.ListTopicsRequest, context: Caller) -> pb.ListTopicsResponse:
         page = await self.store.read(
             storage.list_topics, request.group_id, page_size=request.page_size, page_token=request.page_token
         )
@@ -136,7 +130,7 @@ class OffsetStoreServicer:
         )
 
     async def ListOffsetHistory(
-        self, request: pb.ListOffsetHistoryRequest, context: grpc.ServicerContext
+        self, request: pb.ListOffsetHistoryRequest, context: Caller
     ) -> pb.ListOffsetHistoryResponse:
         page = await self.store.list_offset_history(
             request.group_id,
@@ -151,14 +145,12 @@ class OffsetStoreServicer:
         )
 
     async def ReportWatermarks(
-        self, request: pb.ReportWatermarksRequest, context: grpc.ServicerContext
+        self, request: pb.ReportWatermarksRequest, context: Caller
     ) -> pb.ReportWatermarksResponse:
         await self.store.report_watermarks(await _in_slices(convert.watermark_from_proto, request.watermarks))
         return pb.ReportWatermarksResponse()
 
-    async def ExpireGroups(
-        self, request: pb.ExpireGroupsRequest, context: grpc.ServicerContext
-    ) -> pb.ExpireGroupsResponse:
+    async def ExpireGroups(self, request: pb.ExpireGroupsRequest, context: Caller) -> pb.ExpireGroupsResponse:
         if not request.HasField("idle_for"):
             raise InvalidArgumentError.field("idle_for", "is required")
         try:

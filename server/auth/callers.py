@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from offsetstore.core.calls import CallFacts, Scope
 from offsetstore.core.errors import PermissionDeniedError, UnauthenticatedError
 from offsetstore.server.auth.principals import RPC_PERMISSIONS, Grant, Permission, Principal
 from offsetstore.server.auth.tls import certificate_identities
 from offsetstore.server.auth.tokens_file import AuthConfig
-from offsetstore.server.call import Call
 
-__all__ = ["AccessControl"]
+__all__ = ["AccessControl", "CallerContext", "Metadata", "Request"]
 
 #: Every caller of a server with client certificates but no tokens file: the CA is the gate.
 _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
@@ -20,10 +19,29 @@ _ANY_GROUP_ADMIN = (Grant("", Permission.ADMIN),)
 _VERBS = {Permission.READ: "read", Permission.COMMIT: "commit to", Permission.ADMIN: "administer"}
 
 
+#: A call's metadata as grpc gives it: (key, value) pairs, binary values as bytes.
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+class Request(Protocol):
+    """What authorisation reads of a call once its request is read (the gate's :class:`~offsetstore.server.call.Call`)."""
+
+    @property
+    def facts(self) -> CallFacts: ...
+
+    @property
+    def scope(self) -> str:
+        """The group id, or a prefix RPC's prefix, the permission is checked on."""
+
+    @property
+    def reported_topics(self) -> list[str]:
+        """The topics a watermark report names."""
+
+
 class CallerContext(Protocol):
     """What authentication reads of a call: its metadata and its TLS peer (grpc.aio's context, the HTTP listener's)."""
 
-    def invocation_metadata(self) -> Any: ...
+    def invocation_metadata(self) -> Metadata | None: ...
 
     def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
@@ -64,23 +82,23 @@ class AccessControl:
             what = "report watermarks of any topic" if topics else f"{_VERBS[permission]} any group"
             raise PermissionDeniedError(f"{principal.name} may not {what}")
 
-    def authorize(self, principal: Principal, call: Call) -> None:
+    def authorize(self, principal: Principal, call: Request) -> None:
         """Raises PermissionDeniedError unless ``principal`` may make ``call`` (its method, with its request)."""
-        facts, request = call.facts, call.request
+        facts = call.facts
         permission = RPC_PERMISSIONS.get(facts.method)
         if permission is None:
             raise PermissionDeniedError(f"{facts.method} is not open to any principal")
         if facts.scope is Scope.TOPICS:
-            for topic in sorted({w.topic for w in request.watermarks}):
+            for topic in call.reported_topics:
                 if not principal.may_report(topic):
                     shown = repr(topic) if len(topic) <= 100 else repr(topic[:100]) + "..."
                     raise PermissionDeniedError(f"{principal.name} may not report watermarks of topic {shown}")
             return
-        scope = request.prefix if facts.scope is Scope.PREFIX else request.group_id
+        scope = call.scope  # the group id, or a prefix RPC's prefix
         if not principal.may(permission, scope):
             raise PermissionDeniedError(f"{principal.name} may not {_VERBS[permission]} {_what(facts, scope)}")
 
-    def _by_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal | None:
+    def _by_metadata(self, metadata: Metadata | None) -> Principal | None:
         """The token's principal; None when the call has no token and may yet pass by its certificate.
 
         Raises UnauthenticatedError for a bad token, or for no token where only a token admits.

@@ -1,12 +1,12 @@
 """The Connect protocol's unary calls over HTTP/1.1, served by the server's gate.
 
 ``POST /offsetstore.v1.OffsetStoreService/<Method>`` with ``Content-Type: application/json``
-(proto3 JSON) or ``application/proto`` (binary). The call is handed to the very handler the
-gRPC server registers (the gate, wrapped by the server's interceptors, so metrics count it
-the same way) with an adapter of the gRPC call context: the request headers are the call's
-metadata (``Authorization: Bearer ...``), ``Connect-Timeout-Ms`` or ``grpc-timeout`` its
-deadline, the TCP peer and the TLS client certificate its peer and identity. Nothing about
-who may do what is decided here.
+(proto3 JSON) or ``application/proto`` (binary). The call is made a
+:class:`~offsetstore.server.call.Call` by a thin adapter (:class:`HttpCall`) and handed to
+the gate's chain, the same policies a gRPC call passes (metrics and traces included): the
+request headers are the call's metadata (``Authorization: Bearer ...``),
+``Connect-Timeout-Ms`` or ``grpc-timeout`` its deadline, the TCP peer and the TLS client
+certificate its peer and identity. Nothing about who may do what is decided here.
 
 A method whose ``idempotency_level`` is ``NO_SIDE_EFFECTS`` (a read; :mod:`offsetstore.core.calls`)
 may also be called as Connect's GET: ``GET /offsetstore.v1.OffsetStoreService/<Method>?encoding=json
@@ -28,22 +28,24 @@ import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import grpc
 from aiohttp import web
-from google.protobuf import json_format, symbol_database
+from google.protobuf import any_pb2, json_format, symbol_database
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from offsetstore.core.calls import FACTS
 from offsetstore.core.errors import InvalidArgumentError, ResourceExhaustedError
+from offsetstore.server.call import Call, Metadata
+from offsetstore.server.policies.read import REQUEST_CLASSES
+from offsetstore.server.policy import Next
+from offsetstore.server.status import status_of
 from offsetstore.storage.validate import MAX_PARTITIONS
 from offsetstore.v1 import offset_store_pb2 as pb
 
-__all__ = ["CONNECT_CODES", "JSON", "PROTO", "ConnectTransport", "HttpCallContext", "error_document"]
+__all__ = ["CONNECT_CODES", "JSON", "PROTO", "ConnectTransport", "HttpCall", "error_document"]
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OffsetStoreService"]
 
@@ -88,29 +90,20 @@ _GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9
 _DEADLINE_GRACE_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class _CallDetails:
-    """What a ``grpc.aio`` server interceptor is told about a call: its method and metadata."""
+class HttpCall:
+    """The HTTP adapter: one Connect request, as the gate's policies read a transport (:class:`~offsetstore.server.call.Transport`)."""
 
-    method: str
-    invocation_metadata: tuple[tuple[str, str], ...]
+    __slots__ = ("_deadline", "_done", "_message", "_request")
 
-
-class HttpCallContext:
-    """The part of ``grpc.aio.ServicerContext`` the gate, the servicer and the interceptors use."""
-
-    def __init__(self, request: web.Request, timeout: float | None) -> None:
+    def __init__(self, request: web.Request, timeout: float | None, message: Callable[[], Awaitable[bytes]]) -> None:
         self._request = request
-        self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
         self._deadline = None if timeout is None else time.monotonic() + timeout
-        self._code: grpc.StatusCode | None = None
-        self._details = ""
-        self._trailing: Sequence[tuple[str, Any]] = ()
+        self._message = message
         self._done = False
 
-    # --- what the call is ---
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
+    def invocation_metadata(self) -> Metadata:
+        """The request headers, names lower-cased: ``Authorization: Bearer ...``, ``traceparent``."""
+        return tuple((k.lower(), v) for k, v in self._request.headers.items())
 
     def peer(self) -> str:
         """``ipv4:HOST:PORT`` or ``ipv6:[HOST]:PORT``, as gRPC names a peer."""
@@ -121,7 +114,7 @@ class HttpCallContext:
         host, port = peer[0], peer[1]
         return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
-    def auth_context(self) -> dict[str, list[bytes]]:
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]:
         """The verified client certificate's CN and URI SANs, under gRPC's keys (empty without one)."""
         transport = self._request.transport
         cert = transport.get_extra_info("peercert") if transport is not None else None
@@ -137,56 +130,26 @@ class HttpCallContext:
     def time_remaining(self) -> float | None:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
 
-    def cancelled(self) -> bool:
+    def active(self) -> bool:
         transport = self._request.transport
-        return transport is None or transport.is_closing()
+        return not (self._done or transport is None or transport.is_closing())
 
-    def done(self) -> bool:
-        return self._done
-
-    # --- how it ended ---
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def code(self) -> grpc.StatusCode | None:
-        return self._code
-
-    def set_details(self, details: str) -> None:
-        self._details = details
-
-    def details(self) -> str:
-        return self._details
-
-    def set_trailing_metadata(self, metadata: Sequence[tuple[str, Any]]) -> None:
-        self._trailing = tuple(metadata or ())
-
-    def trailing_metadata(self) -> Sequence[tuple[str, Any]]:
-        return self._trailing
+    async def message(self) -> bytes | None:
+        return await self._message()
 
     def finish(self) -> None:
         self._done = True
 
 
-Interceptor = Any  # a grpc.aio.ServerInterceptor
-Continuation = Callable[[Any], Awaitable["grpc.RpcMethodHandler[Any, Any] | None"]]
-
-
 class ConnectTransport:
-    """Answers Connect unary calls with ``handler`` (the gate's), wrapped by ``interceptors`` as gRPC does.
+    """Answers Connect unary calls with ``run``, the gate's chain (:attr:`offsetstore.server.gate.Gate.run`).
 
-    ``interceptors`` are the gRPC server's (``grpc.aio.ServerInterceptor``), outermost first:
-    an HTTP call is recorded by the same metrics code as a gRPC call.
+    An HTTP call passes the same policies as a gRPC call (metrics and traces included), in
+    the same order: only how it arrives and how its status is written differ.
     """
 
-    def __init__(
-        self,
-        handler: grpc.GenericRpcHandler,
-        interceptors: Iterable[Interceptor] = (),
-        *,
-        max_message_bytes: int,
-    ) -> None:
-        self.handler = handler
-        self.interceptors = tuple(interceptors)
+    def __init__(self, run: Next, *, max_message_bytes: int) -> None:
+        self.run = run
         self.max_message_bytes = max_message_bytes
         self.methods = {m.name: m for m in SERVICE.methods}
 
@@ -200,9 +163,10 @@ class ConnectTransport:
         method = self.methods.get(request.match_info.get("method", ""))
         if method is None:
             return _error(grpc.StatusCode.UNIMPLEMENTED, "no such method of offsetstore.v1.OffsetStoreService", 404)
+        facts = FACTS[method.name]
         query: bytes | None = None  # a GET's request message
         if request.method == "GET":
-            if not FACTS[method.name].read_only:
+            if not facts.read_only:
                 response = _error(grpc.StatusCode.UNIMPLEMENTED, f"{method.name} changes the store: POST it", 405)
                 response.headers["Allow"] = "POST"
                 return response
@@ -224,37 +188,24 @@ class ConnectTransport:
             return _error(grpc.StatusCode.INVALID_ARGUMENT, str(error), 400)
         if timeout == 0:  # the deadline has passed already: the protocol's answer, not the store's 503
             return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed (a timeout of 0)", 504)
-        context = HttpCallContext(request, timeout)
-        full_method = f"/{SERVICE.full_name}/{method.name}"
-        handler = await self._method_handler(_CallDetails(full_method, context.invocation_metadata()))
-        if handler is None or handler.stream_unary is None:
-            return _error(grpc.StatusCode.UNIMPLEMENTED, f"{method.name} is not served", 501)
-        request_class = getattr(pb, method.input_type.name)
-        requests = _requests(request, request_class, method.name, codec, self.max_message_bytes, query)
+        request_class = REQUEST_CLASSES[method.name]
+        limit = self.max_message_bytes
+        transport = HttpCall(
+            request, timeout, functools.partial(_message, request, request_class, method.name, codec, limit, query)
+        )
+        bound = asyncio.timeout(None if timeout is None else timeout + _DEADLINE_GRACE_SECONDS)
         try:
-            async with asyncio.timeout(None if timeout is None else timeout + _DEADLINE_GRACE_SECONDS):
-                # grpc's stubs type a behaviour as sync over grpc's context; the gate's is a coroutine
-                # over any context with HttpCallContext's methods (the edge this adapter exists for).
-                answer = await handler.stream_unary(requests, context)  # type: ignore[arg-type]
-        except TimeoutError:
-            return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed", 504)
+            async with bound:
+                answer = await self.run(Call(facts, transport=transport))
+        except Exception as error:
+            if isinstance(error, TimeoutError) and bound.expired():
+                return _error(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed", 504)
+            return _failed(status_of(error))
         finally:
-            context.finish()
-        code = context.code()
-        if answer is None or (code is not None and code != grpc.StatusCode.OK):
-            return _failed(context)
+            transport.finish()
         if codec == PROTO:
             return web.Response(body=answer.SerializeToString(), content_type=PROTO)
         return web.Response(body=_to_json(answer), content_type=JSON)
-
-    async def _method_handler(self, details: _CallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
-        async def innermost(d: Any) -> grpc.RpcMethodHandler[Any, Any] | None:
-            return self.handler.service(d)
-
-        continuation: Continuation = innermost
-        for interceptor in reversed(self.interceptors):
-            continuation = functools.partial(interceptor.intercept_service, continuation)
-        return await continuation(details)
 
 
 def _codec(content_type: str) -> str | None:
@@ -291,14 +242,14 @@ def _query_message(query: Mapping[str, str]) -> tuple[str | None, bytes]:
     return codec, message
 
 
-async def _requests(
+async def _message(
     request: web.Request,
     request_class: type[Message],
     method: str,
     codec: str,
     limit: int,
     query: bytes | None = None,
-) -> AsyncIterator[bytes]:
+) -> bytes:
     """The call's one request message, binary; read only when the gate asks (authenticated, admitted, permitted).
 
     ``query`` is a GET's message, from its URL (which the HTTP server bounds); else the body is read.
@@ -318,7 +269,7 @@ async def _requests(
         body = await asyncio.to_thread(_from_json, body, request_class, method)
     if len(body) > limit:
         raise _too_large(method, limit)
-    yield body
+    return body
 
 
 def _from_json(body: bytes, request_class: type[Message], method: str) -> bytes:
@@ -355,13 +306,13 @@ def _to_json(message: Message) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def error_document(code: grpc.StatusCode, message: str, details: Iterable[Any] = ()) -> dict[str, Any]:
+def error_document(code: grpc.StatusCode, message: str, details: Iterable[any_pb2.Any] = ()) -> dict[str, object]:
     """The Connect error JSON of a status: ``{"code", "message", "details": [{"type", "value", "debug"}]}``."""
-    document: dict[str, Any] = {"code": CONNECT_CODES.get(code, ("unknown", 500))[0], "message": message}
+    document: dict[str, object] = {"code": CONNECT_CODES.get(code, ("unknown", 500))[0], "message": message}
     entries = []
     for any_ in details:
         type_name = any_.type_url.rpartition("/")[2]
-        entry: dict[str, Any] = {"type": type_name, "value": base64.b64encode(any_.value).decode().rstrip("=")}
+        entry: dict[str, object] = {"type": type_name, "value": base64.b64encode(any_.value).decode().rstrip("=")}
         try:
             detail = symbol_database.Default().GetSymbol(type_name)()
             detail.ParseFromString(any_.value)
@@ -374,14 +325,15 @@ def error_document(code: grpc.StatusCode, message: str, details: Iterable[Any] =
     return document
 
 
-def _failed(context: HttpCallContext) -> web.Response:
-    code = context.code() or grpc.StatusCode.UNKNOWN
-    status = status_pb2.Status()
-    for key, value in context.trailing_metadata():
-        if key == "grpc-status-details-bin":
-            status.ParseFromString(value)
-    response = _error(code, context.details(), CONNECT_CODES.get(code, ("unknown", 500))[1], status.details)
-    for any_ in status.details:
+def _failed(status: grpc.Status) -> web.Response:
+    """The Connect error of the status a call ended with (:func:`offsetstore.server.status.status_of`)."""
+    code = status.code
+    details = status_pb2.Status()
+    for key, value in status.trailing_metadata or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            details.ParseFromString(value)
+    response = _error(code, status.details, CONNECT_CODES.get(code, ("unknown", 500))[1], details.details)
+    for any_ in details.details:
         if any_.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             info = error_details_pb2.RetryInfo()
             any_.Unpack(info)
@@ -389,5 +341,5 @@ def _failed(context: HttpCallContext) -> web.Response:
     return response
 
 
-def _error(code: grpc.StatusCode, message: str, http_status: int, details: Iterable[Any] = ()) -> web.Response:
+def _error(code: grpc.StatusCode, message: str, http_status: int, details: Iterable[any_pb2.Any] = ()) -> web.Response:
     return web.json_response(error_document(code, message, details), status=http_status)

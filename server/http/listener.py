@@ -12,13 +12,12 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import grpc
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -26,6 +25,7 @@ from offsetstore.server.http.connect import SERVICE, ConnectTransport
 from offsetstore.server.http.connections import ConnectionLimits, LimitedProtocol, Tally
 from offsetstore.server.http.describe import openapi_json
 from offsetstore.server.http.origin import HostGuard
+from offsetstore.server.policy import Next
 
 __all__ = ["CONSOLE_FILES", "HttpListener", "ServerLog", "http_ssl_context"]
 
@@ -75,21 +75,20 @@ class HttpConfig:
 
 
 class HttpListener:
-    """Serves the gate's ``handler`` over HTTP as ``config`` says.
+    """Serves the gate's chain (``run``: :attr:`offsetstore.server.gate.Gate.run`) over HTTP as ``config`` says.
 
     Made on the gRPC server's loop, started and stopped there with it.
     """
 
     def __init__(
         self,
-        handler: grpc.GenericRpcHandler,
+        run: Next,
         config: HttpConfig,
         *,
-        interceptors: Iterable[Any] = (),
         max_message_bytes: int,
         reuse_port: bool = False,
     ) -> None:
-        self.transport = ConnectTransport(handler, interceptors, max_message_bytes=max_message_bytes)
+        self.transport = ConnectTransport(run, max_message_bytes=max_message_bytes)
         self.limits = config.limits
         self.tally = Tally(self.limits)
         host, _, port = config.listen.rpartition(":")

@@ -1,10 +1,11 @@
 """The RPC side of the metrics: go-grpc-prometheus' ``grpc_server_*`` series and the store counters.
 
-One interceptor records the ``grpc_server_*`` series of every call of every service from its
-final status code. The store counters and the errors by reason come from the gate's
-:class:`~offsetstore.server.gate.CallOutcome` (the interceptor is also the gate's observer):
-the request it decoded and the typed error the call ended with, so that a group quota, a
-partition quota and a call limit are different label values, not one status code.
+One path per call. An offset store call (gRPC or HTTP) is recorded by the gate's metrics
+policy (:meth:`MetricsInterceptor.__call__`, outermost in the chain): its ``grpc_server_*``
+series, its error by reason and limit (the typed error it ended with: a group quota, a
+partition quota and a call limit are different label values, not one status code), and the
+store counters from its request. The calls of the other services (health, reflection) are
+recorded by the same object as a grpc.aio interceptor, from their final status code.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from typing import Any
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from offsetstore.core.calls import Counted
-from offsetstore.server.gate import CallOutcome
-from offsetstore.server.interceptor import Behaviour, HandlerInterceptor, rpc_kind
+from offsetstore.server.call import OK, Call, Ended, ended_by
+from offsetstore.server.interceptor import Behaviour, PolicyInterceptor, rpc_kind
+from offsetstore.server.policy import Next
 from offsetstore.v1 import offset_store_pb2 as pb
 
 __all__ = [
@@ -162,28 +165,29 @@ class ServerMetrics:
         found = self._methods.get(full_method)
         return None if found is None else found.kind
 
-    def record_outcome(self, outcome: CallOutcome) -> None:
+    def record_outcome(self, call: Call, ended: Ended) -> None:
         """Counts one ended call of the offset store: its error by reason, and commits, rejections and resets."""
-        if outcome.code != grpc.StatusCode.OK:
-            self.errors.labels(outcome.method, outcome.reason, outcome.limit).inc()
-        facts = outcome.facts  # what the call counts is declared in the .proto, never read off its name
+        code = ended.code
+        if code != grpc.StatusCode.OK:
+            self.errors.labels(call.method, ended.reason, ended.limit).inc()
+        facts = call.facts  # what the call counts is declared in the .proto, never read off its name
         if facts.counted is Counted.COMMITS:
-            if outcome.code == grpc.StatusCode.OK:
+            if code == grpc.StatusCode.OK:
                 self.commits.inc()
-                self.offsets_committed.inc(len(facts.entries(outcome.request)))
-            elif outcome.code != grpc.StatusCode.CANCELLED:
-                self.rejections.labels(outcome.reason).inc()
-        elif facts.counted is Counted.RESETS and outcome.code == grpc.StatusCode.OK:
-            if not facts.previews(outcome.request):
+                self.offsets_committed.inc(len(call.entries))
+            elif code != grpc.StatusCode.CANCELLED:
+                self.rejections.labels(ended.reason).inc()
+        elif facts.counted is Counted.RESETS and code == grpc.StatusCode.OK:
+            if not call.previews:
                 self.resets.inc()
 
 
 @dataclass(frozen=True)
 class MethodMetrics:
     kind: str
-    started: Any
-    handled: dict[grpc.StatusCode, Any]
-    seconds: Any
+    started: Counter
+    handled: dict[grpc.StatusCode, Counter]
+    seconds: Histogram
 
     def done(self, code: grpc.StatusCode, started_at: float) -> None:
         self.handled.get(code, self.handled[grpc.StatusCode.UNKNOWN]).inc()
@@ -201,25 +205,44 @@ def _final_code(context: grpc.aio.ServicerContext[Any, Any], raised: bool) -> gr
     return code
 
 
-class MetricsInterceptor(HandlerInterceptor):
-    """Records go-grpc-prometheus' server metrics for every call, and the store counters from the gate.
+class MetricsInterceptor(PolicyInterceptor):
+    """Records go-grpc-prometheus' server metrics for every call, and the store counters of the offset store's.
 
     The series are recorded before the response leaves the server, so a client that has
     its answer reads metrics that already count its call. The offset store's methods are
-    served as client streams by the gate (:mod:`offsetstore.server.gate`), which reads the
-    request itself; they are counted as the unary methods they are, and the gate tells
-    :meth:`call_ended` what each came to (a :class:`~offsetstore.server.gate.CallObserver`).
-    Unknown methods are not wrapped (gRPC answers them UNIMPLEMENTED): no unbounded labels.
+    counted by the gate's chain, of which this is the outermost policy (:meth:`__call__`),
+    as the unary methods they are, whichever transport carried them; the other services'
+    by the interceptor. Unknown methods are not wrapped (gRPC answers them UNIMPLEMENTED):
+    no unbounded labels.
     """
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self.metrics = metrics
+        self._gated: dict[str, MethodMetrics] = {}
 
-    def call_ended(self, outcome: CallOutcome) -> None:
-        """The gate's report of one offsetstore.v1 call."""
-        self.metrics.record_outcome(outcome)
+    async def __call__(self, call: Call, next: Next) -> Message:
+        m = self._gated.get(call.method) or self._gated_method(call.method)
+        m.started.inc()
+        started_at = time.perf_counter()
+        try:
+            response = await next(call)
+        except (Exception, asyncio.CancelledError) as error:
+            ended = ended_by(error)
+            self.metrics.record_outcome(call, ended)
+            m.done(ended.code, started_at)
+            raise
+        self.metrics.record_outcome(call, OK)
+        m.done(grpc.StatusCode.OK, started_at)
+        return response
 
-    def wrap(self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour) -> Behaviour:
+    def _gated_method(self, name: str) -> MethodMetrics:
+        full = f"{self._GATED}{name}"
+        found = self._gated[name] = self.metrics.method(full, self.metrics.kind_of(full) or "unary")
+        return found
+
+    def wrap_other(
+        self, method: str, kind: str, handler: grpc.RpcMethodHandler[Any, Any], behaviour: Behaviour
+    ) -> Behaviour:
         m = self.metrics.method(method, self.metrics.kind_of(method) or kind)
         if kind in ("unary", "client_stream"):
             return self._unary(m, behaviour)
