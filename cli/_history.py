@@ -80,7 +80,7 @@ def _history_stored(changes: Sequence[OffsetChange]) -> list[tuple[bool, bool]]:
     does not. A previous offset was stored if the partition's change just before it stored one,
     which only the listed changes can tell: beyond them, -1 is shown as none.
     """
-    stores = (ChangeKind.COMMIT, ChangeKind.RESET, ChangeKind.ADOPT)
+    stores = (ChangeKind.COMMIT, ChangeKind.RESET, ChangeKind.ADOPT, ChangeKind.OBSERVED)
     last_stored: dict[tuple[str, int], bool] = {}
     result: list[tuple[bool, bool]] = []
     for change in reversed(changes):

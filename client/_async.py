@@ -89,6 +89,7 @@ class AsyncOffsetStoreClient(ClientMethods):
     describe_group = _awaited(ClientMethods.describe_group)
     list_offset_history = _awaited(ClientMethods.list_offset_history)
     report_watermarks = _awaited(ClientMethods.report_watermarks)
+    observe_offsets = _awaited(ClientMethods.observe_offsets)
     health = _awaited(ClientMethods.health)
 
     async def iter_groups(

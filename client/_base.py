@@ -99,6 +99,23 @@ def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> 
     )
 
 
+def observe_offsets_request(
+    group_id: str, offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int], source: str
+) -> pb.ObserveOffsetsRequest:
+    return pb.ObserveOffsetsRequest(
+        group_id=group_id,
+        offsets=[
+            pb.OffsetCommit(topic=topic, partition=partition, offset=offset)
+            for (topic, partition), offset in offsets.items()
+        ],
+        source=source,
+    )
+
+
+def observe_offsets_result(response: pb.ObserveOffsetsResponse) -> int:
+    return response.changed
+
+
 def commit_offsets_result(
     response: pb.CommitOffsetsResponse, request: pb.CommitOffsetsRequest | None = None
 ) -> dict[TopicPartition, CommittedOffset]:

@@ -214,6 +214,25 @@ class ClientMethods(_base.ClientBase):
         request = _base.report_watermarks_request(watermarks)
         return self._call(self._stub.ReportWatermarks, request, _base.report_watermarks_result, timeout)
 
+    def observe_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        *,
+        source: str,
+        timeout: float | None = None,
+    ) -> int:
+        """Records the positions of a pipeline that keeps its own; returns how many partitions changed.
+
+        `offsets` is {(topic, partition): next offset to consume}; `source` says where they were
+        read (``spark:<query id>``, ``kafka:<cluster>/<group>``). The group is, or becomes, an
+        observed group: commits to it raise GroupObservedError until it is adopted, and observing
+        a group committed here raises GroupCommittedError. Repeating a call changes nothing, so
+        it is retried like a read.
+        """
+        request = _base.observe_offsets_request(group_id, offsets, source)
+        return self._call(self._stub.ObserveOffsets, request, _base.observe_offsets_result, timeout)
+
     def health(self, timeout: float | None = None) -> str:
         """The server's health status name ("SERVING", "NOT_SERVING")."""
         return self._call(self._health.Check, _base.health_request(), _base.health_result, timeout)

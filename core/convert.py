@@ -81,6 +81,7 @@ _KIND_TO_PROTO = {
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
     ChangeKind.ADOPT: pb.CHANGE_KIND_ADOPT,
+    ChangeKind.OBSERVED: pb.CHANGE_KIND_OBSERVED,
 }
 _KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 
@@ -212,6 +213,8 @@ def group_summary_to_proto(value: GroupSummary) -> pb.GroupSummary:
         generation=value.generation,
         partition_count=value.partition_count,
         total_lag=value.total_lag,
+        observed=value.observed,
+        observed_source=value.observed_source,
     )
     _set_time(message, "last_commit_time", value.last_commit_time)
     return message
@@ -224,6 +227,8 @@ def group_summary_from_proto(message: pb.GroupSummary) -> GroupSummary:
         partition_count=message.partition_count,
         last_commit_time=_get_time(message, "last_commit_time"),
         total_lag=message.total_lag,
+        observed=message.observed,
+        observed_source=message.observed_source,
     )
 
 
@@ -386,6 +391,8 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         next_page_token=value.next_page_token,
         status=cast(pb.GroupStatus, int(value.status)),
         status_reason=value.status_reason,
+        observed=value.observed,
+        observed_source=value.observed_source,
     )
     _set_time(message, "active_time", value.active_time)
     return message
@@ -403,4 +410,6 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         active_time=_get_time(message, "active_time"),
         status=group_status_from_proto(message.status),
         status_reason=message.status_reason,
+        observed=message.observed,
+        observed_source=message.observed_source,
     )

@@ -6,6 +6,8 @@ so the server sends exactly what the client turns back into the same exception::
     OffsetStoreError
      ├── InvalidArgumentError   INVALID_ARGUMENT     reason INVALID_ARGUMENT (+ BadRequest)
      ├── StaleGenerationError   FAILED_PRECONDITION  reason STALE_GENERATION
+     ├── GroupObservedError     FAILED_PRECONDITION  reason GROUP_OBSERVED (a commit or sink to an observed group)
+     ├── GroupCommittedError    FAILED_PRECONDITION  reason GROUP_COMMITTED (observing a committed group)
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
      ├── GroupChangedError      ABORTED              reason GROUP_CHANGED
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
@@ -34,7 +36,9 @@ __all__ = [
     "DeadlineExceededError",
     "FieldViolation",
     "GroupChangedError",
+    "GroupCommittedError",
     "GroupNotFoundError",
+    "GroupObservedError",
     "GroupQuotaError",
     "InternalError",
     "InvalidArgumentError",
@@ -138,6 +142,28 @@ class StaleGenerationError(OffsetStoreError):
     def current_generation(self) -> int | None:
         value = self.metadata.get("current_generation")
         return int(value) if value is not None else None
+
+
+class GroupObservedError(OffsetStoreError):
+    """The group's positions are observed (a pipeline keeps its own): nothing commits to it.
+
+    Nothing was written. An adoption (``groups adopt GROUP --from-observed``) makes it a
+    committed group first; ``metadata["observed_source"]`` says where its positions are read.
+    """
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "GROUP_OBSERVED"
+
+
+class GroupCommittedError(OffsetStoreError):
+    """Observed positions were sent for a group whose positions are committed to offsetstore.
+
+    Nothing was written: observing would overwrite what its writers committed. Observe it
+    under another group id, or delete the group first.
+    """
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "GROUP_COMMITTED"
 
 
 class OffsetMismatchError(OffsetStoreError):
@@ -287,6 +313,8 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
     for cls in (
         InvalidArgumentError,
         StaleGenerationError,
+        GroupObservedError,
+        GroupCommittedError,
         OffsetMismatchError,
         GroupChangedError,
         GroupNotFoundError,
@@ -303,6 +331,8 @@ _BY_CODE: dict[grpc.StatusCode, type[OffsetStoreError]] = {
     for cls in (
         InvalidArgumentError,
         StaleGenerationError,
+        GroupObservedError,
+        GroupCommittedError,
         OffsetMismatchError,
         GroupNotFoundError,
         StoreUnavailableError,

@@ -71,6 +71,8 @@ class ChangeKind(enum.IntEnum):
     EXPIRE = 4
     #: A reset that took positions over from another system (its ``source`` says which).
     ADOPT = 5
+    #: A position observed in a pipeline that keeps its own (ObserveOffsets; ``source`` says where).
+    OBSERVED = 6
 
 
 class LagSecondsStatus(enum.IntEnum):
@@ -186,6 +188,10 @@ class GroupSummary:
     partition_count: int
     last_commit_time: datetime | None
     total_lag: int
+    #: The group's positions are observed (a pipeline keeps its own), not committed here.
+    observed: bool = False
+    #: Where its latest observed positions were read; empty unless observed.
+    observed_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,10 @@ class GroupDescription:
     #: The group's verdict: its worst partition's, over every partition (not only this page).
     status: GroupStatus = GroupStatus.UNSPECIFIED
     status_reason: str = ""
+    #: The group's positions are observed (a pipeline keeps its own): commits to it are refused.
+    observed: bool = False
+    #: Where its latest observed positions were read; empty unless observed.
+    observed_source: str = ""
 
 
 @dataclass(frozen=True)

@@ -403,6 +403,11 @@ class AsyncStore:
             page_token=page_token,
         )
 
+    async def observe_offsets(
+        self, group_id: str, positions: Sequence[OffsetCommit], *, source: str, actor: str = ""
+    ) -> int:
+        return await self.run(storage.observe_offsets, group_id, positions, source=source, actor=actor)
+
     async def report_watermarks(self, watermarks: Sequence[Watermark]) -> None:
         await self.run_hot("report_watermarks", lambda: storage.report_watermarks_steps(watermarks))
 

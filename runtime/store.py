@@ -138,6 +138,7 @@ class Store:
     list_groups = _waited(AsyncStore.list_groups)
     list_offset_history = _waited(AsyncStore.list_offset_history)
     report_watermarks = _waited(AsyncStore.report_watermarks)
+    observe_offsets = _waited(AsyncStore.observe_offsets)
     expire_groups = _waited(AsyncStore.expire_groups)
 
     def dispose(self) -> None:

@@ -171,3 +171,14 @@ class OffsetStoreServicer:
         return pb.ExpireGroupsResponse(
             groups=[convert.expired_group_to_proto(g) for g in groups], executed=request.execute
         )
+
+    async def ObserveOffsets(
+        self, request: pb.ObserveOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.ObserveOffsetsResponse:
+        changed = await self.store.observe_offsets(
+            request.group_id,
+            await _in_slices(convert.offset_commit_from_proto, request.offsets),
+            source=request.source,
+            actor=_actor(context),
+        )
+        return pb.ObserveOffsetsResponse(changed=changed)

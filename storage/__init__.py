@@ -15,6 +15,7 @@ One module per family of operations:
   status columns they select;
 - :mod:`.watermarks`: reported log starts and ends;
 - :mod:`.resets`: an operator's resets and deletes;
+- :mod:`.observe`: positions of pipelines that keep their own (observed groups);
 - :mod:`.steps`: the hot statements as generators, driven sync here and async by
   :mod:`.async_store`; :mod:`.store` and :mod:`.async_store` run operations in transactions
   of their own for the server.
@@ -32,6 +33,7 @@ from offsetstore.storage.lag_columns import (
     past_log_end_column,
     status_columns,
 )
+from offsetstore.storage.observe import check_observe, observe_offsets
 from offsetstore.storage.pages import MAX_OFFSETS_PAGE, UNLIMITED, PageRequest, token_key
 from offsetstore.storage.reads import (
     fetch_offsets,
@@ -85,6 +87,8 @@ __all__ = [
     "list_offset_history",
     "list_topics",
     "lock_offsets",
+    "check_observe",
+    "observe_offsets",
     "past_log_end_column",
     "status_columns",
     "facts_of",

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     any_,
+    delete,
     func,
     literal,
     or_,
@@ -25,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import (
+    GroupObservedError,
     StaleGenerationError,
 )
 from offsetstore.core.types import (
@@ -33,7 +35,7 @@ from offsetstore.core.types import (
     TopicPartition,
 )
 from offsetstore.storage import validate as check
-from offsetstore.storage.schema import groups, offset_history
+from offsetstore.storage.schema import groups, observed_groups, offset_history
 
 # --- statements built once; SQLAlchemy caches their compiled form ---------------
 
@@ -89,6 +91,31 @@ def stale_error(group_id: str, requested: int, current: int) -> StaleGenerationE
         f"generation {requested} of group {group_id!r} is stale; the current generation is {current}",
         metadata={"group_id": group_id, "current_generation": str(current), "generation": str(requested)},
     )
+
+
+def observed_error(group_id: str, source: str) -> GroupObservedError:
+    where = f" (read from {source})" if source else ""
+    return GroupObservedError(
+        f"group {group_id!r} is observed{where}: its pipeline keeps its positions, nothing commits them here;"
+        f" adopt it first (offsetstore groups adopt {group_id} --from-observed --execute)",
+        metadata={"group_id": group_id, "observed_source": source},
+    )
+
+
+def observed_source(conn: Connection, group_id: str) -> str | None:
+    """Where an observed group's positions are read; None for a group that is not observed.
+
+    Read under the group's lock (:func:`lock_group`), which ObserveOffsets takes too.
+    """
+    source: str | None = conn.execute(
+        select(observed_groups.c.source).where(observed_groups.c.group_id == group_id)
+    ).scalar_one_or_none()
+    return source
+
+
+def unobserve(conn: Connection, group_id: str) -> None:
+    """Makes an observed group a committed one (an adoption), or forgets the mark of a deleted group."""
+    conn.execute(delete(observed_groups).where(observed_groups.c.group_id == group_id))
 
 
 def bump_generation(conn: Connection, group_id: str, *, deleted: bool = False) -> int:

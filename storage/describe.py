@@ -46,7 +46,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import groups, observed_groups, offsets
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
 
@@ -68,7 +68,9 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             groups.c.member_id,
             groups.c.member_host,
             groups.c.active_at,
+            observed_groups.c.source.label("observed_source"),
         )
+        .select_from(groups.outerjoin(observed_groups, observed_groups.c.group_id == groups.c.group_id))
         .where(groups.c.group_id == _GROUP)
         .subquery("g")
     )
@@ -265,4 +267,6 @@ def describe_group_steps(
         first.active_at,
         verdict.status,
         verdict.reason,
+        first.observed_source is not None,
+        first.observed_source or "",
     )

@@ -58,7 +58,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offset_history, offsets
+from offsetstore.storage.schema import groups, observed_groups, offset_history, offsets
 from offsetstore.storage.steps import HotSteps, drive_steps
 
 # A page of offsets is one statement of the hot path, driven on psycopg alone with no
@@ -201,15 +201,27 @@ def list_groups(conn: Connection, prefix: str = "", *, page_size: int = 0, page_
             per_group.c.partition_count,
             per_group.c.last_commit_time,
             per_group.c.total_lag,
+            observed_groups.c.source.label("observed_source"),
         )
-        .select_from(groups.join(per_group, true()))
+        .select_from(
+            groups.join(per_group, true()).outerjoin(observed_groups, observed_groups.c.group_id == groups.c.group_id)
+        )
         .where(groups.c.deleted_at.is_(None))
     )
     if prefix:
         query = query.where(func.starts_with(groups.c.group_id, prefix))
     rows, token = keyset_page(conn, query, groups.c.group_id, size, page_token)
     items = [
-        GroupSummary(r.group_id, r.generation, r.partition_count, r.last_commit_time, int(r.total_lag)) for r in rows
+        GroupSummary(
+            r.group_id,
+            r.generation,
+            r.partition_count,
+            r.last_commit_time,
+            int(r.total_lag),
+            r.observed_source is not None,
+            r.observed_source or "",
+        )
+        for r in rows
     ]
     return Page(items, token)
 

@@ -36,9 +36,12 @@ from offsetstore.storage._groups import (
     bump_generation,
     lock_group,
     now,
+    observed_error,
+    observed_source,
     or_no_offset,
     record_changes,
     stale_error,
+    unobserve,
     where_selected,
 )
 from offsetstore.storage.retention import history_horizon
@@ -174,6 +177,11 @@ def reset_offsets(
     current = group.generation if group is not None else 0
     if expected is not None and expected != current:
         raise stale_error(group_id, expected, current)
+    observed = observed_source(conn, group_id) if group is not None else None
+    if observed is not None and not (source or dry_run):
+        # An observed group's positions are its pipeline's: only an adoption takes them over
+        # (and makes it a committed group); a dry run shows positions to restart from.
+        raise observed_error(group_id, observed)
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -245,6 +253,8 @@ def reset_offsets(
             # A group unknown above has no row to lock: one created meanwhile (a join that
             # committed while this insert waited for it) moved it past what was expected.
             raise stale_error(group_id, expected, generation - 1)
+    if observed is not None:
+        unobserve(conn, group_id)  # adopted: a committed group from now on
     when = _apply_reset(conn, group_id, new, stored, generation, actor, source)
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
 
@@ -353,6 +363,8 @@ def delete_offsets(
     if not (all_topics or rows):
         return []
     generation = bump_generation(conn, group_id, deleted=all_topics)
+    if all_topics:  # a deleted group's id is free to be committed or observed anew
+        unobserve(conn, group_id)
     record_changes(
         conn,
         group_id,

@@ -64,6 +64,20 @@ groups = Table(
     ),
 )
 
+# The groups that are observed (ObserveOffsets, migration 0015): a pipeline keeps their positions
+# itself (a Spark checkpoint, a Kafka group) and offsetstore records them. Commits and sinks to
+# them are refused (write_batch reads this under the group's lock) until an adoption or a delete
+# of the group removes the row. A table of its own, not a column of groups: adding a column
+# would lock groups for the upgrade, behind every writer that holds a group's row.
+observed_groups = Table(
+    "observed_groups",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    # Where its latest positions were read: spark:<query id>, kafka:<cluster>/<group>, ...
+    Column("source", Text, nullable=False),
+    Column("observed_since", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
 # The next offset to consume per (group, topic, partition). -2 and -1 are the
 # earliest/latest sentinels a reset stores when no watermark is known.
 offsets = Table(

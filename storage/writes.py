@@ -23,7 +23,7 @@ from offsetstore.core.types import (
     TopicPartition,
 )
 from offsetstore.storage import validate as check
-from offsetstore.storage._groups import stale_error
+from offsetstore.storage._groups import observed_error, stale_error
 from offsetstore.storage.schema import groups
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, drive_steps, int_array, text_array
 
@@ -70,7 +70,7 @@ _WRITE_BATCH = (
     "%(expected)s::bigint[])"
 )
 # write_batch's (and lock_for_write's) outcome column: 0 done, else the request's refusal.
-_DONE, _STALE, _MISMATCH = 0, 1, 2
+_DONE, _STALE, _MISMATCH, _OBSERVED = 0, 1, 2, 3
 
 # storage/sql/lock_for_write.sql: a commit of no offsets (lock, create or revive, fence), then the offsets.
 _LOCK_FOR_WRITE = text(
@@ -176,6 +176,8 @@ def _refusal_or_generation(request: WriteRequest, rows: list[tuple[Any, ...]]) -
         return generation
     if first[_OUTCOME] == _STALE:
         return stale_error(request.group_id, request.generation, first[_STORED])
+    if first[_OUTCOME] == _OBSERVED:  # its `metadata` is where the group's positions are read
+        return observed_error(request.group_id, first[_METADATA])
     # A mismatch's `offset` is the expected one.
     topic, partition, expected, stored = first[_TOPIC], first[_PARTITION], first[_OFFSET], first[_STORED]
     return OffsetMismatchError(
@@ -231,6 +233,8 @@ def lock_offsets(conn: Connection, group_id: str, *, generation: int = 0) -> dic
     rows = conn.execute(_LOCK_FOR_WRITE, {"group_id": group_id, "generation": generation}).all()
     if rows and rows[0].outcome == _STALE:
         raise stale_error(group_id, generation, rows[0].stored)
+    if rows and rows[0].outcome == _OBSERVED:
+        raise observed_error(group_id, "")
     return {TopicPartition(r.topic, r.partition): r.offset for r in rows}
 
 

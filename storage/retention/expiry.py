@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, Connection, Select, delete, exists, func, 
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.core.types import ChangeKind, ExpiredGroup, TopicPartition
 from offsetstore.storage import validate as check
-from offsetstore.storage._groups import now, record_changes
+from offsetstore.storage._groups import now, record_changes, unobserve
 from offsetstore.storage.schema import groups, offsets
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ def expire_group(conn: Connection, group_id: str, idle_for: timedelta, *, actor:
         .returning(offsets.c.topic, offsets.c.partition, offsets.c.offset)
     ).all()
     conn.execute(update(groups).where(groups.c.group_id == group_id).values(deleted_at=func.statement_timestamp()))
+    unobserve(conn, group_id)
     record_changes(
         conn,
         group_id,

@@ -17,6 +17,8 @@ BEGIN
     FOR r IN SELECT * FROM offsetstore.lock_for_write(begin_write.group_id, begin_write.generation) LOOP
         IF r.outcome = 1 THEN
             PERFORM offsetstore.api_stale(begin_write.group_id, begin_write.generation, r.stored);
+        ELSIF r.outcome = 3 THEN
+            PERFORM offsetstore.api_observed(begin_write.group_id);
         END IF;
         topic := r.topic;
         "partition" := r.partition;

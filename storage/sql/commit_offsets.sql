@@ -93,6 +93,8 @@ BEGIN
     ) LOOP
         IF r.outcome = 1 THEN
             PERFORM offsetstore.api_stale(commit_offsets.group_id, commit_offsets.generation, r.stored);
+        ELSIF r.outcome = 3 THEN
+            PERFORM offsetstore.api_observed(commit_offsets.group_id);
         ELSIF r.outcome = 2 THEN
             RAISE EXCEPTION USING ERRCODE = 'OS002',
                 MESSAGE = 'offset mismatch for group ' || commit_offsets.group_id || ': ' || r.topic || ':' || r.partition,

@@ -1,7 +1,7 @@
 -- For writers that decide under the lock what to write (the sinks): a commit of no offsets
 -- through write_batch (lock, create or revive, fence), then the group's stored offsets.
 -- Outcomes as write_batch's: 0 one row per stored offset (`offset`), 1 stale generation
--- (one row, `stored` the current generation).
+-- (one row, `stored` the current generation), 3 the group is observed (one row).
 CREATE OR REPLACE FUNCTION offsetstore.lock_for_write(p_group text, p_generation bigint)
 RETURNS TABLE (outcome smallint, topic text, "partition" integer, "offset" bigint, stored bigint)
 LANGUAGE plpgsql AS $fn$

@@ -1,7 +1,8 @@
 -- Requests are r_*[i]; a commit request's offsets are o_*[r_first[i] : r_last[i]].
 -- Outcomes: 0 done (a row per committed offset, or for a join its generation in
 -- `stored`), 1 stale generation (`stored`: the current one), 2 compare-and-set
--- mismatch (`topic`, `partition`, `offset` the expected one, `stored` the stored one).
+-- mismatch (`topic`, `partition`, `offset` the expected one, `stored` the stored one),
+-- 3 the group is observed (`metadata`: where its positions are read), never committed to.
 CREATE OR REPLACE FUNCTION offsetstore.write_batch(
     r_join boolean[], r_group text[], r_generation bigint[], r_actor text[],
     r_member_id text[], r_member_host text[], r_cas boolean[], r_first integer[], r_last integer[],
@@ -20,6 +21,7 @@ DECLARE
     bad record;
     nestloop text;
     mismatch boolean;
+    observed text;
 BEGIN
     -- An acknowledged offset is durable whoever calls: the SQL API's callers bring sessions of
     -- their own (and a pooler may drop settings). synchronous_commit is read at COMMIT, so
@@ -44,6 +46,13 @@ BEGIN
 
         SELECT l.generation, l.deleted_at, l.created INTO gen, gone, created
         FROM offsetstore.lock_group(r_group[i], true) AS l;
+        -- Read under the group's lock, which ObserveOffsets takes too, in a snapshot of its own.
+        SELECT o.source INTO observed FROM offsetstore.observed_groups AS o WHERE o.group_id = r_group[i];
+        IF observed IS NOT NULL THEN  -- a pipeline that keeps its own positions: never fenced, never written
+            RETURN QUERY SELECT i, 3::smallint, NULL::text, NULL::integer, NULL::bigint, observed,
+                NULL::timestamptz, gen;
+            CONTINUE;
+        END IF;
         IF offsetstore.stale_generation(r_generation[i], gen) THEN
             IF created THEN  -- a refused request leaves no trace, not even a new group
                 DELETE FROM offsetstore.groups AS g WHERE g.group_id = r_group[i];

@@ -85,11 +85,17 @@ def test_the_gate_the_quotas_and_the_clients_read_the_same_facts() -> None:
         "ListOffsetHistory",
         "ListTopics",
         "ReportWatermarks",
+        "ObserveOffsets",
     }
     writes = {name for name, f in FACTS.items() if f.unknown_outcome}
     assert writes == {"CommitOffsets", "ResetOffsets", "DeleteOffsets", "JoinGroup", "ExpireGroups"}
-    assert {n for n, f in FACTS.items() if f.creates_group} == {"CommitOffsets", "JoinGroup", "ResetOffsets"}
-    assert {n for n, f in FACTS.items() if f.adds_partitions} == {"CommitOffsets", "ResetOffsets"}
+    assert {n for n, f in FACTS.items() if f.creates_group} == {
+        "CommitOffsets",
+        "JoinGroup",
+        "ResetOffsets",
+        "ObserveOffsets",
+    }
+    assert {n for n, f in FACTS.items() if f.adds_partitions} == {"CommitOffsets", "ResetOffsets", "ObserveOffsets"}
     assert {n for n, f in FACTS.items() if f.scope is Scope.PREFIX} == {"ListGroups", "ExpireGroups"}
     assert FACTS["ReportWatermarks"].scope is Scope.TOPICS and FACTS["ReportWatermarks"].cost is Cost.ENTRIES
     assert FACTS["DeleteOffsets"].permission is Permission.ADMIN
@@ -112,7 +118,10 @@ def test_what_a_call_writes_and_counts_is_declared_not_inferred() -> None:
     # The entries a call writes (an empty list: it creates nothing) and the store counters it
     # feeds are facts of the .proto: the quotas and the metrics read them, not a method's name
     # or its cost rule.
-    assert {m: f.entries_field for m, f in FACTS.items() if f.entries_field} == {"CommitOffsets": "offsets"}
+    assert {m: f.entries_field for m, f in FACTS.items() if f.entries_field} == {
+        "CommitOffsets": "offsets",
+        "ObserveOffsets": "offsets",
+    }
     counted = {m: f.counted for m, f in FACTS.items() if f.counted is not Counted.NOTHING}
     assert counted == {"CommitOffsets": Counted.COMMITS, "ResetOffsets": Counted.RESETS}
     commit = FACTS["CommitOffsets"]

@@ -50,6 +50,11 @@ def _examples(group: str) -> dict[str, dict[str, Any]]:
         "ResetOffsets": {"groupId": group, "allTopics": True, "toBoundary": "BOUNDARY_EARLIEST", "dryRun": True},
         "DeleteOffsets": {"groupId": group, "topics": [{"topic": "orders", "partitions": [1]}]},
         "ExpireGroups": {"idleFor": "86400s", "prefix": group},
+        "ObserveOffsets": {
+            "groupId": f"{group}-observed",
+            "offsets": [{"topic": "orders", "partition": 0, "offset": "40"}],
+            "source": "kafka:curl/legacy",
+        },
     }
 
 
@@ -72,6 +77,7 @@ def test_every_rpc_of_the_service_answers_curl_with_its_response(http_server: Ht
     assert answers["DescribeGroup"]["partitions"][0]["logEndOffset"] == "50"
     assert [(t["topic"], t["partitionCount"]) for t in answers["ListTopics"]["topics"]] == [("orders", 2)]
     assert answers["ResetOffsets"]["dryRun"] is True
+    assert answers["ObserveOffsets"]["changed"] == 1
     assert answers["DeleteOffsets"]["deleted"] == [{"topic": "orders", "partition": 1}]
     assert [c["actor"] for c in answers["ListOffsetHistory"]["changes"]] == ["console-admin", "console-admin"]
 

@@ -65,7 +65,15 @@ def test_contract_fields() -> None:
         "to_commit_time",
         "dry_run",
     } <= fields("ResetOffsetsRequest")
-    assert fields("GroupSummary") == {"group_id", "generation", "partition_count", "last_commit_time", "total_lag"}
+    assert fields("GroupSummary") == {
+        "group_id",
+        "generation",
+        "partition_count",
+        "last_commit_time",
+        "total_lag",
+        "observed",  # issue 57: a group whose pipeline keeps its own positions, and where they are read
+        "observed_source",
+    }
     assert fields("PartitionStatus") == {
         "topic",
         "partition",
@@ -92,4 +100,5 @@ def test_contract_fields() -> None:
         "CHANGE_KIND_DELETE",
         "CHANGE_KIND_EXPIRE",
         "CHANGE_KIND_ADOPT",  # issue 49: a reset that took positions over from another system
+        "CHANGE_KIND_OBSERVED",  # issue 57: a position observed in a pipeline that keeps its own
     }

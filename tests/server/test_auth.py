@@ -68,6 +68,9 @@ REQUESTS: dict[str, Callable[[str], object]] = {
     ),
     # Over every group the prefix covers; a preview, so nothing of other tests' groups is touched.
     "ExpireGroups": lambda g: pb.ExpireGroupsRequest(prefix=g, idle_for=duration_pb2.Duration(seconds=86400)),
+    "ObserveOffsets": lambda g: pb.ObserveOffsetsRequest(
+        group_id=g, offsets=[pb.OffsetCommit(topic="t", partition=0, offset=5)], source="kafka:test/g"
+    ),
 }
 # What each RPC needs, written out here rather than read from the server's table.
 NEEDS = {
@@ -82,6 +85,7 @@ NEEDS = {
     "ResetOffsets": "admin",
     "DeleteOffsets": "admin",
     "ExpireGroups": "admin",
+    "ObserveOffsets": "commit",
 }
 LEVEL = {"read": 1, "commit": 2, "admin": 3}
 GRANTED = {"reader": "read", "committer": "commit", "admin": "admin"}

@@ -179,6 +179,15 @@ def expire_groups(draw: st.DrawFn, ns: str) -> pb.ExpireGroupsRequest:
     return request
 
 
+@st.composite
+def observe_offsets(draw: st.DrawFn, ns: str) -> pb.ObserveOffsetsRequest:
+    # A commit's positions (its compare-and-sets are refused here) and any source.
+    commits = draw(commit_offsets(ns))
+    return pb.ObserveOffsetsRequest(
+        group_id=commits.group_id, offsets=commits.offsets, source=draw(st.one_of(st.just("kafka:c/g"), TEXT))
+    )
+
+
 REQUESTS: dict[str, Callable[[str], st.SearchStrategy[Any]]] = {
     "CommitOffsets": commit_offsets,
     "FetchOffsets": lambda ns: st.builds(pb.FetchOffsetsRequest, group_id=group_ids(ns), topics=selections(ns)),
@@ -205,6 +214,7 @@ REQUESTS: dict[str, Callable[[str], st.SearchStrategy[Any]]] = {
     "ListOffsetHistory": list_offset_history,
     "ReportWatermarks": report_watermarks,
     "ExpireGroups": expire_groups,
+    "ObserveOffsets": observe_offsets,
 }
 
 

@@ -34,6 +34,7 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_KIND_DELETE: _ClassVar[ChangeKind]
     CHANGE_KIND_EXPIRE: _ClassVar[ChangeKind]
     CHANGE_KIND_ADOPT: _ClassVar[ChangeKind]
+    CHANGE_KIND_OBSERVED: _ClassVar[ChangeKind]
 
 class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,7 @@ CHANGE_KIND_RESET: ChangeKind
 CHANGE_KIND_DELETE: ChangeKind
 CHANGE_KIND_EXPIRE: ChangeKind
 CHANGE_KIND_ADOPT: ChangeKind
+CHANGE_KIND_OBSERVED: ChangeKind
 GROUP_STATUS_UNSPECIFIED: GroupStatus
 GROUP_STATUS_OK: GroupStatus
 GROUP_STATUS_IDLE: GroupStatus
@@ -149,18 +151,22 @@ class Watermark(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
 
 class GroupSummary(_message.Message):
-    __slots__ = ("group_id", "generation", "partition_count", "last_commit_time", "total_lag")
+    __slots__ = ("group_id", "generation", "partition_count", "last_commit_time", "total_lag", "observed", "observed_source")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_SOURCE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partition_count: int
     last_commit_time: _timestamp_pb2.Timestamp
     total_lag: int
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+    observed: bool
+    observed_source: str
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
     __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history")
@@ -365,7 +371,7 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_lag_history: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason", "observed", "observed_source")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -376,6 +382,8 @@ class DescribeGroupResponse(_message.Message):
     ACTIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_SOURCE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
@@ -386,7 +394,9 @@ class DescribeGroupResponse(_message.Message):
     active_time: _timestamp_pb2.Timestamp
     status: GroupStatus
     status_reason: str
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ...) -> None: ...
+    observed: bool
+    observed_source: str
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")
@@ -491,3 +501,19 @@ class TopicSummary(_message.Message):
     last_commit_time: _timestamp_pb2.Timestamp
     total_lag: int
     def __init__(self, topic: _Optional[str] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ObserveOffsetsRequest(_message.Message):
+    __slots__ = ("group_id", "offsets", "source")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
+    source: str
+    def __init__(self, group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ObserveOffsetsResponse(_message.Message):
+    __slots__ = ("changed",)
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    changed: int
+    def __init__(self, changed: _Optional[int] = ...) -> None: ...

@@ -90,6 +90,11 @@ class OffsetStoreServiceStub:
                 request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.ObserveOffsets = channel.unary_unary(
+                '/offsetstore.v1.OffsetStoreService/ObserveOffsets',
+                request_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsRequest.SerializeToString,
+                response_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class OffsetStoreServiceServicer:
@@ -178,6 +183,19 @@ class OffsetStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ObserveOffsets(self, request, context):
+        """Records the positions of a pipeline that keeps its own (a Spark query's checkpoint, a
+        Kafka group's committed offsets): the group becomes, or stays, observed. An observed
+        group is never fenced and never written by a commit or a sink (FAILED_PRECONDITION,
+        GROUP_OBSERVED); an adoption (a reset with a source) makes it a committed group. Only
+        partitions whose position changed are written, each a CHANGE_KIND_OBSERVED history
+        entry with the request's source. A group committed to offsetstore cannot be observed
+        (FAILED_PRECONDITION, GROUP_COMMITTED). An unknown or deleted group is created.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OffsetStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +253,11 @@ def add_OffsetStoreServiceServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.FromString,
                     response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'ObserveOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ObserveOffsets,
+                    request_deserializer=offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsRequest.FromString,
+                    response_serializer=offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -535,6 +558,33 @@ class OffsetStoreService:
             '/offsetstore.v1.OffsetStoreService/ListTopics',
             offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsRequest.SerializeToString,
             offsetstore_dot_v1_dot_offset__store__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ObserveOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/offsetstore.v1.OffsetStoreService/ObserveOffsets',
+            offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsRequest.SerializeToString,
+            offsetstore_dot_v1_dot_offset__store__pb2.ObserveOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

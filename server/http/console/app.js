@@ -84,7 +84,7 @@ function offsetText(v) {
 // A change's -1 is "none" unless the partition stored the latest placeholder just before (as
 // the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
 function storedFlags(changesNewestFirst) {
-  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT"];
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT", "CHANGE_KIND_OBSERVED"];
   const last = new Map();
   const flags = [];
   for (const c of [...changesNewestFirst].reverse()) {
