@@ -12,6 +12,7 @@ like any other. It reads events only: it writes nothing to the checkpoint, the s
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -66,7 +67,7 @@ def batch_positions(progress: Mapping[str, Any]) -> BatchPositions:
             continue
         for tp, offset in kafka_offsets(source["endOffset"]).items():
             offsets[tp] = min(offset, offsets.get(tp, offset))
-        for tp, offset in kafka_offsets(source["latestOffset"]).items():
+        for tp, offset in kafka_offsets(source.get("latestOffset")).items():
             ends[tp] = max(offset, ends.get(tp, offset))
     return BatchPositions(int(progress["batchId"]), offsets, ends)
 
@@ -151,6 +152,8 @@ class SparkObserver:
         self.batches = 0
         self.failures = 0
         self.last_batch: BatchPositions | None = None
+        # The log ends last reported: a batch that saw the same ones reports nothing.
+        self._reported_ends: dict[TopicPartition, int] = {}
         self._spark: SparkSession | None = None
         self._listener: Any = None
 
@@ -160,16 +163,18 @@ class SparkObserver:
     def on_progress(self, progress: Mapping[str, Any]) -> None:
         """Records one finished batch; never raises (a failure is counted, and logged once until the store answers again)."""
         try:
-            if self.query_name is not None and progress["name"] != self.query_name:
+            if self.query_name is not None and progress.get("name") != self.query_name:
                 return
             batch = batch_positions(progress)
             if not batch.offsets:
                 return  # no Kafka source, or none has an offset yet
-            source = f"spark query {progress['id']} batch {batch.batch_id}"
+            source = f"spark:{progress['id']}"
             self._client.observe_offsets(self.group_id, batch.offsets, source=source, timeout=self.timeout)
-            if self.report_watermarks and batch.log_ends:
-                marks = [Watermark(tp.topic, tp.partition, _UNOBSERVED, end) for tp, end in batch.log_ends.items()]
+            moved = {tp: end for tp, end in batch.log_ends.items() if self._reported_ends.get(tp) != end}
+            if self.report_watermarks and moved:
+                marks = [Watermark(tp.topic, tp.partition, _UNOBSERVED, end) for tp, end in moved.items()]
                 self._client.report_watermarks(marks, timeout=self.timeout)
+                self._reported_ends.update(moved)
         except Exception as error:  # whatever the store or the event did, the query goes on
             self._failed(progress, error)
         else:
@@ -219,11 +224,45 @@ class SparkObserver:
         self.stop()
 
 
+class _ProgressJson:
+    """The Py4J callback Spark's listener bus calls: each progress event read as one JSON string.
+
+    PySpark's own callback (``JStreamingQueryListener``) rebuilds the whole event in Python
+    first, a Py4J round trip per field (some 40 for a one-source query); the observer needs
+    the sources' offsets only, and ``progress().json()`` brings them in one.
+    """
+
+    def __init__(self, observer: SparkObserver) -> None:
+        self.observer = observer
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass  # called synchronously with start(): nothing to do there
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        try:
+            progress = json.loads(jevent.progress().json())
+        except Exception as error:  # a Py4J error raised here would only be logged by Spark's bus
+            self.observer._failed({}, error)
+            return
+        self.observer.on_progress(progress)
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 @functools.cache
 def _listener_type() -> type:
     """PySpark's ``StreamingQueryListener`` subclass that hands each progress to a :class:`SparkObserver`.
 
-    Made on first use: PySpark is imported only when a session is observed.
+    Made on first use: PySpark is imported only when a session is observed. Registered, it
+    gives Spark :class:`_ProgressJson` as its callback, in the wrapper PySpark's own
+    listeners use; the ``on*`` methods are PySpark's path, used where that wrapper is missing.
     """
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -231,8 +270,20 @@ def _listener_type() -> type:
         def __init__(self, observer: SparkObserver) -> None:
             self.observer = observer
 
+        @property
+        def _jlistener(self) -> Any:
+            if not hasattr(self, "_jlistenerobj"):
+                from pyspark import SparkContext
+
+                try:
+                    wrapper = SparkContext._jvm.PythonStreamingQueryListenerWrapper  # type: ignore[union-attr]
+                    self._jlistenerobj = wrapper(_ProgressJson(self.observer))
+                except Exception:  # another PySpark: its own callback, field by field
+                    return super()._jlistener
+            return self._jlistenerobj
+
         def onQueryStarted(self, event: Any) -> None:
-            pass  # called synchronously with start(): nothing to do there
+            pass
 
         def onQueryProgress(self, event: Any) -> None:
             self.observer.on_progress(event.progress)

@@ -7,6 +7,7 @@ tests/spark/test_observer.py's.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import Iterator
@@ -153,3 +154,22 @@ def test_group_id_and_timeout_are_checked_where_they_are_written(dead):
         SparkObserver(dead, "")
     with pytest.raises(ValueError, match="timeout"):
         SparkObserver(dead, "g", timeout=0)
+
+
+def test_spark_s_own_progress_json_reads_the_same():
+    # What the listener gets from Spark's bus in one call (progress().json()): offsets as objects, nulls left out.
+    raw = json.loads(
+        '{"id":"79039d05-a40e-404e-9676-c64c318afce2","runId":"3c19968d-b518-4d45-854e-612387fbee06",'
+        '"timestamp":"2026-12-07T18:16:43.871Z","batchId":3,"batchDuration":1054,"numInputRows":3,'
+        '"durationMs":{"addBatch":689,"triggerExecution":1053},"stateOperators":[],"sources":[{"description":'
+        '"KafkaV2[Subscribe[t-bc0389da]]","startOffset":{"t-bc0389da":{"0":99,"1":99,"2":99}},"endOffset":'
+        '{"t-bc0389da":{"0":100,"1":100,"2":100}},"latestOffset":{"t-bc0389da":{"0":100,"1":100,"2":101}},'
+        '"numInputRows":3,"metrics":{}}],"sink":{"description":"FileSink[file:/tmp/o]","numOutputRows":-1}}'
+    )
+    batch = batch_positions(raw)
+    assert batch.batch_id == 3
+    assert batch.offsets == {TopicPartition("t-bc0389da", p): 100 for p in range(3)}
+    assert batch.log_ends[TopicPartition("t-bc0389da", 2)] == 101
+    unnamed = SparkObserver(OffsetStoreClient("127.0.0.1:1"), "g", query_name="orders", registry=CollectorRegistry())
+    unnamed.on_progress(raw)  # no "name": not the query asked for, no call
+    assert (unnamed.batches, unnamed.failures) == (0, 0)
