@@ -10,7 +10,7 @@ imported here.
 """
 
 from offsetstore.spark_integration.kafka_connector import KafkaConnectorError, check_kafka_connector, kafka_connector
-from offsetstore.spark_integration.observer import SparkObserver, observe
+from offsetstore.spark_integration.observer import SparkObserver, observe, starting_offsets_at
 from offsetstore.spark_integration.offsets import checkpoint_location, starting_offsets
 from offsetstore.spark_integration.sink import ExactlyOnceSink, Mode, WritePath
 from offsetstore.spark_integration.workers import WorkerEnvironmentError, check_workers
@@ -28,4 +28,5 @@ __all__ = [
     "kafka_connector",
     "observe",
     "starting_offsets",
+    "starting_offsets_at",
 ]

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from offsetstore.client import OffsetStoreClient
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter as PromCounter
     from pyspark.sql import SparkSession
 
-__all__ = ["BatchPositions", "SparkObserver", "batch_positions", "observe"]
+__all__ = ["BatchPositions", "SparkObserver", "batch_positions", "observe", "starting_offsets_at"]
 
 log = logging.getLogger("offsetstore.spark_integration.observer")
 
@@ -377,3 +378,34 @@ def observe(
 def _is_remote(spark: Any) -> bool:
     # A Spark Connect session is another class, from pyspark.sql.connect.
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def starting_offsets_at(
+    target: str | OffsetStoreClient,
+    group_id: str,
+    at: datetime,
+    *,
+    credentials: grpc.ChannelCredentials | None = None,
+    token: str | None = None,
+    timeout: float = 10.0,
+) -> str:
+    """Spark's ``startingOffsets`` JSON of ``group_id``'s positions at the instant ``at``, from its history.
+
+    The positions are the server's own answer to a reset to ``at`` (``to_commit_time``), asked
+    as a dry run: nothing of the group changes, observed or not. A partition that had no
+    position then gets -2, which Spark reads as its earliest offset. ``target``, ``credentials``,
+    ``token`` as for :func:`observe`.
+
+    Examples
+    --------
+    >>> start = starting_offsets_at("offsetstore.internal:50051", "orders-parquet", datetime(2026, 12, 7, 9, 30, tzinfo=UTC))
+    >>> spark.readStream.format("kafka").option("subscribe", "orders").option("startingOffsets", start)
+    """
+    if isinstance(target, str):
+        with OffsetStoreClient(target, timeout=timeout, credentials=credentials, token=token) as client:
+            return starting_offsets_at(client, group_id, at)
+    result = target.reset_offsets(group_id, all_topics=True, to_commit_time=at, dry_run=True)
+    document: dict[str, dict[str, int]] = {}
+    for change in sorted(result.changes, key=lambda c: (c.topic, c.partition)):
+        document.setdefault(change.topic, {})[str(change.partition)] = change.new_offset
+    return json.dumps(document, separators=(",", ":"))

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import ChangeKind, TopicPartition
-from offsetstore.spark_integration import observe
+from offsetstore.spark_integration import observe, starting_offsets_at
 from tests.fixtures.fix_server import all_history
 from tests.fixtures.fix_spark import wait_for
 from tests.fixtures.fix_spark_kafka import kafka_source, make_topic, produce
@@ -297,22 +297,16 @@ def test_a_store_that_cannot_be_reached_never_fails_the_query_and_is_said_once(
     assert group_id in said[0].getMessage()
 
 
-def positions_at(client: OffsetStoreClient, group_id: str, at: datetime) -> dict[TopicPartition, int]:
-    """The group's positions at ``at``, by the server's own rule (a dry-run reset to that instant changes nothing)."""
-    result = client.reset_offsets(group_id, all_topics=True, to_commit_time=at, dry_run=True)
-    return {TopicPartition(c.topic, c.partition): c.new_offset for c in result.changes}
-
-
 def test_a_restart_from_an_observed_past_instant_reads_every_record_after_it_once(runs, spark, kafka, client, tmp_path):
     # The instant right after batch 0 was recorded (the checking listener's turn, before batch 1's).
     instant = runs.seen[0]
     produce(kafka, runs.topic, PARTITIONS, END, END + 50)  # and records that came after the query stopped
-    start = positions_at(client, runs.group_id, instant.at)
-    assert start == instant.checkpoint
-    starting = {runs.topic: {str(tp.partition): offset for tp, offset in sorted(start.items())}}
+    starting = starting_offsets_at(client, runs.group_id, instant.at)
+    start = {TopicPartition(t, int(p)): o for t, parts in json.loads(starting).items() for p, o in parts.items()}
+    assert start == instant.checkpoint  # offsets/0: what batch 0 had read
     run_to_parquet(
         spark, kafka.bootstrap, runs.topic, tmp_path / "out", tmp_path / "checkpoint", f"restored-{runs.group_id}",
-        startingOffsets=json.dumps(starting),
+        startingOffsets=starting,
     )  # fmt: skip
     found = [(t, p, o) for t, p, o, _, _ in parquet_rows(spark, tmp_path / "out")]
     expected = sorted((runs.topic, tp.partition, o) for tp, offset in start.items() for o in range(offset, END + 50))
