@@ -150,7 +150,7 @@ def parquet_rows(spark, out: Path) -> list[tuple]:
 
 def kafka_groups_on(kafka, topic: str) -> dict[str, list[int]]:
     """Every Kafka consumer group that has committed offsets on ``topic``: {group: partitions}."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(kafka.client_config())
@@ -159,7 +159,11 @@ def kafka_groups_on(kafka, topic: str) -> dict[str, list[int]]:
     for group in groups:
         request = [ConsumerGroupTopicPartitions(group)]
         for future in admin.list_consumer_group_offsets(request, request_timeout=30).values():
-            parts = [tp.partition for tp in future.result().topic_partitions if tp.topic == topic and tp.offset >= 0]
+            try:
+                listed = future.result().topic_partitions
+            except KafkaException:  # another test's group, deleted since it was listed
+                continue
+            parts = [tp.partition for tp in listed if tp.topic == topic and tp.offset >= 0]
             if parts:
                 found[group] = parts
     return found
