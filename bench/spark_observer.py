@@ -186,9 +186,12 @@ def main() -> None:
                 print(f"{variant:<12}{median(wall[variant]):>15.1f}{median(trigger[variant]):>21.1f}   {runs}")
             for what, values in (("wall", wall), ("triggerExecution", trigger)):
                 observed, unobserved = median(values["observed"]), median(values["unobserved"])
+                # Each repeat's pair ran back to back: its difference is the least disturbed by the neighbours.
+                paired = [o - u for o, u in zip(values["observed"], values["unobserved"], strict=True)]
                 print(
                     f"overhead per batch ({what}): {observed - unobserved:+.1f} ms, "
-                    f"ratio observed / unobserved {observed / unobserved:.3f}"
+                    f"ratio observed / unobserved {observed / unobserved:.3f}; "
+                    f"paired differences {', '.join(f'{d:+.1f}' for d in paired)} (median {median(paired):+.1f} ms)"
                 )
             path = "one JSON string" if all(t[2] for t in turns) else "PySpark's event objects"
             print(
