@@ -3,6 +3,7 @@
 from offsetstore.client._async import AsyncOffsetStoreClient
 from offsetstore.client._sync import OffsetStoreClient
 from offsetstore.core.errors import (
+    ClusterMismatchError,
     DeadlineExceededError,
     FieldViolation,
     GroupChangedError,
@@ -68,6 +69,7 @@ __all__ = [
     "OffsetStoreError",
     "FieldViolation",
     "DeadlineExceededError",
+    "ClusterMismatchError",
     "GroupChangedError",
     "GroupNotFoundError",
     "GroupQuotaError",

@@ -25,6 +25,7 @@ from offsetstore.core.types import (
     OffsetCommit,
     OffsetOutOfRange,
     PartitionStatus,
+    RecordFingerprint,
     ResetResult,
     TopicPartition,
     TopicSummary,
@@ -81,6 +82,7 @@ _KIND_TO_PROTO = {
     ChangeKind.DELETE: pb.CHANGE_KIND_DELETE,
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
     ChangeKind.ADOPT: pb.CHANGE_KIND_ADOPT,
+    ChangeKind.SWITCH: pb.CHANGE_KIND_SWITCH,
 }
 _KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 
@@ -279,6 +281,10 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
     for at, seconds in value.lag_history:
         point = message.lag_history.add(lag_seconds=seconds)
         point.time.FromDatetime(at)
+    if (fp := value.fingerprint) is not None:
+        message.fingerprint.CopyFrom(
+            pb.RecordFingerprint(offset=fp.offset, timestamp_ms=fp.timestamp_ms, digest=fp.digest)
+        )
     return message
 
 
@@ -299,7 +305,15 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         status_reason=message.status_reason,
         watermark_time=_get_time(message, "watermark_time"),
         lag_history=tuple((p.time.ToDatetime(tzinfo=UTC), p.lag_seconds) for p in message.lag_history),
+        fingerprint=_fingerprint(message),
     )
+
+
+def _fingerprint(message: pb.PartitionStatus) -> RecordFingerprint | None:
+    if not message.HasField("fingerprint"):
+        return None
+    fp = message.fingerprint
+    return RecordFingerprint(fp.offset, fp.timestamp_ms, fp.digest)
 
 
 def _lag_seconds_status(value: int) -> LagSecondsStatus:
@@ -386,6 +400,7 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         next_page_token=value.next_page_token,
         status=cast(pb.GroupStatus, int(value.status)),
         status_reason=value.status_reason,
+        kafka_cluster_id=value.kafka_cluster_id,
     )
     _set_time(message, "active_time", value.active_time)
     return message
@@ -403,4 +418,5 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         active_time=_get_time(message, "active_time"),
         status=group_status_from_proto(message.status),
         status_reason=message.status_reason,
+        kafka_cluster_id=message.kafka_cluster_id,
     )

@@ -7,6 +7,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── InvalidArgumentError   INVALID_ARGUMENT     reason INVALID_ARGUMENT (+ BadRequest)
      ├── StaleGenerationError   FAILED_PRECONDITION  reason STALE_GENERATION
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
+     ├── ClusterMismatchError   FAILED_PRECONDITION  reason CLUSTER_MISMATCH
      ├── GroupChangedError      ABORTED              reason GROUP_CHANGED
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
      ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE (a write: outcome unknown)
@@ -31,6 +32,7 @@ from grpc_status import rpc_status
 
 __all__ = [
     "DOMAIN",
+    "ClusterMismatchError",
     "DeadlineExceededError",
     "FieldViolation",
     "GroupChangedError",
@@ -150,6 +152,17 @@ class OffsetMismatchError(OffsetStoreError):
     def stored_offset(self) -> int | None:
         value = self.metadata.get("stored_offset")
         return int(value) if value is not None else None
+
+
+class ClusterMismatchError(OffsetStoreError):
+    """The group is bound to another Kafka cluster than the one its writer reads; nothing was written.
+
+    ``metadata`` carries ``bound_cluster_id`` (the group's) and ``cluster_id`` (the writer's).
+    Moving a group to another cluster is ``offsetstore groups switch``, which rebinds it.
+    """
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "CLUSTER_MISMATCH"
 
 
 class GroupChangedError(OffsetStoreError):
@@ -288,6 +301,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         InvalidArgumentError,
         StaleGenerationError,
         OffsetMismatchError,
+        ClusterMismatchError,
         GroupChangedError,
         GroupNotFoundError,
         StoreUnavailableError,

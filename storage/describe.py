@@ -12,11 +12,11 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Select, Text, bindparam, func, select, true
+from sqlalchemy import ARRAY, Connection, Integer, Select, Text, and_, bindparam, func, select, true
 from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from offsetstore.core.errors import GroupNotFoundError
-from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
+from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus, RecordFingerprint
 from offsetstore.storage import validate as check
 from offsetstore.storage.batched_pages import PER_GROUP, batched
 from offsetstore.storage.lag import lag_seconds_status
@@ -46,7 +46,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offsets
+from offsetstore.storage.schema import groups, offsets, record_fingerprints
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
 
@@ -68,6 +68,7 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             groups.c.member_id,
             groups.c.member_host,
             groups.c.active_at,
+            groups.c.kafka_cluster_id,
         )
         .where(groups.c.group_id == _GROUP)
         .subquery("g")
@@ -134,6 +135,24 @@ def _facts_query(window: float) -> _Query:
 _HISTORIES = _compile(lag_histories_query())
 
 
+def _fingerprints_query() -> Select[Any]:
+    """The record fingerprints of ``group``'s partitions (``topics``, ``partitions``) still valid for their offsets."""
+    f = record_fingerprints
+    wanted = (
+        func.unnest(bindparam("topics", type_=ARRAY(Text)), bindparam("partitions", type_=ARRAY(Integer)))
+        .table_valued("topic", "partition")
+        .render_derived(name="k")
+    )
+    return (
+        select(f.c.topic, f.c.partition, f.c.offset, f.c.timestamp_ms, f.c.digest)
+        .join(wanted, and_(wanted.c.topic == f.c.topic, wanted.c.partition == f.c.partition))
+        .where(f.c.group_id == _GROUP)
+    )
+
+
+_FINGERPRINTS = _compile(_fingerprints_query())
+
+
 def _group_verdict_steps(group_id: str, rules: StatusRules) -> HotSteps[Verdict]:
     """The group's verdict over all its partitions, read :data:`~.lag_columns.FACTS_CHUNK` at a time in key order.
 
@@ -157,6 +176,11 @@ def _group_verdict_steps(group_id: str, rules: StatusRules) -> HotSteps[Verdict]
         if len(rows) < FACTS_CHUNK:
             return tally.verdict()
         after_topic, after_partition = rows[-1].topic, rows[-1].partition
+
+
+def _valid(found: RecordFingerprint | None, offset: int) -> RecordFingerprint | None:
+    """The fingerprint if it is of the record before ``offset`` (a reset since leaves an older one behind)."""
+    return found if found is not None and found.offset == offset else None
 
 
 def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any]]:
@@ -224,6 +248,17 @@ def describe_group_steps(
         keys = [(r.topic, r.partition) for r in listed]
         statement = _HISTORIES.statement(group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys])
         histories = lag_histories_of(_HISTORIES.rows((yield statement)))
+    prints: dict[tuple[str, int], RecordFingerprint] = {}
+    if first.kafka_cluster_id and listed:
+        # Only a group bound to a cluster (a writer that fingerprints) pays this statement.
+        keys = [(r.topic, r.partition) for r in listed]
+        statement = _FINGERPRINTS.statement(
+            group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys]
+        )
+        prints = {
+            (r.topic, r.partition): RecordFingerprint(r.offset, r.timestamp_ms, bytes(r.digest))
+            for r in _FINGERPRINTS.rows((yield statement))
+        }
     partitions = []
     for r in listed:
         lag_seconds, known = lag_seconds_status(r.lag_seconds)
@@ -245,6 +280,7 @@ def describe_group_steps(
                 verdict.reason,
                 r.watermark_time,
                 tuple(histories.get((r.topic, r.partition), ())),
+                _valid(prints.get((r.topic, r.partition)), r.offset),
             )
         )
     token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
@@ -265,4 +301,5 @@ def describe_group_steps(
         first.active_at,
         verdict.status,
         verdict.reason,
+        first.kafka_cluster_id or "",
     )

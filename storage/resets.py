@@ -11,6 +11,7 @@ from sqlalchemy import (
     Connection,
     delete,
     select,
+    update,
 )
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -41,12 +42,15 @@ from offsetstore.storage._groups import (
     stale_error,
     where_selected,
 )
+from offsetstore.storage.clusters import bound_cluster
 from offsetstore.storage.retention import history_horizon
-from offsetstore.storage.schema import offset_history, offsets
+from offsetstore.storage.schema import groups, offset_history, offsets
 from offsetstore.storage.watermarks import read_watermarks
 
 #: The longest ``source`` of an adoption, in bytes.
 MAX_SOURCE_BYTES = 1024
+#: The longest Kafka cluster id a switch takes, in bytes (Kafka's are 22 characters).
+MAX_CLUSTER_ID_BYTES = 255
 
 # --- operator actions: reset and delete --------------------------------------------
 
@@ -121,6 +125,7 @@ def reset_offsets(
     actor: str = "",
     to_offsets: Mapping[TopicPartition, int] | None = None,
     source: str = "",
+    switch_to_cluster_id: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
 
@@ -143,9 +148,11 @@ def reset_offsets(
             clamp,
             to_offsets,
             source,
+            switch_to_cluster_id,
         )
     )
     to_offsets, source = request.to_offsets, request.source
+    switch_to = request.switch_to_cluster_id
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
     group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
@@ -161,6 +168,7 @@ def reset_offsets(
     if to_offsets is not None:
         _check_offset_targets(to_offsets, sels, all_topics, v)
     check.text(source, "source", MAX_SOURCE_BYTES, violations=v)  # a NUL would fail in the driver, as INTERNAL
+    check.text(switch_to, "switch_to_cluster_id", MAX_CLUSTER_ID_BYTES, violations=v)
     if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
         v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
@@ -174,6 +182,14 @@ def reset_offsets(
     current = group.generation if group is not None else 0
     if expected is not None and expected != current:
         raise stale_error(group_id, expected, current)
+    kind = ChangeKind.ADOPT if source else ChangeKind.RESET
+    if switch_to:
+        # Both ids in the history, so the switch can be read back and undone from it.
+        left = (bound_cluster(conn, group_id) if group is not None else None) or "(none)"
+        kind, source = (
+            ChangeKind.SWITCH,
+            f"switch from cluster {left} to {switch_to}" + (f": {source}" if source else ""),
+        )
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -232,7 +248,6 @@ def reset_offsets(
     live = group is not None and group.deleted_at is None
     bumps = live or bool(new)
     after = generation + 1 if bumps else generation
-    kind = ChangeKind.ADOPT if source else ChangeKind.RESET
     changes = [
         OffsetChange(tp.topic, tp.partition, or_no_offset(stored.get(tp)), off, kind, after, None, actor, source)
         for tp, off in new.items()
@@ -245,7 +260,9 @@ def reset_offsets(
             # A group unknown above has no row to lock: one created meanwhile (a join that
             # committed while this insert waited for it) moved it past what was expected.
             raise stale_error(group_id, expected, generation - 1)
-    when = _apply_reset(conn, group_id, new, stored, generation, actor, source)
+    when = _apply_reset(conn, group_id, new, stored, generation, actor, kind, source)
+    if switch_to and bumps:
+        conn.execute(update(groups).where(groups.c.group_id == group_id).values(kafka_cluster_id=switch_to))
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
 
 
@@ -288,6 +305,7 @@ def _apply_reset(
     stored: dict[TopicPartition, int],
     generation: int,
     actor: str,
+    kind: ChangeKind,
     source: str,
 ) -> datetime:
     """Writes the reset's offsets and history; returns the time it records."""
@@ -316,7 +334,7 @@ def _apply_reset(
         conn,
         group_id,
         [(tp, stored.get(tp), off) for tp, off in new.items()],
-        ChangeKind.ADOPT if source else ChangeKind.RESET,
+        kind,
         generation,
         actor,
         when,

@@ -53,6 +53,9 @@ groups = Table(
     # commit_time instead, so that commits write nothing here. Not indexed: updates
     # stay HOT, and the maintenance round reads the table once a minute.
     Column("active_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The Kafka cluster id the group's positions belong to (migration 0016): bound by its first
+    # writer that knows one, changed only by a switch. NULL: never bound (older groups).
+    Column("kafka_cluster_id", Text, nullable=True),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
     # Live group ids by prefix, for the group quota's count: the primary key's collation
     # cannot serve a prefix. Updates that leave group_id and deleted_at alone stay HOT.
@@ -111,6 +114,24 @@ offset_history = Table(
     # ListOffsetHistory with a topic filter; a reset to a commit time, per partition.
     Index(None, "group_id", "topic", "partition", "id"),
     postgresql_partition_by="RANGE (change_time)",
+)
+
+# What identifies the record just before a committed offset (migration 0016): a switch to another
+# cluster finds that record there. Written in the committing transaction by the writers that
+# have the record; valid while ``offset`` is still the partition's stored offset. No foreign key,
+# like the history: a reset leaves it, and ``offset`` tells it apart from the offset now stored.
+record_fingerprints = Table(
+    "record_fingerprints",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    # The committed offset the record precedes (the record's own offset + 1).
+    Column("offset", BigInteger, nullable=False),
+    # The record's timestamp, milliseconds since the epoch (Kafka's).
+    Column("timestamp_ms", BigInteger, nullable=False),
+    # BLAKE2b-128 of the record's key, value and headers (kafka_integration.fingerprints).
+    Column("digest", LargeBinary, nullable=False),
 )
 
 # Log watermarks reported by clients, per (topic, partition), shared by all groups.

@@ -82,6 +82,7 @@ def test_contract_fields() -> None:
         "status_reason",
         "watermark_time",
         "lag_history",  # the console's sparkline, only when asked
+        "fingerprint",  # issue 58: the record before the offset, which a switch finds on another cluster
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}
@@ -92,4 +93,5 @@ def test_contract_fields() -> None:
         "CHANGE_KIND_DELETE",
         "CHANGE_KIND_EXPIRE",
         "CHANGE_KIND_ADOPT",  # issue 49: a reset that took positions over from another system
+        "CHANGE_KIND_SWITCH",  # issue 58: a reset that moved the group to another Kafka cluster
     }

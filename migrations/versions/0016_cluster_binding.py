@@ -1,0 +1,40 @@
+"""A group's Kafka cluster id, and the fingerprint of the record before each committed offset (issue 58).
+
+``groups.kafka_cluster_id`` is a nullable column without a default: a catalog change, no rewrite.
+``record_fingerprints`` is a new table, written only by the writers that have the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+# Alembic reads these four names.
+revision: str = "0016"
+down_revision: str | Sequence[str] | None = "0014"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA = "offsetstore"
+
+
+def upgrade() -> None:
+    op.add_column("groups", sa.Column("kafka_cluster_id", sa.Text(), nullable=True), schema=SCHEMA)
+    op.create_table(
+        "record_fingerprints",
+        sa.Column("group_id", sa.Text(), nullable=False),
+        sa.Column("topic", sa.Text(), nullable=False),
+        sa.Column("partition", sa.Integer(), nullable=False),
+        sa.Column("offset", sa.BigInteger(), nullable=False),
+        sa.Column("timestamp_ms", sa.BigInteger(), nullable=False),
+        sa.Column("digest", sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint("group_id", "topic", "partition", name="pk_record_fingerprints"),
+        schema=SCHEMA,
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("record_fingerprints", schema=SCHEMA)
+    op.drop_column("groups", "kafka_cluster_id", schema=SCHEMA)

@@ -1,0 +1,89 @@
+"""A group's Kafka cluster: the id it is bound to, and the fingerprints of the records before its offsets (issue 58).
+
+A group binds to the cluster of its first writer that knows one (:func:`bind_cluster`, run in the
+writer's join transaction); from then on a writer of another cluster is refused with
+:class:`~offsetstore.core.errors.ClusterMismatchError`. Only a switch (a reset with
+``switch_to_cluster_id``, :mod:`.resets`) rebinds it, and a switch moves the generation on, so a
+writer that joined before it is fenced anyway: checking once per join is enough, and the commit
+path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from offsetstore.core.errors import ClusterMismatchError
+from offsetstore.core.types import RecordFingerprint, TopicPartition
+from offsetstore.storage.schema import groups, record_fingerprints
+
+__all__ = ["bind_cluster", "bound_cluster", "read_fingerprints", "write_fingerprints"]
+
+
+def bound_cluster(conn: Connection, group_id: str) -> str | None:
+    """The Kafka cluster id ``group_id`` is bound to; None when it is bound to none (or unknown)."""
+    found: str | None = conn.execute(
+        select(groups.c.kafka_cluster_id).where(groups.c.group_id == group_id)
+    ).scalar_one_or_none()
+    return found
+
+
+def bind_cluster(conn: Connection, group_id: str, cluster_id: str) -> None:
+    """Binds an unbound group to ``cluster_id``; ClusterMismatchError when it is bound to another.
+
+    The group must exist (call after a join, in its transaction, whose row lock it relies on).
+    """
+    if not cluster_id:
+        raise ValueError("cluster_id must be a non-empty string")
+    bound = conn.execute(
+        select(groups.c.kafka_cluster_id).where(groups.c.group_id == group_id).with_for_update()
+    ).scalar_one()
+    if bound is None:
+        conn.execute(update(groups).where(groups.c.group_id == group_id).values(kafka_cluster_id=cluster_id))
+    elif bound != cluster_id:
+        raise mismatch(group_id, bound, cluster_id)
+
+
+def mismatch(group_id: str, bound: str, cluster_id: str) -> ClusterMismatchError:
+    """The error of a writer of cluster ``cluster_id`` on a group bound to ``bound``."""
+    return ClusterMismatchError(
+        f"group {group_id!r} is bound to Kafka cluster {bound!r}, and this consumer reads cluster {cluster_id!r}: "
+        f"nothing was written. Move the group with `offsetstore groups switch {group_id} --to-bootstrap-server ...`",
+        metadata={"group_id": group_id, "bound_cluster_id": bound, "cluster_id": cluster_id},
+    )
+
+
+def write_fingerprints(conn: Connection, group_id: str, found: Mapping[TopicPartition, RecordFingerprint]) -> None:
+    """Stores each partition's fingerprint, replacing the one before (call in the committing transaction)."""
+    if not found:
+        return
+    stmt = pg_insert(record_fingerprints)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[record_fingerprints.c.group_id, record_fingerprints.c.topic, record_fingerprints.c.partition],
+        set_={c: stmt.excluded[c] for c in ("offset", "timestamp_ms", "digest")},
+    )
+    conn.execute(
+        stmt,
+        [
+            {
+                "group_id": group_id,
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "offset": fp.offset,
+                "timestamp_ms": fp.timestamp_ms,
+                "digest": fp.digest,
+            }
+            for tp, fp in found.items()
+        ],
+    )
+
+
+def read_fingerprints(conn: Connection, group_id: str) -> dict[TopicPartition, RecordFingerprint]:
+    """The group's stored fingerprints (each says which offset it precedes: compare with the stored offset)."""
+    f = record_fingerprints.c
+    rows = conn.execute(select(f.topic, f.partition, f.offset, f.timestamp_ms, f.digest).where(f.group_id == group_id))
+    return {
+        TopicPartition(r.topic, r.partition): RecordFingerprint(r.offset, r.timestamp_ms, bytes(r.digest)) for r in rows
+    }
