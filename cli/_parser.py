@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import NoReturn
 
+from offsetstore.cli import _switch
 from offsetstore.cli._adopt import ADOPT_HELP
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
 from offsetstore.cli._errors import UsageError
@@ -269,6 +270,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--clamp", action="store_true", help=_CLAMP_HELP)
     p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=_EXPECTED_GENERATION_HELP)
     _add_execute(p)
+
+    _switch.configure(command)
 
     p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", _EXPIRE_HELP)
     p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=_IDLE_FOR_HELP)
