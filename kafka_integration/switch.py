@@ -180,6 +180,8 @@ def _reader(config: Mapping[str, Any]) -> Iterator[confluent_kafka.Consumer]:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            # Reads end at the log end: do not wait there for more (librdkafka's default is 500 ms a fetch).
+            "fetch.wait.max.ms": 20,
         }
     )
     try:

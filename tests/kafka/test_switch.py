@@ -72,7 +72,14 @@ def replicate(a: KafkaCluster, b: KafkaCluster, topic: str, copied: dict[int, in
     from confluent_kafka import TopicPartition as KafkaPartition
 
     reader = Consumer(
-        a.client_config(**{"group.id": "copier", "isolation.level": "read_committed", "enable.partition.eof": True})
+        a.client_config(
+            **{
+                "group.id": "copier",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 20,
+            }
+        )
     )
     writer = Producer(b.producer_config())
     try:
@@ -132,7 +139,12 @@ def recipe_consumer(cluster: KafkaCluster):
 
     return Consumer(
         cluster.client_config(
-            **{"group.id": "unused", "isolation.level": "read_committed", "enable.auto.commit": False}
+            **{
+                "group.id": "unused",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
         )
     )
 
@@ -191,7 +203,7 @@ def test_planned_cutover_exactly_once(
     with ExactlyOnceWriter(database_url, group_id, table.name, columns=COLUMNS, consumer=on_b) as writer_b:
         left = len(expected) - len(table.rows())  # more would be re-reads: the idle end shows them
         consume(cluster_b, writer_b, on_b, topic, stored_offsets(engine, group_id), rng, most=left)
-        consume(cluster_b, writer_b, on_b, topic, stored_offsets(engine, group_id), rng, most=1, idle_polls=2)
+        consume(cluster_b, writer_b, on_b, topic, stored_offsets(engine, group_id), rng, most=10**6, idle_polls=2)
     on_b.close()
 
     seen = Counter(r.value for r in table.rows())
