@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from offsetstore.kafka_integration._local_jvm import (
+    LOGGING_ARTIFACTS,
+    free_ports,
+    java,
+    listens,
+    logging_options,
+    write_logging,
+)
 from offsetstore.kafka_integration.maven import MissingPiece, maven_classpath
 from offsetstore.kafka_integration.topics import create_topic, producer_config
 
@@ -38,6 +45,7 @@ __all__ = [
     "KafkaUnavailable",
     "create_topic",
     "kafka_classpath",
+    "mirror_maker_classpath",
     "producer_config",
 ]
 
@@ -54,26 +62,6 @@ TOOLS = {
     "kafka-storage": "kafka.tools.StorageTool",
 }
 
-_LOGGING_ARTIFACTS = (
-    # Kafka's own distribution logs through SLF4J 2 to Log4j 2; Maven alone would pick SLF4J 1.7 and no binding.
-    "org.slf4j:slf4j-api:2.0.17",
-    "org.apache.logging.log4j:log4j-slf4j2-impl:2.25.4",
-)
-
-_LOG4J2 = """\
-Configuration:
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        Pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: WARN
-      AppenderRef:
-        - ref: STDOUT
-"""
-
 
 class KafkaUnavailable(MissingPiece):
     """Apache Kafka cannot run here; the message names what to install or set."""
@@ -84,7 +72,7 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
     artifacts = (
         f"org.apache.kafka:kafka_2.13:{version}",
         f"org.apache.kafka:kafka-tools:{version}",
-        *_LOGGING_ARTIFACTS,
+        *LOGGING_ARTIFACTS,
     )
     try:
         return os.pathsep.join(maven_classpath(artifacts, name=f"apache-kafka-{version}"))
@@ -92,30 +80,18 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
         raise KafkaUnavailable(str(e)) from None
 
 
-def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise KafkaUnavailable("Apache Kafka needs Java 17 or newer: apt-get install openjdk-17-jre-headless")
-    return java
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
+def mirror_maker_classpath(version: str = KAFKA_VERSION) -> str:
+    """The classpath of :func:`kafka_classpath` and MirrorMaker 2 (``connect-mirror``) of the same version, fetched once."""
+    artifacts = (
+        f"org.apache.kafka:kafka_2.13:{version}",  # first: where both need a library, the broker's version of it
+        f"org.apache.kafka:kafka-tools:{version}",
+        f"org.apache.kafka:connect-mirror:{version}",
+        *LOGGING_ARTIFACTS,
+    )
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _listens(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+        return os.pathsep.join(maven_classpath(artifacts, name=f"apache-kafka-mirror-maker-{version}"))
+    except MissingPiece as e:
+        raise KafkaUnavailable(str(e)) from None
 
 
 def _answers(consumer: object) -> bool:
@@ -173,7 +149,7 @@ class KafkaCluster:
         self._heap = heap
         self._start_timeout = start_timeout
         self._keep = keep
-        free = _free_ports(3 * brokers)
+        free = free_ports(3 * brokers)
         self.ports = list(ports) if ports else free[:brokers]
         if len(self.ports) != brokers:
             raise ValueError("ports: one client port per broker")
@@ -191,15 +167,15 @@ class KafkaCluster:
         # The JVMs run in sessions of their own (a terminal's Ctrl-C is for the caller to
         # handle): an interpreter that exits without stop() must not leave them running.
         atexit.register(self.stop)
-        java = _java()
+        java_bin = java(KafkaUnavailable)
         self.workdir = Path(tempfile.mkdtemp(prefix="offsetstore-kafka-"))
-        (self.workdir / "log4j2.yaml").write_text(_LOG4J2)
+        write_logging(self.workdir)
         cluster_id = _cluster_id()
         try:
             for node in range(1, self.brokers + 1):
                 properties = self._properties(node)
                 formatted = subprocess.run(
-                    [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *self._logging(),
+                    [java_bin, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *self._logging(),
                      "-cp", self._classpath, TOOLS["kafka-storage"], "format", "--ignore-formatted",
                      "-t", cluster_id, "-c", str(properties), *self._format_args],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -222,7 +198,7 @@ class KafkaCluster:
             return
         with (self.workdir / f"node-{node}.log").open("ab") as out:
             self._processes[node] = subprocess.Popen(
-                [_java(), f"-Xmx{self._heap}", "-Xms64m", "-XX:+UseSerialGC", *self._logging(),
+                [java(KafkaUnavailable), f"-Xmx{self._heap}", "-Xms64m", "-XX:+UseSerialGC", *self._logging(),
                  "-cp", self._classpath, "kafka.Kafka", str(self.workdir / f"node-{node}.properties")],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
@@ -244,7 +220,7 @@ class KafkaCluster:
 
         # The ports first, so that the client below does not log a refused connection every 50 ms.
         running = [self.ports[n - 1] for n in self.running()]
-        while not check(all(_listens(p) for p in running), f"did not listen on {self.bootstrap}"):
+        while not check(all(listens(p) for p in running), f"did not listen on {self.bootstrap}"):
             time.sleep(0.1)
         quiet = {"socket.timeout.ms": 2000, "log_level": 0}
         admin = AdminClient(self.client_config(**quiet))
@@ -330,7 +306,7 @@ class KafkaCluster:
         """Runs one of Kafka's command-line tools (:data:`TOOLS`, by script name) from the same jars."""
         main = TOOLS.get(name, name)
         done = subprocess.run(
-            [_java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *self._logging(),
+            [java(KafkaUnavailable), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *self._logging(),
              "-cp", self._classpath or kafka_classpath(self.version), main, *args],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
@@ -349,7 +325,7 @@ class KafkaCluster:
 
     def _logging(self) -> list[str]:
         assert self.workdir is not None
-        return [f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}"]
+        return logging_options(self.workdir)
 
     def _properties(self, node: int) -> Path:
         assert self.workdir is not None
@@ -399,15 +375,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--brokers", type=int, default=1, help="nodes, each broker and controller (default 1)")
     parser.add_argument("--port", type=int, default=9092, help="the first broker's client port (default 9092)")
-    parser.add_argument("--fetch", action="store_true", help="only fetch the jars (once, with Maven) and exit")
+    parser.add_argument(
+        "--fetch", action="store_true", help="only fetch the jars, MirrorMaker 2's too (once, with Maven), and exit"
+    )
     args = parser.parse_args(argv)
     if args.fetch:
         try:
             kafka_classpath()
+            mirror_maker_classpath()
         except KafkaUnavailable as e:
             print(f"local_kafka: {e}", file=sys.stderr)
             return 2
-        print(f"Apache Kafka {KAFKA_VERSION}'s jars are here (Maven's local repository)")
+        print(f"Apache Kafka {KAFKA_VERSION}'s jars and MirrorMaker 2's are here (Maven's local repository)")
         return 0
     try:
         cluster = KafkaCluster(args.brokers, ports=[args.port + i for i in range(args.brokers)]).start()

@@ -28,6 +28,7 @@ pytest_plugins = [
     "tests.fixtures.fix_cli",
     "tests.fixtures.fix_metrics",
     "tests.fixtures.fix_apache_kafka",
+    "tests.fixtures.fix_mirror_maker",
     "tests.fixtures.fix_flink",
     "tests.fixtures.fix_pyflink",
     "tests.fixtures.fix_flink_cluster",
