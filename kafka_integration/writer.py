@@ -63,8 +63,11 @@ class ExactlyOnceWriter:
         The consumer the messages come from. Its cluster id (from metadata) binds the group at
         :meth:`join`: a group bound to another cluster refuses the writer with
         :class:`offsetstore.client.ClusterMismatchError` (move it with ``offsetstore groups
-        switch``); a group bound to none (an older one) is bound now. Without it the writer
-        binds nothing and checks nothing.
+        switch``); a group bound to none (an older one) is bound now. With it, each write also
+        stores the fingerprint of the record before each committed offset (its timestamp and a
+        digest of key, value and headers), which ``groups switch`` finds on another cluster: one
+        more statement in the write's transaction. Without it the writer binds, checks and
+        fingerprints nothing.
 
     Notes
     -----
@@ -72,8 +75,8 @@ class ExactlyOnceWriter:
     one row per message, derived from it. In one transaction it locks the group
     (checking the generation), drops the messages below their partition's stored
     offset (already delivered), writes the rows of the others, and commits
-    ``max(offset) + 1`` per partition with the fingerprint of the record before it (its
-    timestamp and a digest of key, value and headers: what a switch to another cluster finds) through the storage core the gRPC server and the
+    ``max(offset) + 1`` per partition (with a ``consumer``, also the fingerprint of the record
+    before it: what a switch to another cluster finds) through the storage core the gRPC server and the
     Spark sink use (:func:`offsetstore.sink.batch_write.deliver_batch`). A stored
     sentinel (-2 earliest, -1 latest) skips nothing. A crash anywhere leaves either
     the rows and the offsets or neither; on restart the consumer seeks to the stored
@@ -231,8 +234,9 @@ class ExactlyOnceWriter:
             generation=self._generation,
             actor=self.member_id,
         )
-        # In the same transaction as the offsets: a fingerprint is never of another offset's record.
-        write_fingerprints(conn, self.group_id, last_fingerprints(messages, outcome.committed))
+        if self.consumer is not None:
+            # In the same transaction as the offsets: a fingerprint is never of another offset's record.
+            write_fingerprints(conn, self.group_id, last_fingerprints(messages, outcome.committed))
         return outcome
 
     def mirror(self, outcome: BatchOutcome | None) -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Connection, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Connection, select, text, update
 
 from offsetstore.core.errors import ClusterMismatchError
 from offsetstore.core.types import RecordFingerprint, TopicPartition
@@ -55,28 +54,33 @@ def mismatch(group_id: str, bound: str, cluster_id: str) -> ClusterMismatchError
     )
 
 
+# One statement whatever the partitions (arrays, not executemany): a write pays one round trip for them.
+_WRITE_FINGERPRINTS = text(
+    """
+    INSERT INTO offsetstore.record_fingerprints (group_id, topic, "partition", "offset", timestamp_ms, digest)
+    SELECT :group_id, * FROM unnest(
+        CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]),
+        CAST(:timestamps AS bigint[]), CAST(:digests AS bytea[]))
+    ON CONFLICT (group_id, topic, "partition") DO UPDATE
+    SET "offset" = excluded."offset", timestamp_ms = excluded.timestamp_ms, digest = excluded.digest
+    """
+)
+
+
 def write_fingerprints(conn: Connection, group_id: str, found: Mapping[TopicPartition, RecordFingerprint]) -> None:
     """Stores each partition's fingerprint, replacing the one before (call in the committing transaction)."""
     if not found:
         return
-    stmt = pg_insert(record_fingerprints)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[record_fingerprints.c.group_id, record_fingerprints.c.topic, record_fingerprints.c.partition],
-        set_={c: stmt.excluded[c] for c in ("offset", "timestamp_ms", "digest")},
-    )
     conn.execute(
-        stmt,
-        [
-            {
-                "group_id": group_id,
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "offset": fp.offset,
-                "timestamp_ms": fp.timestamp_ms,
-                "digest": fp.digest,
-            }
-            for tp, fp in found.items()
-        ],
+        _WRITE_FINGERPRINTS,
+        {
+            "group_id": group_id,
+            "topics": [tp.topic for tp in found],
+            "partitions": [tp.partition for tp in found],
+            "offsets": [fp.offset for fp in found.values()],
+            "timestamps": [fp.timestamp_ms for fp in found.values()],
+            "digests": [fp.digest for fp in found.values()],
+        },
     )
 
 
