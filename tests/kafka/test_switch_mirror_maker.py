@@ -14,11 +14,13 @@ from collections import Counter
 
 import pytest
 
+from offsetstore import storage
 from offsetstore.client import ClusterMismatchError, StaleGenerationError
+from offsetstore.core.types import OffsetCommit
 from offsetstore.kafka_integration import ExactlyOnceWriter
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_mirror_maker import MirroredKafka, mirror_makers_resume, plain_group_on_a
-from tests.fixtures.mirror_maker import format_resumes, wait_mirrored
+from tests.fixtures.mirror_maker import format_resumes, resume_counts, seen_before, wait_mirrored
 
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("mirror_maker")]
 
@@ -127,3 +129,30 @@ def _next_batch(consumer):
     while not batch:
         batch = [m for m in consumer.consume(10, timeout=1.0) if m.error() is None]
     return batch, [{"value": m.value().decode(), "run": 1} for m in batch]
+
+
+def test_a_group_without_fingerprints_falls_back_to_mirror_makers_offset_syncs(
+    mirrored_kafka: MirroredKafka, engine, group_id, groups
+) -> None:
+    """A group committed over gRPC (no fingerprint, no cluster) moves by MirrorMaker's offset syncs: it may re-read, within
+    the bound the plan gives, and never skips."""
+    topic = mirrored_kafka.topics["orders"]
+    source = mirrored_kafka.source_records(topic)
+    at_a = {p: rs[len(rs) * 2 // 3].offset for p, rs in source.items()}  # the next record to read, on A
+    with engine.begin() as conn:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic.name, p, o) for p, o in at_a.items()])
+    argv = ["switch", group_id, "--to-bootstrap-server", mirrored_kafka.target.bootstrap, "--from-bootstrap-server",
+            mirrored_kafka.source.bootstrap, "--replication-policy", "default", "--source-alias", "A", "--output", "json"]  # fmt: skip
+    done = groups(*argv, "--execute")
+    assert done.code == 0, done.err
+    moved = {r["partition"]: r for r in done.json()["partitions"]}
+    assert {r["method"] for r in moved.values()} == {"offset-syncs"}, moved
+    assert done.json()["from_cluster_id"] == ""  # a group bound to none moves too, and is bound now
+    resumed = resume_counts(
+        mirrored_kafka.target_records(topic),
+        seen_before(source, at_a),
+        {p: r["target_offset"] for p, r in moved.items()},
+    )
+    print(format_resumes("offsetstore's switch by offset syncs (no fingerprint):", resumed))
+    assert all(resumed[p].skipped == 0 and resumed[p].rereads <= moved[p]["rereads_at_most"] for p in moved), resumed
+    assert all(r["missing"] == 0 for r in moved.values())
