@@ -12,37 +12,45 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import ClusterMismatchError
 from offsetstore.core.types import RecordFingerprint, TopicPartition
-from offsetstore.storage.schema import groups, record_fingerprints
+from offsetstore.storage.schema import group_clusters, record_fingerprints
 
-__all__ = ["bind_cluster", "bound_cluster", "read_fingerprints", "write_fingerprints"]
+__all__ = ["bind_cluster", "bound_cluster", "read_fingerprints", "rebind_cluster", "write_fingerprints"]
 
 
 def bound_cluster(conn: Connection, group_id: str) -> str | None:
     """The Kafka cluster id ``group_id`` is bound to; None when it is bound to none (or unknown)."""
-    found: str | None = conn.execute(
-        select(groups.c.kafka_cluster_id).where(groups.c.group_id == group_id)
-    ).scalar_one_or_none()
+    c = group_clusters.c
+    found: str | None = conn.execute(select(c.kafka_cluster_id).where(c.group_id == group_id)).scalar_one_or_none()
     return found
 
 
 def bind_cluster(conn: Connection, group_id: str, cluster_id: str) -> None:
     """Binds an unbound group to ``cluster_id``; ClusterMismatchError when it is bound to another.
 
-    The group must exist (call after a join, in its transaction, whose row lock it relies on).
+    Call after a join, in its transaction: the join's lock on the group's row orders two binds.
     """
     if not cluster_id:
         raise ValueError("cluster_id must be a non-empty string")
-    bound = conn.execute(
-        select(groups.c.kafka_cluster_id).where(groups.c.group_id == group_id).with_for_update()
-    ).scalar_one()
-    if bound is None:
-        conn.execute(update(groups).where(groups.c.group_id == group_id).values(kafka_cluster_id=cluster_id))
-    elif bound != cluster_id:
-        raise mismatch(group_id, bound, cluster_id)
+    stmt = pg_insert(group_clusters).values(group_id=group_id, kafka_cluster_id=cluster_id)
+    conn.execute(stmt.on_conflict_do_nothing(index_elements=[group_clusters.c.group_id]))
+    bound = bound_cluster(conn, group_id)
+    if bound != cluster_id:
+        raise mismatch(group_id, str(bound), cluster_id)
+
+
+def rebind_cluster(conn: Connection, group_id: str, cluster_id: str) -> None:
+    """Binds ``group_id`` to ``cluster_id`` whatever it was bound to (a switch, under the group's lock)."""
+    stmt = pg_insert(group_clusters).values(group_id=group_id, kafka_cluster_id=cluster_id)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[group_clusters.c.group_id], set_={"kafka_cluster_id": stmt.excluded.kafka_cluster_id}
+        )
+    )
 
 
 def mismatch(group_id: str, bound: str, cluster_id: str) -> ClusterMismatchError:

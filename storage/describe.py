@@ -46,7 +46,7 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import groups, offsets, record_fingerprints
+from offsetstore.storage.schema import group_clusters, groups, offsets, record_fingerprints
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, Statement, drive_steps
 
@@ -68,7 +68,11 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             groups.c.member_id,
             groups.c.member_host,
             groups.c.active_at,
-            groups.c.kafka_cluster_id,
+            # One index probe of a small table (migration 0016): the group's bound cluster, NULL for none.
+            select(group_clusters.c.kafka_cluster_id)
+            .where(group_clusters.c.group_id == _GROUP)
+            .scalar_subquery()
+            .label("kafka_cluster_id"),
         )
         .where(groups.c.group_id == _GROUP)
         .subquery("g")

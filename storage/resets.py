@@ -11,7 +11,6 @@ from sqlalchemy import (
     Connection,
     delete,
     select,
-    update,
 )
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -42,9 +41,9 @@ from offsetstore.storage._groups import (
     stale_error,
     where_selected,
 )
-from offsetstore.storage.clusters import bound_cluster
+from offsetstore.storage.clusters import bound_cluster, rebind_cluster
 from offsetstore.storage.retention import history_horizon
-from offsetstore.storage.schema import groups, offset_history, offsets
+from offsetstore.storage.schema import offset_history, offsets
 from offsetstore.storage.watermarks import read_watermarks
 
 #: The longest ``source`` of an adoption, in bytes.
@@ -262,7 +261,7 @@ def reset_offsets(
             raise stale_error(group_id, expected, generation - 1)
     when = _apply_reset(conn, group_id, new, stored, generation, actor, kind, source)
     if switch_to and bumps:
-        conn.execute(update(groups).where(groups.c.group_id == group_id).values(kafka_cluster_id=switch_to))
+        rebind_cluster(conn, group_id, switch_to)
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
 
 

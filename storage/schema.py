@@ -53,9 +53,6 @@ groups = Table(
     # commit_time instead, so that commits write nothing here. Not indexed: updates
     # stay HOT, and the maintenance round reads the table once a minute.
     Column("active_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # The Kafka cluster id the group's positions belong to (migration 0016): bound by its first
-    # writer that knows one, changed only by a switch. NULL: never bound (older groups).
-    Column("kafka_cluster_id", Text, nullable=True),
     CheckConstraint("generation >= 0", name="generation_non_negative"),
     # Live group ids by prefix, for the group quota's count: the primary key's collation
     # cannot serve a prefix. Updates that leave group_id and deleted_at alone stay HOT.
@@ -114,6 +111,17 @@ offset_history = Table(
     # ListOffsetHistory with a topic filter; a reset to a commit time, per partition.
     Index(None, "group_id", "topic", "partition", "id"),
     postgresql_partition_by="RANGE (change_time)",
+)
+
+# The Kafka cluster id a group's positions belong to (migration 0016): bound by its first writer
+# that knows one, changed only by a switch; no row: never bound (older groups). A table of its own,
+# not a column of ``groups``: adding a column takes ``groups``' ACCESS EXCLUSIVE lock inside the
+# upgrade's transaction, which deadlocked a running SQL API consumer (tests/migrations/test_sql_api_upgrade.py).
+group_clusters = Table(
+    "group_clusters",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("kafka_cluster_id", Text, nullable=False),
 )
 
 # What identifies the record just before a committed offset (migration 0016): a switch to another

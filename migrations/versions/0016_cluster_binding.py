@@ -1,7 +1,10 @@
 """A group's Kafka cluster id, and the fingerprint of the record before each committed offset (issue 58).
 
-``groups.kafka_cluster_id`` is a nullable column without a default: a catalog change, no rewrite.
-``record_fingerprints`` is a new table, written only by the writers that have the record.
+Two new tables and nothing else: ``group_clusters`` (a group's bound cluster id) and
+``record_fingerprints`` (written only by the writers that have the record). No existing table is
+altered, so the upgrade takes no lock a running writer holds (a column on ``groups`` did: its
+ACCESS EXCLUSIVE lock, in the upgrade's transaction after 0013's on the history, deadlocked a
+running SQL API consumer).
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ SCHEMA = "offsetstore"
 
 
 def upgrade() -> None:
-    op.add_column("groups", sa.Column("kafka_cluster_id", sa.Text(), nullable=True), schema=SCHEMA)
+    op.create_table(
+        "group_clusters",
+        sa.Column("group_id", sa.Text(), nullable=False),
+        sa.Column("kafka_cluster_id", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("group_id", name="pk_group_clusters"),
+        schema=SCHEMA,
+    )
     op.create_table(
         "record_fingerprints",
         sa.Column("group_id", sa.Text(), nullable=False),
@@ -37,4 +46,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("record_fingerprints", schema=SCHEMA)
-    op.drop_column("groups", "kafka_cluster_id", schema=SCHEMA)
+    op.drop_table("group_clusters", schema=SCHEMA)
