@@ -91,6 +91,11 @@ def _describe_offsets(groups: list[GroupDescription], args: argparse.Namespace, 
         out.line(f"Group {group.group_id} has no offsets (generation {group.generation}).")
     if none:
         out.line("There are no groups.")
+    bound = [g for g in groups if g.kafka_cluster_id]
+    if bound:
+        out.line()
+    for group in bound:
+        out.line(f"Group {group.group_id} is bound to Kafka cluster {group.kafka_cluster_id}.")
     for group in groups:
         if group.observed:
             out.error(observed_note(group.group_id, group.observed_source))
@@ -121,6 +126,8 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
         "observed_source": group.observed_source,
         "observed_lost_partitions": group.observed_lost_partitions,
         "observed_lost_time": json_time(group.observed_lost_time),
+        # The Kafka cluster the group's offsets belong to (its writers' or a switch's); "" when bound to none.
+        "kafka_cluster_id": group.kafka_cluster_id,
         "partitions": [
             {
                 "topic": p.topic,
@@ -137,6 +144,10 @@ def _describe_json(group: GroupDescription) -> dict[str, Any]:
                 "status": p.status.name,
                 "status_reason": p.status_reason,
                 "watermark_time": json_time(p.watermark_time),
+                # The record before the offset, as its writer fingerprinted it (groups switch finds it on B).
+                "fingerprint": None
+                if p.fingerprint is None
+                else {"timestamp_ms": p.fingerprint.timestamp_ms, "digest": p.fingerprint.digest.hex()},
             }
             for p in sorted(group.partitions, key=lambda p: (p.topic, p.partition))
         ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from offsetstore.cli import _switch
 from offsetstore.cli._adopt import ADOPT_HELP
 from offsetstore.cli._command_parser import GroupsCommandParser
 from offsetstore.cli._connect import DEFAULT_PORT, DEFAULT_SERVER, SERVER_ENV, TOKEN_ENV
@@ -210,6 +211,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--clamp", action="store_true", help=CLAMP_HELP)
     p.add_argument("--expected-generation", type=nonnegative_int, metavar="N", help=EXPECTED_GENERATION_HELP)
     _add_execute(p)
+
+    _switch.configure(command)
 
     p = command("expire", "expire the offsets of idle groups (dry run unless --execute)", EXPIRE_HELP)
     p.add_argument("--idle-for", type=parse_idle_for, metavar="DURATION", required=True, help=IDLE_FOR_HELP)

@@ -43,6 +43,7 @@ from offsetstore.cli._parser import configure_parser
 from offsetstore.cli._profile import ProfileError, apply_profile
 from offsetstore.cli._render import Output
 from offsetstore.cli._reset import cmd_reset
+from offsetstore.cli._switch import cmd_switch
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.errors import OffsetStoreError
 
@@ -59,6 +60,7 @@ _COMMANDS: dict[str, Callable[[OffsetStoreClient, argparse.Namespace, Output], i
     "adopt": cmd_adopt,
     "import": cmd_import,
     "expire": cmd_expire,
+    "switch": cmd_switch,
 }
 
 # The helpers' names from before the commands had modules of their own, which tests use.

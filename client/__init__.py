@@ -3,6 +3,7 @@
 from offsetstore.client._async import AsyncOffsetStoreClient
 from offsetstore.client._sync import OffsetStoreClient
 from offsetstore.core.errors import (
+    ClusterMismatchError,
     DeadlineExceededError,
     FieldViolation,
     GroupChangedError,
@@ -70,6 +71,7 @@ __all__ = [
     "OffsetStoreError",
     "FieldViolation",
     "DeadlineExceededError",
+    "ClusterMismatchError",
     "GroupChangedError",
     "GroupCommittedError",
     "GroupNotFoundError",

@@ -109,6 +109,7 @@ class ClientMethods(_base.ClientBase):
         clamp: bool = False,
         to_offsets: Mapping[TopicPartition, int] | None = None,
         source: str = "",
+        switch_to_cluster_id: str = "",
         timeout: float | None = None,
     ) -> ResetResult:
         """Resets the selected partitions to one target and bumps the generation (unless `dry_run`).
@@ -122,7 +123,9 @@ class ClientMethods(_base.ClientBase):
         `to_offsets` is a target of its own: a different offset per partition (-2 and -1 resolve
         as `to_boundary` does), these partitions the selection, applied in one transaction. With
         a `source` (where the offsets came from) the reset is an adoption, which the history
-        records as `ChangeKind.ADOPT` with that source.
+        records as `ChangeKind.ADOPT` with that source. With `switch_to_cluster_id` the reset is a
+        switch to that Kafka cluster (`ChangeKind.SWITCH`, both cluster ids in its source) and the
+        group is bound to it (see ``offsetstore groups switch``).
         """
         request = _base.reset_offsets_request(
             group_id,
@@ -137,6 +140,7 @@ class ClientMethods(_base.ClientBase):
             clamp=clamp,
             to_offsets=to_offsets,
             source=source,
+            switch_to_cluster_id=switch_to_cluster_id,
         )
         return self._call(self._stub.ResetOffsets, request, _base.reset_offsets_result, timeout)
 

@@ -72,6 +72,7 @@ _KIND_TO_PROTO = {
     ChangeKind.EXPIRE: pb.CHANGE_KIND_EXPIRE,
     ChangeKind.ADOPT: pb.CHANGE_KIND_ADOPT,
     ChangeKind.OBSERVED: pb.CHANGE_KIND_OBSERVED,
+    ChangeKind.SWITCH: pb.CHANGE_KIND_SWITCH,
 }
 _KIND_FROM_PROTO: dict[int, ChangeKind] = {v: k for k, v in _KIND_TO_PROTO.items()}
 

@@ -32,6 +32,7 @@ from offsetstore.core.types import (
     OffsetCommit,
     OffsetOutOfRange,
     PartitionStatus,
+    RecordFingerprint,
     ResetResult,
     TopicPartition,
     TopicSummary,
@@ -215,6 +216,10 @@ def partition_status_to_proto(value: PartitionStatus) -> pb.PartitionStatus:
     for at, seconds in value.lag_history:
         point = message.lag_history.add(lag_seconds=seconds)
         point.time.FromDatetime(at)
+    if (fp := value.fingerprint) is not None:
+        message.fingerprint.CopyFrom(
+            pb.RecordFingerprint(offset=fp.offset, timestamp_ms=fp.timestamp_ms, digest=fp.digest)
+        )
     return message
 
 
@@ -235,7 +240,15 @@ def partition_status_from_proto(message: pb.PartitionStatus) -> PartitionStatus:
         status_reason=message.status_reason,
         watermark_time=_get_time(message, "watermark_time"),
         lag_history=tuple((p.time.ToDatetime(tzinfo=UTC), p.lag_seconds) for p in message.lag_history),
+        fingerprint=_fingerprint(message),
     )
+
+
+def _fingerprint(message: pb.PartitionStatus) -> RecordFingerprint | None:
+    if not message.HasField("fingerprint"):
+        return None
+    fp = message.fingerprint
+    return RecordFingerprint(fp.offset, fp.timestamp_ms, fp.digest)
 
 
 def _lag_seconds_status(value: int) -> LagSecondsStatus:
@@ -325,6 +338,7 @@ def group_description_to_proto(value: GroupDescription) -> pb.DescribeGroupRespo
         observed=value.observed,
         observed_source=value.observed_source,
         observed_lost_partitions=value.observed_lost_partitions,
+        kafka_cluster_id=value.kafka_cluster_id,
     )
     _set_time(message, "active_time", value.active_time)
     _set_time(message, "observed_lost_time", value.observed_lost_time)
@@ -347,4 +361,5 @@ def group_description_from_proto(message: pb.DescribeGroupResponse) -> GroupDesc
         observed_source=message.observed_source,
         observed_lost_partitions=message.observed_lost_partitions,
         observed_lost_time=_get_time(message, "observed_lost_time"),
+        kafka_cluster_id=message.kafka_cluster_id,
     )

@@ -77,6 +77,7 @@ def reset_request_to_proto(value: ResetRequest) -> pb.ResetOffsetsRequest:
         dry_run=value.dry_run,
         clamp=value.clamp,
         source=value.source,
+        switch_to_cluster_id=value.switch_to_cluster_id,
     )
     if value.expected_generation is not None:
         request.expected_generation = value.expected_generation
@@ -122,6 +123,7 @@ def reset_request_from_proto(request: pb.ResetOffsetsRequest) -> ResetRequest:
         clamp=request.clamp,
         to_offsets=_offset_targets(request.to_offsets) if target == "to_offsets" else None,
         source=request.source,
+        switch_to_cluster_id=request.switch_to_cluster_id,
     )
 
 

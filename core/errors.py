@@ -9,6 +9,7 @@ so the server sends exactly what the client turns back into the same exception::
      ├── GroupObservedError     FAILED_PRECONDITION  reason GROUP_OBSERVED (a commit or sink to an observed group)
      ├── GroupCommittedError    FAILED_PRECONDITION  reason GROUP_COMMITTED (observing a committed group)
      ├── OffsetMismatchError    ABORTED              reason OFFSET_MISMATCH
+     ├── ClusterMismatchError   FAILED_PRECONDITION  reason CLUSTER_MISMATCH
      ├── GroupChangedError      ABORTED              reason GROUP_CHANGED
      ├── GroupNotFoundError     NOT_FOUND            reason GROUP_NOT_FOUND
      ├── StoreUnavailableError  UNAVAILABLE          reason STORE_UNAVAILABLE (a write: outcome unknown)
@@ -33,6 +34,7 @@ from grpc_status import rpc_status
 
 __all__ = [
     "DOMAIN",
+    "ClusterMismatchError",
     "DeadlineExceededError",
     "FieldViolation",
     "GroupChangedError",
@@ -178,6 +180,17 @@ class OffsetMismatchError(OffsetStoreError):
         return int(value) if value is not None else None
 
 
+class ClusterMismatchError(OffsetStoreError):
+    """The group is bound to another Kafka cluster than the one its writer reads; nothing was written.
+
+    ``metadata`` carries ``bound_cluster_id`` (the group's) and ``cluster_id`` (the writer's).
+    Moving a group to another cluster is ``offsetstore groups switch``, which rebinds it.
+    """
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "CLUSTER_MISMATCH"
+
+
 class GroupChangedError(OffsetStoreError):
     """A join or a reset came between two pages of one read; read again from the first page."""
 
@@ -316,6 +329,7 @@ _BY_REASON: dict[str, type[OffsetStoreError]] = {
         GroupObservedError,
         GroupCommittedError,
         OffsetMismatchError,
+        ClusterMismatchError,
         GroupChangedError,
         GroupNotFoundError,
         StoreUnavailableError,

@@ -14,6 +14,7 @@ __all__ = [
     "CommittedOffset",
     "FetchResult",
     "GroupDescription",
+    "RecordFingerprint",
     "GroupStatus",
     "GroupSummary",
     "LagSecondsStatus",
@@ -73,6 +74,8 @@ class ChangeKind(enum.IntEnum):
     ADOPT = 5
     #: A position observed in a pipeline that keeps its own (ObserveOffsets; ``source`` says where).
     OBSERVED = 6
+    #: A reset that moved the group to another Kafka cluster (its ``source`` names both cluster ids).
+    SWITCH = 7
 
 
 class LagSecondsStatus(enum.IntEnum):
@@ -242,6 +245,20 @@ class PartitionStatus:
     watermark_time: datetime | None = None
     #: (time, lag in seconds) at each log end sample, oldest first; asked for with ``lag_history``.
     lag_history: tuple[tuple[datetime, float], ...] = ()
+    #: The record just before ``offset`` as its writer saw it; None when none was stored (issue 58).
+    fingerprint: RecordFingerprint | None = None
+
+
+@dataclass(frozen=True)
+class RecordFingerprint:
+    """What identifies the record just before a committed ``offset``: its timestamp and a digest of its contents."""
+
+    #: The committed offset the record precedes (the record's offset + 1).
+    offset: int
+    #: The record's timestamp in milliseconds since the epoch.
+    timestamp_ms: int
+    #: BLAKE2b-128 of its key, value and headers (:mod:`offsetstore.kafka_integration.fingerprints`).
+    digest: bytes
 
 
 @dataclass(frozen=True)
@@ -269,6 +286,8 @@ class GroupDescription:
     observed_lost_partitions: int = 0
     #: Since when some are lost; None when none is.
     observed_lost_time: datetime | None = None
+    #: The Kafka cluster id the group is bound to; empty when it is bound to none.
+    kafka_cluster_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -314,6 +333,9 @@ class ResetRequest:
     to_offsets: Mapping[TopicPartition, int] | None = None
     #: Where the offsets came from: a reset with a source is an adoption (CHANGE_KIND_ADOPT).
     source: str = ""
+    #: The Kafka cluster id the group moves to: the reset is a switch (CHANGE_KIND_SWITCH) that
+    #: rebinds the group to it; the history's source names the cluster it left and this one.
+    switch_to_cluster_id: str = ""
 
     @property
     def targets(self) -> dict[str, Any]:

@@ -21,3 +21,11 @@ def refuse_errors(messages: Sequence[confluent_kafka.Message]) -> None:
 def default_member_id() -> str:
     """``"kafka:<host>:<pid>"``: who joined the group, as history and DescribeGroup show it."""
     return f"kafka:{socket.gethostname()}:{os.getpid()}"
+
+
+def kafka_cluster_id(client: confluent_kafka.Consumer | confluent_kafka.Producer, timeout: float = 10.0) -> str:
+    """The id of the Kafka cluster ``client`` is connected to, from a metadata request."""
+    found = client.list_topics(timeout=timeout).cluster_id
+    if not found:
+        raise ValueError("the broker's metadata names no cluster id")
+    return str(found)

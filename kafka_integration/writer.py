@@ -11,10 +11,12 @@ from sqlalchemy import Connection, Engine
 from offsetstore import storage
 from offsetstore.core.errors import StaleGenerationError
 from offsetstore.core.types import Mode, Watermark
-from offsetstore.kafka_integration._messages import default_member_id, refuse_errors
+from offsetstore.kafka_integration._messages import default_member_id, kafka_cluster_id, refuse_errors
+from offsetstore.kafka_integration.fingerprints import last_fingerprints
 from offsetstore.kafka_integration.mirror import ConsumerMirror
 from offsetstore.sink.batch_write import BatchOutcome, SinkTarget, deliver_batch
 from offsetstore.sink.sql import COORDINATES
+from offsetstore.storage.clusters import bind_cluster, write_fingerprints
 from offsetstore.storage.engine import create_engine
 
 if TYPE_CHECKING:
@@ -57,6 +59,15 @@ class ExactlyOnceWriter:
         read ``__consumer_offsets`` (:class:`~offsetstore.kafka_integration.mirror.ConsumerMirror`).
         A write that joins the caller's transaction (``conn=``) is not mirrored by itself:
         call :meth:`mirror` with its outcome after committing.
+    consumer : confluent_kafka.Consumer, optional
+        The consumer the messages come from. Its cluster id (from metadata) binds the group at
+        :meth:`join`: a group bound to another cluster refuses the writer with
+        :class:`offsetstore.client.ClusterMismatchError` (move it with ``offsetstore groups
+        switch``); a group bound to none (an older one) is bound now. With it, each write also
+        stores the fingerprint of the record before each committed offset (its timestamp and a
+        digest of key, value and headers), which ``groups switch`` finds on another cluster: one
+        more statement in the write's transaction. Without it the writer binds, checks and
+        fingerprints nothing.
 
     Notes
     -----
@@ -64,7 +75,8 @@ class ExactlyOnceWriter:
     one row per message, derived from it. In one transaction it locks the group
     (checking the generation), drops the messages below their partition's stored
     offset (already delivered), writes the rows of the others, and commits
-    ``max(offset) + 1`` per partition through the storage core the gRPC server and the
+    ``max(offset) + 1`` per partition (with a ``consumer``, also the fingerprint of the record
+    before it: what a switch to another cluster finds) through the storage core the gRPC server and the
     Spark sink use (:func:`offsetstore.sink.batch_write.deliver_batch`). A stored
     sentinel (-2 earliest, -1 latest) skips nothing. A crash anywhere leaves either
     the rows and the offsets or neither; on restart the consumer seeks to the stored
@@ -98,6 +110,7 @@ class ExactlyOnceWriter:
         columns: Sequence[str] | None = None,
         member_id: str | None = None,
         mirror_to_kafka: confluent_kafka.Consumer | None = None,
+        consumer: confluent_kafka.Consumer | None = None,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -110,6 +123,8 @@ class ExactlyOnceWriter:
         self.engine = create_engine(database_url, pool_size=2) if self._owns_engine else database_url
         self._generation: int | None = None
         self.kafka_mirror = ConsumerMirror(mirror_to_kafka) if mirror_to_kafka is not None else None
+        self.consumer = consumer
+        self.cluster_id: str | None = None
 
     def __repr__(self) -> str:
         return f"ExactlyOnceWriter(group_id={self.group_id!r}, generation={self._generation})"
@@ -120,11 +135,27 @@ class ExactlyOnceWriter:
         return self._generation
 
     def join(self) -> int:
-        """Joins the group: a new generation that fences every writer of an older one."""
+        """Joins the group: a new generation that fences every writer of an older one.
+
+        With a ``consumer``, the join also binds the group to the consumer's Kafka cluster, or
+        raises :class:`offsetstore.client.ClusterMismatchError` (joining nothing) when the group
+        is bound to another. A switch moves the generation on, so checking here covers every write.
+        """
+        if self.consumer is not None and self.cluster_id is None:
+            self.cluster_id = kafka_cluster_id(self.consumer)
         with self.engine.begin() as conn:
-            self._generation = storage.join_group(conn, self.group_id, self.member_id)
+            generation = storage.join_group(conn, self.group_id, self.member_id)
+            if self.cluster_id is not None:
+                bind_cluster(conn, self.group_id, self.cluster_id)
+        self._generation = generation
         log.info(
-            "joined group", extra={"group_id": self.group_id, "generation": self._generation, "member": self.member_id}
+            "joined group",
+            extra={
+                "group_id": self.group_id,
+                "generation": self._generation,
+                "member": self.member_id,
+                "cluster_id": self.cluster_id,
+            },
         )
         return self._generation
 
@@ -183,12 +214,29 @@ class ExactlyOnceWriter:
         if self._generation is None:
             self.join()
         assert self._generation is not None
-        kwargs = {"group_id": self.group_id, "generation": self._generation, "actor": self.member_id}
         if conn is not None:
-            return deliver_batch(conn, self.target, table, metadata=metadata, **kwargs)
+            return self._deliver(conn, messages, table, metadata)
         with self.engine.begin() as own:
-            outcome = deliver_batch(own, self.target, table, metadata=metadata, **kwargs)
+            outcome = self._deliver(own, messages, table, metadata)
         self.mirror(outcome)  # committed: only now may Kafka see the offsets
+        return outcome
+
+    def _deliver(
+        self, conn: Connection, messages: Sequence[confluent_kafka.Message], table: pa.Table, metadata: str
+    ) -> BatchOutcome:
+        assert self._generation is not None
+        outcome = deliver_batch(
+            conn,
+            self.target,
+            table,
+            metadata=metadata,
+            group_id=self.group_id,
+            generation=self._generation,
+            actor=self.member_id,
+        )
+        if self.consumer is not None:
+            # In the same transaction as the offsets: a fingerprint is never of another offset's record.
+            write_fingerprints(conn, self.group_id, last_fingerprints(messages, outcome.committed))
         return outcome
 
     def mirror(self, outcome: BatchOutcome | None) -> None:

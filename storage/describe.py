@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, Select, Text, and_, bindparam, extract, func, select, true
+from sqlalchemy import ARRAY, Connection, Integer, Select, Text, and_, bindparam, extract, func, select, true
 
 from offsetstore.core.errors import GroupNotFoundError
-from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus
+from offsetstore.core.types import NO_OFFSET, GroupDescription, GroupStatus, PartitionStatus, RecordFingerprint
 from offsetstore.storage import validate as check
 from offsetstore.storage.batched_pages import PER_GROUP, batched
 from offsetstore.storage.kept_verdicts import MAX_AGE, evaluate_steps, verdict_of
@@ -41,7 +41,14 @@ from offsetstore.storage.pages import (
     sized_page,
     sized_page_params,
 )
-from offsetstore.storage.schema import group_verdicts, groups, observed_groups, offsets
+from offsetstore.storage.schema import (
+    group_clusters,
+    group_verdicts,
+    groups,
+    observed_groups,
+    offsets,
+    record_fingerprints,
+)
 from offsetstore.storage.status import DEFAULT_RULES, StatusRules, Verdict, judge
 from offsetstore.storage.steps import CompiledQuery, HotSteps, compile_query, drive_steps
 
@@ -72,6 +79,11 @@ def _describe_statement(window: float, lag_history: bool) -> Select[Any]:
             observed_groups.c.source.label("observed_source"),
             observed_groups.c.lost_partitions.label("observed_lost_partitions"),
             observed_groups.c.lost_since.label("observed_lost_time"),
+            # One index probe of a small table (migration 0016): the group's bound cluster, NULL for none.
+            select(group_clusters.c.kafka_cluster_id)
+            .where(group_clusters.c.group_id == _GROUP)
+            .scalar_subquery()
+            .label("kafka_cluster_id"),
         )
         .select_from(
             groups.outerjoin(
@@ -121,6 +133,29 @@ def _page_query(window: float, lag_history: bool) -> CompiledQuery:
 
 
 _HISTORIES = compile_query(lag_histories_query())
+
+
+def _fingerprints_query() -> Select[Any]:
+    """The record fingerprints of ``group``'s partitions (``topics``, ``partitions``) still valid for their offsets."""
+    f = record_fingerprints
+    wanted = (
+        func.unnest(bindparam("topics", type_=ARRAY(Text)), bindparam("partitions", type_=ARRAY(Integer)))
+        .table_valued("topic", "partition")
+        .render_derived(name="k")
+    )
+    return (
+        select(f.c.topic, f.c.partition, f.c.offset, f.c.timestamp_ms, f.c.digest)
+        .join(wanted, and_(wanted.c.topic == f.c.topic, wanted.c.partition == f.c.partition))
+        .where(f.c.group_id == _GROUP)
+    )
+
+
+_FINGERPRINTS = compile_query(_fingerprints_query())
+
+
+def _valid(found: RecordFingerprint | None, offset: int) -> RecordFingerprint | None:
+    """The fingerprint if it is of the record before ``offset`` (a reset since leaves an older one behind)."""
+    return found if found is not None and found.offset == offset else None
 
 
 def page_statement(window: float, lag_history: bool) -> tuple[str, dict[str, Any]]:
@@ -189,6 +224,17 @@ def describe_group_steps(
         keys = [(r.topic, r.partition) for r in listed]
         statement = _HISTORIES.statement(group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys])
         histories = lag_histories_of(_HISTORIES.rows((yield statement)))
+    prints: dict[tuple[str, int], RecordFingerprint] = {}
+    if first.kafka_cluster_id and listed:
+        # Only a group bound to a cluster (a writer that fingerprints) pays this statement.
+        keys = [(r.topic, r.partition) for r in listed]
+        statement = _FINGERPRINTS.statement(
+            group=group_id, topics=[t for t, _ in keys], partitions=[p for _, p in keys]
+        )
+        prints = {
+            (r.topic, r.partition): RecordFingerprint(r.offset, r.timestamp_ms, bytes(r.digest))
+            for r in _FINGERPRINTS.rows((yield statement))
+        }
     partitions = []
     for r in listed:
         lag_seconds, known = lag_seconds_status(r.lag_seconds)
@@ -210,6 +256,7 @@ def describe_group_steps(
                 verdict.reason,
                 r.watermark_time,
                 tuple(histories.get((r.topic, r.partition), ())),
+                _valid(prints.get((r.topic, r.partition)), r.offset),
             )
         )
     token = next_token(request, first.generation, listed[-1].topic, listed[-1].partition, page.key) if more else ""
@@ -236,4 +283,5 @@ def describe_group_steps(
         first.observed_source or "",
         first.observed_lost_partitions or 0,
         first.observed_lost_time,
+        first.kafka_cluster_id or "",
     )

@@ -44,12 +44,15 @@ from offsetstore.storage._groups import (
     unobserve,
     where_selected,
 )
+from offsetstore.storage.clusters import bound_cluster, rebind_cluster
 from offsetstore.storage.retention import history_horizon
 from offsetstore.storage.schema import offset_history, offsets
 from offsetstore.storage.watermarks import read_watermarks
 
 #: The longest ``source`` of an adoption, in bytes.
 MAX_SOURCE_BYTES = 1024
+#: The longest Kafka cluster id a switch takes, in bytes (Kafka's are 22 characters).
+MAX_CLUSTER_ID_BYTES = 255
 
 # --- operator actions: reset and delete --------------------------------------------
 
@@ -124,6 +127,7 @@ def reset_offsets(
     actor: str = "",
     to_offsets: Mapping[TopicPartition, int] | None = None,
     source: str = "",
+    switch_to_cluster_id: str = "",
 ) -> ResetResult:
     """The operator's reset of a selection to one target; bumps the generation unless ``dry_run``.
 
@@ -146,9 +150,11 @@ def reset_offsets(
             clamp,
             to_offsets,
             source,
+            switch_to_cluster_id,
         )
     )
     to_offsets, source = request.to_offsets, request.source
+    switch_to = request.switch_to_cluster_id
     # The server's requests carry (topic, partitions) pairs; a client's Topics forms are checked the same way.
     group_id, topics, all_topics = request.group_id, cast(SelectionArg, request.topics), request.all_topics
     to_offset, shift_by, to_boundary = request.to_offset, request.shift_by, request.to_boundary
@@ -164,6 +170,7 @@ def reset_offsets(
     if to_offsets is not None:
         _check_offset_targets(to_offsets, sels, all_topics, v)
     check.text(source, "source", MAX_SOURCE_BYTES, violations=v)  # a NUL would fail in the driver, as INTERNAL
+    check.text(switch_to, "switch_to_cluster_id", MAX_CLUSTER_ID_BYTES, violations=v)
     if to_offset is not None and not 0 <= to_offset <= check.INT64_MAX:
         v.add("to_offset", "must be >= 0")
     if to_boundary is not None and to_boundary not in (Boundary.EARLIEST, Boundary.LATEST):
@@ -178,10 +185,19 @@ def reset_offsets(
     if expected is not None and expected != current:
         raise stale_error(group_id, expected, current)
     observed = observed_source(conn, group_id) if group is not None else None
-    if observed is not None and not (source or dry_run):
+    if observed is not None and not dry_run and (switch_to or not source):
         # An observed group's positions are its pipeline's: only an adoption takes them over
-        # (and makes it a committed group); a dry run shows positions to restart from.
+        # (and makes it a committed group); a dry run shows positions to restart from. A switch
+        # moves a committed group's positions: an observed group is adopted first.
         raise observed_error(group_id, observed)
+    kind = ChangeKind.ADOPT if source else ChangeKind.RESET
+    if switch_to:
+        # Both ids in the history, so the switch can be read back and undone from it.
+        left = (bound_cluster(conn, group_id) if group is not None else None) or "(none)"
+        kind, source = (
+            ChangeKind.SWITCH,
+            f"switch from cluster {left} to {switch_to}" + (f": {source}" if source else ""),
+        )
     stored = {
         TopicPartition(r.topic, r.partition): r.offset
         for r in conn.execute(
@@ -240,7 +256,6 @@ def reset_offsets(
     live = group is not None and group.deleted_at is None
     bumps = live or bool(new)
     after = generation + 1 if bumps else generation
-    kind = ChangeKind.ADOPT if source else ChangeKind.RESET
     changes = [
         OffsetChange(tp.topic, tp.partition, or_no_offset(stored.get(tp)), off, kind, after, None, actor, source)
         for tp, off in new.items()
@@ -255,7 +270,9 @@ def reset_offsets(
             raise stale_error(group_id, expected, generation - 1)
     if observed is not None:
         unobserve(conn, group_id)  # adopted: a committed group from now on
-    when = _apply_reset(conn, group_id, new, stored, generation, actor, source)
+    when = _apply_reset(conn, group_id, new, stored, generation, actor, kind, source)
+    if switch_to and bumps:
+        rebind_cluster(conn, group_id, switch_to)
     return ResetResult([replace(c, change_time=when) for c in changes], generation, False, outside)
 
 
@@ -298,6 +315,7 @@ def _apply_reset(
     stored: dict[TopicPartition, int],
     generation: int,
     actor: str,
+    kind: ChangeKind,
     source: str,
 ) -> datetime:
     """Writes the reset's offsets and history; returns the time it records."""
@@ -326,7 +344,7 @@ def _apply_reset(
         conn,
         group_id,
         [(tp, stored.get(tp), off) for tp, off in new.items()],
-        ChangeKind.ADOPT if source else ChangeKind.RESET,
+        kind,
         generation,
         actor,
         when,

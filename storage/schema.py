@@ -132,6 +132,35 @@ offset_history = Table(
     postgresql_partition_by="RANGE (change_time)",
 )
 
+# The Kafka cluster id a group's positions belong to (migration 0016): bound by its first writer
+# that knows one, changed only by a switch; no row: never bound (older groups). A table of its own,
+# not a column of ``groups``: adding a column takes ``groups``' ACCESS EXCLUSIVE lock inside the
+# upgrade's transaction, which deadlocked a running SQL API consumer (tests/migrations/test_sql_api_upgrade.py).
+group_clusters = Table(
+    "group_clusters",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("kafka_cluster_id", Text, nullable=False),
+)
+
+# What identifies the record just before a committed offset (migration 0016): a switch to another
+# cluster finds that record there. Written in the committing transaction by the writers that
+# have the record; valid while ``offset`` is still the partition's stored offset. No foreign key,
+# like the history: a reset leaves it, and ``offset`` tells it apart from the offset now stored.
+record_fingerprints = Table(
+    "record_fingerprints",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    # The committed offset the record precedes (the record's own offset + 1).
+    Column("offset", BigInteger, nullable=False),
+    # The record's timestamp, milliseconds since the epoch (Kafka's).
+    Column("timestamp_ms", BigInteger, nullable=False),
+    # BLAKE2b-128 of the record's key, value and headers (kafka_integration.fingerprints).
+    Column("digest", LargeBinary, nullable=False),
+)
+
 # Log watermarks reported by clients, per (topic, partition), shared by all groups.
 watermarks = Table(
     "watermarks",

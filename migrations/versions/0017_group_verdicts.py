@@ -13,7 +13,7 @@ from alembic import op
 
 # Alembic reads these four names.
 revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

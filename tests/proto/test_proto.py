@@ -91,6 +91,7 @@ def test_contract_fields() -> None:
         "status_reason",
         "watermark_time",
         "lag_history",  # the console's sparkline, only when asked
+        "fingerprint",  # issue 58: the record before the offset, which a switch finds on another cluster
     }
     assert fields("Watermark") == {"topic", "partition", "log_start_offset", "log_end_offset"}
     assert set(pb.Boundary.keys()) == {"BOUNDARY_UNSPECIFIED", "BOUNDARY_EARLIEST", "BOUNDARY_LATEST"}
@@ -102,4 +103,5 @@ def test_contract_fields() -> None:
         "CHANGE_KIND_EXPIRE",
         "CHANGE_KIND_ADOPT",  # issue 49: a reset that took positions over from another system
         "CHANGE_KIND_OBSERVED",  # issue 57: a position observed in a pipeline that keeps its own
+        "CHANGE_KIND_SWITCH",  # issue 58: a reset that moved the group to another Kafka cluster
     }

@@ -35,6 +35,7 @@ class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHANGE_KIND_EXPIRE: _ClassVar[ChangeKind]
     CHANGE_KIND_ADOPT: _ClassVar[ChangeKind]
     CHANGE_KIND_OBSERVED: _ClassVar[ChangeKind]
+    CHANGE_KIND_SWITCH: _ClassVar[ChangeKind]
 
 class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -62,6 +63,7 @@ CHANGE_KIND_DELETE: ChangeKind
 CHANGE_KIND_EXPIRE: ChangeKind
 CHANGE_KIND_ADOPT: ChangeKind
 CHANGE_KIND_OBSERVED: ChangeKind
+CHANGE_KIND_SWITCH: ChangeKind
 GROUP_STATUS_UNSPECIFIED: GroupStatus
 GROUP_STATUS_OK: GroupStatus
 GROUP_STATUS_IDLE: GroupStatus
@@ -171,7 +173,7 @@ class GroupSummary(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., total_lag: _Optional[int] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ..., observed_lost_partitions: _Optional[int] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history")
+    __slots__ = ("topic", "partition", "offset", "metadata", "commit_time", "log_end_offset", "lag", "offset_past_log_end", "log_start_offset", "lag_seconds", "lag_seconds_status", "status", "status_reason", "watermark_time", "lag_history", "fingerprint")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +189,7 @@ class PartitionStatus(_message.Message):
     STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_TIME_FIELD_NUMBER: _ClassVar[int]
     LAG_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -202,7 +205,18 @@ class PartitionStatus(_message.Message):
     status_reason: str
     watermark_time: _timestamp_pb2.Timestamp
     lag_history: _containers.RepeatedCompositeFieldContainer[LagPoint]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., watermark_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_history: _Optional[_Iterable[_Union[LagPoint, _Mapping]]] = ...) -> None: ...
+    fingerprint: RecordFingerprint
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., offset_past_log_end: _Optional[bool] = ..., log_start_offset: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., lag_seconds_status: _Optional[_Union[LagSecondsStatus, str]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., watermark_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_history: _Optional[_Iterable[_Union[LagPoint, _Mapping]]] = ..., fingerprint: _Optional[_Union[RecordFingerprint, _Mapping]] = ...) -> None: ...
+
+class RecordFingerprint(_message.Message):
+    __slots__ = ("offset", "timestamp_ms", "digest")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp_ms: int
+    digest: bytes
+    def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
     __slots__ = ("group_id", "offsets", "generation")
@@ -243,7 +257,7 @@ class FetchOffsetsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[CommittedOffset, _Mapping]]] = ..., generation: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResetOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "to_offsets", "dry_run", "expected_generation", "clamp", "source")
+    __slots__ = ("group_id", "topics", "all_topics", "to_offset", "shift_by", "to_boundary", "to_commit_time", "to_offsets", "dry_run", "expected_generation", "clamp", "source", "switch_to_cluster_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     ALL_TOPICS_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +270,7 @@ class ResetOffsetsRequest(_message.Message):
     EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
     CLAMP_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_TO_CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicSelection]
     all_topics: bool
@@ -268,7 +283,8 @@ class ResetOffsetsRequest(_message.Message):
     expected_generation: int
     clamp: bool
     source: str
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_offsets: _Optional[_Union[OffsetTargets, _Mapping]] = ..., dry_run: _Optional[bool] = ..., expected_generation: _Optional[int] = ..., clamp: _Optional[bool] = ..., source: _Optional[str] = ...) -> None: ...
+    switch_to_cluster_id: str
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSelection, _Mapping]]] = ..., all_topics: _Optional[bool] = ..., to_offset: _Optional[int] = ..., shift_by: _Optional[int] = ..., to_boundary: _Optional[_Union[Boundary, str]] = ..., to_commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., to_offsets: _Optional[_Union[OffsetTargets, _Mapping]] = ..., dry_run: _Optional[bool] = ..., expected_generation: _Optional[int] = ..., clamp: _Optional[bool] = ..., source: _Optional[str] = ..., switch_to_cluster_id: _Optional[str] = ...) -> None: ...
 
 class OffsetTargets(_message.Message):
     __slots__ = ("offsets",)
@@ -373,7 +389,7 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_lag_history: _Optional[bool] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason", "observed", "observed_source", "observed_lost_partitions", "observed_lost_time")
+    __slots__ = ("group_id", "generation", "partitions", "reset_count", "member_id", "member_host", "next_page_token", "active_time", "status", "status_reason", "observed", "observed_source", "observed_lost_partitions", "observed_lost_time", "kafka_cluster_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -388,6 +404,7 @@ class DescribeGroupResponse(_message.Message):
     OBSERVED_SOURCE_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_LOST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_LOST_TIME_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation: int
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
@@ -402,7 +419,8 @@ class DescribeGroupResponse(_message.Message):
     observed_source: str
     observed_lost_partitions: int
     observed_lost_time: _timestamp_pb2.Timestamp
-    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ..., observed_lost_partitions: _Optional[int] = ..., observed_lost_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    kafka_cluster_id: str
+    def __init__(self, group_id: _Optional[str] = ..., generation: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., reset_count: _Optional[int] = ..., member_id: _Optional[str] = ..., member_host: _Optional[str] = ..., next_page_token: _Optional[str] = ..., active_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., status_reason: _Optional[str] = ..., observed: _Optional[bool] = ..., observed_source: _Optional[str] = ..., observed_lost_partitions: _Optional[int] = ..., observed_lost_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kafka_cluster_id: _Optional[str] = ...) -> None: ...
 
 class ListOffsetHistoryRequest(_message.Message):
     __slots__ = ("group_id", "topics", "since", "until", "page_size", "page_token")

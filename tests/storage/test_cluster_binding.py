@@ -1,0 +1,90 @@
+"""Issue 58: a group bound to its Kafka cluster, the fingerprint of the record before an offset, and a switch."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from offsetstore import storage
+from offsetstore.core.errors import ClusterMismatchError
+from offsetstore.core.types import ChangeKind, OffsetCommit, RecordFingerprint, TopicPartition
+from offsetstore.storage.clusters import bind_cluster, bound_cluster, write_fingerprints
+
+
+def describe(engine: sa.Engine, group_id: str):
+    with engine.connect() as conn:
+        return storage.describe_group(conn, group_id)
+
+
+def test_first_writer_binds_the_group_and_a_writer_of_another_cluster_is_refused(engine, group_id, topic) -> None:
+    with engine.begin() as conn:
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 5)])  # an older group: bound to none
+    assert describe(engine, group_id).kafka_cluster_id == ""
+    with engine.begin() as conn:
+        storage.join_group(conn, group_id)
+        bind_cluster(conn, group_id, "cluster-A")
+    with engine.begin() as conn:
+        bind_cluster(conn, group_id, "cluster-A")  # the same cluster: fine
+    with pytest.raises(ClusterMismatchError) as refused, engine.begin() as conn:
+        bind_cluster(conn, group_id, "cluster-B")
+    assert refused.value.metadata == {"group_id": group_id, "bound_cluster_id": "cluster-A", "cluster_id": "cluster-B"}
+    assert "'cluster-A'" in refused.value.message and "'cluster-B'" in refused.value.message
+    assert describe(engine, group_id).kafka_cluster_id == "cluster-A"
+
+
+def test_a_fingerprint_shows_while_it_is_of_the_stored_offset(engine, group_id, topic) -> None:
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with engine.begin() as conn:
+        storage.join_group(conn, group_id)
+        bind_cluster(conn, group_id, "cluster-A")
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 10), OffsetCommit(topic, 1, 7)])
+        write_fingerprints(
+            conn,
+            group_id,
+            {tp0: RecordFingerprint(10, 1_700_000_000_123, b"d" * 16), tp1: RecordFingerprint(6, 1, b"x")},
+        )
+    found = {(p.topic, p.partition): p.fingerprint for p in describe(engine, group_id).partitions}
+    assert found == {(topic, 0): RecordFingerprint(10, 1_700_000_000_123, b"d" * 16), (topic, 1): None}
+
+
+def test_a_switch_rebinds_fences_records_both_ids_and_is_undone_from_history(engine, group_id, topic) -> None:
+    tp = TopicPartition(topic, 0)
+    with engine.begin() as conn:
+        generation = storage.join_group(conn, group_id)
+        bind_cluster(conn, group_id, "cluster-A")
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 100)], generation=generation)
+        before = conn.execute(sa.select(sa.func.clock_timestamp())).scalar_one()
+    with engine.begin() as conn:
+        preview = storage.reset_offsets(
+            conn, group_id, {topic: [0]}, to_offsets={tp: 80}, dry_run=True, switch_to_cluster_id="cluster-B"
+        )
+    assert preview.dry_run and [c.kind for c in preview.changes] == [ChangeKind.SWITCH]
+    assert describe(engine, group_id).kafka_cluster_id == "cluster-A"  # a dry run binds nothing
+    with engine.begin() as conn:
+        done = storage.reset_offsets(
+            conn,
+            group_id,
+            {topic: [0]},
+            to_offsets={tp: 80},
+            switch_to_cluster_id="cluster-B",
+            expected_generation=preview.generation,
+            source="exact",
+        )
+    assert done.generation == generation + 1
+    (change,) = done.changes
+    assert (change.previous_offset, change.new_offset, change.kind) == (100, 80, ChangeKind.SWITCH)
+    assert change.source == "switch from cluster cluster-A to cluster-B: exact"
+    with engine.connect() as conn:
+        assert bound_cluster(conn, group_id) == "cluster-B"
+        history = storage.list_offset_history(conn, group_id).items
+    assert history[0].kind == ChangeKind.SWITCH and history[0].source == change.source
+    with pytest.raises(ClusterMismatchError), engine.begin() as conn:
+        bind_cluster(conn, group_id, "cluster-A")  # the old cluster's writer, after the switch
+    # Undone from the history: the offset of before the switch, and bound back to A.
+    with engine.begin() as conn:
+        back = storage.reset_offsets(
+            conn, group_id, {topic: [0]}, to_commit_time=before, switch_to_cluster_id="cluster-A"
+        )
+    assert [c.new_offset for c in back.changes] == [100]
+    assert back.changes[0].source == "switch from cluster cluster-B to cluster-A"
+    assert describe(engine, group_id).kafka_cluster_id == "cluster-A"
