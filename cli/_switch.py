@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, UsageError
+from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, UsageError
 from offsetstore.cli._render import Output
+from offsetstore.cli._switch_all import switch_all
 from offsetstore.client import OffsetStoreClient
 
 #: The command's description in its --help.
@@ -36,7 +37,18 @@ def configure(sub_command: Any) -> None:
     p = sub_command(
         "switch", "move a group's positions to another Kafka cluster (dry run unless --execute)", SWITCH_HELP
     )
-    p.add_argument("group", metavar="GROUP", help="the group to move")
+    p.usage = (
+        "%(prog)s [options] (GROUP | --all-groups (--from-cluster-id ID | --prefix P)) --to-bootstrap-server HOST:PORT"
+    )
+    p.add_argument("group", metavar="GROUP", nargs="?", help="the group to move")
+    p.add_argument(
+        "--all-groups",
+        action="store_true",
+        help="every group bound to --from-cluster-id and/or whose id starts with --prefix, each in its own fenced "
+        "reset; a summary per group (one group refused does not stop the others: see docs/switch.md)",
+    )
+    p.add_argument("--from-cluster-id", metavar="ID", help="with --all-groups: the groups bound to this Kafka cluster")
+    p.add_argument("--prefix", metavar="P", help="with --all-groups: the groups whose id starts with P")
     p.add_argument("--to-bootstrap-server", required=True, metavar="HOST:PORT", help="cluster B, where the group goes")
     p.add_argument(
         "--from-bootstrap-server",
@@ -85,10 +97,20 @@ def _topic_map(specs: list[str]) -> dict[str, str]:
     return found
 
 
+def _selection_error(args: argparse.Namespace) -> str:
+    if args.all_groups == (args.group is not None):
+        return "give a GROUP or --all-groups (one of them)"
+    if not args.all_groups and (args.from_cluster_id is not None or args.prefix is not None):
+        return "--from-cluster-id and --prefix select groups for --all-groups"
+    if args.all_groups and not (args.from_cluster_id or args.prefix):
+        return "--all-groups needs --from-cluster-id ID or --prefix P (or both)"
+    return ""
+
+
 def cmd_switch(client: OffsetStoreClient, args: argparse.Namespace, out: Output) -> int:
     try:
         # The kafka extra: confluent-kafka and the writer's side; the CLI works without it otherwise.
-        from offsetstore.kafka_integration.switch import plan_switch, topic_mapper
+        from offsetstore.kafka_integration.switch import SwitchPlanner, plan_switch, topic_mapper
     except ImportError as error:
         out.error(f"Error: 'groups switch' needs the kafka extra (pip install 'offsetstore[kafka]'): {error}")
         return EXIT_ERROR
@@ -97,10 +119,19 @@ def cmd_switch(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
     except (UsageError, ValueError) as error:
         out.error(f"Error: {error}")
         return EXIT_ERROR
-    fenced = client.join_group(args.group, "offsetstore-switch") if args.execute else None
-    description = client.describe_group(args.group)
+    wrong = _selection_error(args)
+    if wrong:
+        out.error(f"Error: {wrong}")
+        return EXIT_USAGE
     target = {"bootstrap.servers": args.to_bootstrap_server}
     source = {"bootstrap.servers": args.from_bootstrap_server} if args.from_bootstrap_server else None
+    if args.all_groups:
+        planner = SwitchPlanner(
+            target, source=source, topic_name=name, offset_preserving=args.offset_preserving, wait_seconds=args.wait
+        )
+        return switch_all(client, args, out, planner)
+    fenced = client.join_group(args.group, "offsetstore-switch") if args.execute else None
+    description = client.describe_group(args.group)
     try:
         plan = plan_switch(
             description, target, source=source, topic_name=name, offset_preserving=args.offset_preserving,

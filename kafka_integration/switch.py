@@ -33,7 +33,7 @@ import collections
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from offsetstore.kafka_integration.fingerprints import digest
 if TYPE_CHECKING:
     import confluent_kafka
 
-__all__ = ["PartitionSwitch", "SwitchPlan", "plan_switch", "topic_mapper"]
+__all__ = ["PartitionSwitch", "SwitchPlan", "SwitchPlanner", "plan_switch", "topic_mapper"]
 
 #: The methods, best first.
 METHODS = ("exact", "offset-syncs", "timestamp", "identity")
@@ -136,16 +136,62 @@ def plan_switch(
     lacks and read offset syncs kept on A (MirrorMaker's default). ``wait_seconds`` waits that long
     at most for a fingerprinted record that B does not hold yet (replication catching up).
     """
-    with _reader(target) as b:
-        to_cluster = kafka_cluster_id(b, timeout)
-        syncs = _offset_syncs(b, timeout)
-        if source is not None:
-            with _reader(source) as a:
-                for key, pairs in _offset_syncs(a, timeout).items():
-                    syncs.setdefault(key, pairs)
+    with SwitchPlanner(target, source=source, topic_name=topic_name, offset_preserving=offset_preserving,
+                       scan_limit=scan_limit, wait_seconds=wait_seconds, timeout=timeout) as planner:  # fmt: skip
+        return planner.plan(description)
+
+
+class SwitchPlanner:
+    """:func:`plan_switch` for many groups: B's (and A's) clients, B's cluster id and the offset syncs read once.
+
+    A context manager; :meth:`plan` plans one group. The offset syncs are those read on entry:
+    a planner kept open long plans by older syncs (conservative still, with larger bounds).
+    """
+
+    def __init__(
+        self,
+        target: Mapping[str, Any],
+        *,
+        source: Mapping[str, Any] | None = None,
+        topic_name: Callable[[str], str] = lambda t: t,
+        offset_preserving: bool = False,
+        scan_limit: int = 10_000,
+        wait_seconds: float = 0.0,
+        timeout: float = 10.0,
+    ) -> None:
+        self.target, self.source = target, source
+        self.topic_name = topic_name
+        self.offset_preserving = offset_preserving
+        self.scan_limit, self.wait_seconds, self.timeout = scan_limit, wait_seconds, timeout
+        self.to_cluster_id = ""
+        self._stack = ExitStack()
+        self._b: confluent_kafka.Consumer | None = None
+        self._a: confluent_kafka.Consumer | None = None
+        self._syncs: dict[TopicPartition, list[tuple[int, int]]] = {}
+
+    def __enter__(self) -> SwitchPlanner:
+        with ExitStack() as stack:
+            self._b = b = stack.enter_context(_reader(self.target))
+            self.to_cluster_id = kafka_cluster_id(b, self.timeout)
+            self._syncs = _offset_syncs(b, self.timeout)
+            if self.source is not None:
+                self._a = a = stack.enter_context(_reader(self.source))
+                for key, pairs in _offset_syncs(a, self.timeout).items():
+                    self._syncs.setdefault(key, pairs)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+        self._a = self._b = None
+
+    def plan(self, description: GroupDescription) -> SwitchPlan:
+        """Each partition of ``description`` placed on B."""
+        b, a = self._b, self._a
+        assert b is not None, "enter the planner first"
         moves = []
         for p in description.partitions:
-            tp_b = TopicPartition(topic_name(p.topic), p.partition)
+            tp_b = TopicPartition(self.topic_name(p.topic), p.partition)
             moves.append(
                 _place(
                     b,
@@ -154,17 +200,18 @@ def plan_switch(
                     tp_b,
                     p.offset,
                     p.fingerprint,
-                    syncs,
-                    offset_preserving,
-                    scan_limit,
-                    wait_seconds,
-                    timeout,
+                    self._syncs,
+                    self.offset_preserving,
+                    self.scan_limit,
+                    self.wait_seconds,
+                    self.timeout,
                 )  # fmt: skip
             )
-        if source is not None:
-            with _reader(source) as a:
-                moves = [_count_missing(a, b, m, timeout) for m in moves]
-    return SwitchPlan(description.group_id, description.generation, description.kafka_cluster_id, to_cluster, moves)
+        if a is not None:
+            moves = [_count_missing(a, b, m, self.timeout) for m in moves]
+        return SwitchPlan(
+            description.group_id, description.generation, description.kafka_cluster_id, self.to_cluster_id, moves
+        )
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from offsetstore import storage
 from offsetstore.client import ClusterMismatchError, StaleGenerationError
 from offsetstore.core.types import OffsetCommit
 from offsetstore.kafka_integration import ExactlyOnceWriter
+from offsetstore.storage.clusters import bind_cluster
 from tests.fixtures.fix_db import stored_offsets
 from tests.fixtures.fix_mirror_maker import MirroredKafka, mirror_makers_resume, plain_group_on_a
 from tests.fixtures.mirror_maker import format_resumes, resume_counts, seen_before, wait_mirrored
@@ -156,3 +157,100 @@ def test_a_group_without_fingerprints_falls_back_to_mirror_makers_offset_syncs(
     print(format_resumes("offsetstore's switch by offset syncs (no fingerprint):", resumed))
     assert all(resumed[p].skipped == 0 and resumed[p].rereads <= moved[p]["rereads_at_most"] for p in moved), resumed
     assert all(r["missing"] == 0 for r in moved.values())
+
+
+def test_all_groups_of_a_cluster_switched_in_one_command_each_fenced_on_its_own(
+    mirrored_kafka: MirroredKafka, database_url, engine, make_table, groups, store
+) -> None:
+    """``groups switch --all-groups --from-cluster-id A --prefix P``: a dry run that changes nothing, then each group
+    in its own fenced reset. A group no method places is refused in its row and the others are switched all the same
+    (exit 1); the same command again finds only that group. The server's mirror, configured for B, then shows the
+    switched offsets in B's coordinator."""
+    from prometheus_client import CollectorRegistry
+
+    from offsetstore.server.kafka_mirror import KafkaMirror
+
+    a, b = mirrored_kafka.source, mirrored_kafka.target
+    topic = mirrored_kafka.topics["orders"]
+    prefix = f"all-{uuid.uuid4().hex[:8]}-"
+    # Sorted by id: the refused group comes between the two others (a failure midway).
+    good, bad = [f"{prefix}a", f"{prefix}c"], f"{prefix}b"
+    table = make_table()
+    rng = random.Random(58)
+    for group, most in zip(good, (40, 150), strict=True):
+        on_a = recipe_consumer(a)
+        with ExactlyOnceWriter(database_url, group, table.name, columns=COLUMNS, consumer=on_a) as writer:
+            run_recipe(writer, on_a, topic.name, topic.partitions, {}, rng, most=most)
+        on_a.close()
+    a_id = groups("describe", good[0], "--output", "json").json()["kafka_cluster_id"]
+    with engine.begin() as conn:  # bound to A, on a topic MirrorMaker never copied: no method places it on B
+        storage.commit_offsets(conn, bad, [OffsetCommit(f"unmirrored-{uuid.uuid4().hex[:8]}", 0, 5)])
+        bind_cluster(conn, bad, a_id)
+    at_a = {g: {p: o for (_, p), o in stored_offsets(engine, g).items()} for g in good}
+    # The mirror a server configured for B would run (the test drives its rounds): what it has seen so far is drained.
+    mirror = KafkaMirror(store, b.bootstrap, [prefix], 0.2, registry=CollectorRegistry(), request_seconds=5)
+    mirror.start_client()
+    try:
+        _switch_all_of_a(mirrored_kafka, mirror, engine, groups, prefix, a_id, good, bad, at_a)
+    finally:
+        mirror.stop()
+
+
+def _switch_all_of_a(mirrored_kafka, mirror, engine, groups, prefix, a_id, good, bad, at_a) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+
+    a, b = mirrored_kafka.source, mirrored_kafka.target
+    topic = mirrored_kafka.topics["orders"]
+    while mirror.round():
+        pass
+    argv = ["switch", "--all-groups", "--from-cluster-id", a_id, "--prefix", prefix, "--to-bootstrap-server",
+            b.bootstrap, "--from-bootstrap-server", a.bootstrap, "--replication-policy", "default", "--source-alias",
+            "A", "--output", "json"]  # fmt: skip
+    dry = groups(*argv)
+    assert dry.code == 1, dry.err  # one group refused
+    rows = {r["group_id"]: r for r in dry.json()["groups"]}
+    assert {g: r["status"] for g, r in rows.items()} == {
+        good[0]: "would switch",
+        bad: "refused",
+        good[1]: "would switch",
+    }
+    assert "no method placed" in rows[bad]["reason"]
+    for g in good:
+        assert [(p["method"], p["rereads_at_most"], p["missing"]) for p in rows[g]["partitions"]] == [
+            ("exact", 0, 0)
+        ] * topic.partitions
+    assert {(g, p): o for g in good for (_, p), o in stored_offsets(engine, g).items()} == {
+        (g, p): o for g in good for p, o in at_a[g].items()
+    }  # the dry run changed nothing
+
+    done = groups(*argv, "--execute")
+    assert done.code == 1, done.err
+    switched = {r["group_id"]: r for r in done.json()["groups"]}
+    assert {g: r["status"] for g, r in switched.items()} == {good[0]: "switched", bad: "refused", good[1]: "switched"}
+    copy, source = mirrored_kafka.target_records(topic), mirrored_kafka.source_records(topic)
+    for g in good:
+        on_b = {p["partition"]: p["target_offset"] for p in switched[g]["partitions"]}
+        assert {p: o for (t, p), o in stored_offsets(engine, g).items() if t == topic.remote} == on_b
+        resumed = resume_counts(copy, seen_before(source, at_a[g]), on_b)
+        print(format_resumes(f"{g} switched with --all-groups:", resumed))
+        assert all((r.rereads, r.skipped) == (0, 0) for r in resumed.values()), resumed
+        assert groups("describe", g, "--output", "json").json()["kafka_cluster_id"] == done.json()["to_cluster_id"]
+    assert groups("describe", bad, "--output", "json").json()["kafka_cluster_id"] == a_id
+
+    again = groups(*argv, "--execute")  # what is left: the refused group only
+    assert (again.code, [r["group_id"] for r in again.json()["groups"]]) == (1, [bad])
+
+    # The mirror reads the SWITCH rows like any change: B's coordinator holds the translated offsets.
+    while mirror.round():
+        pass
+    admin = AdminClient(b.client_config())
+    for g in good:
+        request = ConsumerGroupTopicPartitions(g, [KafkaPartition(topic.remote, p) for p in range(topic.partitions)])
+        (future,) = admin.list_consumer_group_offsets([request], request_timeout=10).values()
+        in_b = {tp.partition: tp.offset for tp in future.result(timeout=15).topic_partitions}
+        assert in_b == {p["partition"]: p["target_offset"] for p in switched[g]["partitions"]}
+    print(
+        "the mirror's failed group writes:", mirror.registry.get_sample_value("offsetstore_kafka_mirror_failures_total")
+    )
