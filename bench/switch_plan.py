@@ -16,6 +16,9 @@ reads Kafka; the execute is one ResetOffsets of 1,000 partitions, timed by the c
 Each repeat plans the same group again (B's pages are in the page cache after the first: the
 first repeat's time is the cold one). Checks every target against the copy loop's own map.
 
+``--with-source`` passes A's config too, as ``groups switch --from-bootstrap-server`` does: the
+plan then also reads every record past the group's offset on A and on B to count what B lacks.
+
 Prints the plan's seconds per repeat and their median; the goal is 30 s or less.
 
 Usage: ``python bench/switch_plan.py [--topics 4] [--partitions 250] [--records 20] [--repeats 3]``
@@ -35,6 +38,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=250, help="partitions a topic")
     parser.add_argument("--records", type=int, default=20, help="records a partition on A")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--with-source", action="store_true", help="pass A too (--from-bootstrap-server): the plan counts what B lacks"
+    )
     args = parser.parse_args()
 
     from offsetstore.kafka_integration.local_kafka import KafkaCluster
@@ -56,11 +62,13 @@ def main() -> None:
         seconds = []
         for i in range(args.repeats):
             started = time.perf_counter()
-            plan = plan_switch(description, b.client_config())
+            plan = plan_switch(description, b.client_config(), source=a.client_config() if args.with_source else None)
             seconds.append(time.perf_counter() - started)
             got = {(p.topic, p.partition): (p.target_offset, p.method) for p in plan.partitions}
             want = {tp: (o, "exact") for tp, o in expected.items()}
             assert got == want, f"{sum(got[k] != want[k] for k in want)} partitions planned wrong"
+            missing = {p.missing for p in plan.partitions}
+            assert missing == ({0} if args.with_source else {None}), missing
             print(f"repeat {i + 1}: planned {len(plan.partitions)} partitions exactly in {seconds[-1]:.2f} s")
         print(f"plan of {len(expected)} partitions: median {statistics.median(seconds):.2f} s (goal: <= 30 s)")
 

@@ -189,26 +189,37 @@ class SwitchPlanner:
         """Each partition of ``description`` placed on B."""
         b, a = self._b, self._a
         assert b is not None, "enter the planner first"
-        moves = []
-        for p in description.partitions:
-            tp_b = TopicPartition(self.topic_name(p.topic), p.partition)
-            moves.append(
-                _place(
-                    b,
-                    p.topic,
-                    p.partition,
-                    tp_b,
-                    p.offset,
-                    p.fingerprint,
-                    self._syncs,
-                    self.offset_preserving,
-                    self.scan_limit,
-                    self.wait_seconds,
-                    self.timeout,
-                )  # fmt: skip
-            )
+        targets = [TopicPartition(self.topic_name(p.topic), p.partition) for p in description.partitions]
+        # Every fingerprinted record looked up at once: one time-index request, one scan of all partitions.
+        wanted = {
+            tp_b: p.fingerprint
+            for p, tp_b in zip(description.partitions, targets, strict=True)
+            if p.offset >= 0 and p.fingerprint is not None
+        }
+        found = _find_records(b, wanted, self.scan_limit, self.timeout)
+        deadline = time.monotonic() + self.wait_seconds
+        while any(v is None for v in found.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            missing = {tp: wanted[tp] for tp, v in found.items() if v is None}
+            found.update(_find_records(b, missing, self.scan_limit, self.timeout))
+        moves = [
+            _place(
+                b,
+                p.topic,
+                p.partition,
+                tp_b,
+                p.offset,
+                p.fingerprint,
+                found.get(tp_b),
+                self._syncs,
+                self.offset_preserving,
+                self.scan_limit,
+                self.timeout,
+            )  # fmt: skip
+            for p, tp_b in zip(description.partitions, targets, strict=True)
+        ]
         if a is not None:
-            moves = [_count_missing(a, b, m, self.timeout) for m in moves]
+            moves = _count_missing(a, b, moves, self.timeout)
         return SwitchPlan(
             description.group_id, description.generation, description.kafka_cluster_id, self.to_cluster_id, moves
         )
@@ -244,10 +255,10 @@ def _place(
     tp_b: TopicPartition,
     offset: int,
     fp: RecordFingerprint | None,
+    found: tuple[int, int] | None,
     syncs: Mapping[TopicPartition, list[tuple[int, int]]],
     offset_preserving: bool,
     scan_limit: int,
-    wait_seconds: float,
     timeout: float,
 ) -> PartitionSwitch:
     def move(target: int, method: str, rereads: int | None, note: str = "") -> PartitionSwitch:
@@ -257,12 +268,6 @@ def _place(
     if offset < 0:
         return move(offset, "identity", None, "a placeholder (-2 earliest, -1 latest) means the same on B")
     if fp is not None:
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            found = _find_record(b, tp_b, fp, scan_limit, timeout)
-            if found is not None or time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
         if found is not None:
             at, copies = found
             return move(
@@ -289,23 +294,72 @@ def _place(
     return move(-1, "none", None, "; ".join(notes))
 
 
-def _find_record(
-    b: confluent_kafka.Consumer, tp: TopicPartition, fp: RecordFingerprint, scan_limit: int, timeout: float
-) -> tuple[int, int] | None:
-    """The offset on B of the record ``fp`` identifies and how many identical copies follow it; None: not found."""
-    start = _offset_for_time(b, tp, fp.timestamp_ms, timeout, at_end=None)
-    if start is None:
-        return None  # no record that recent on B (yet)
-    found: int | None = None
-    copies = 0
-    for m in _read(b, tp, start, scan_limit, timeout):
-        same = m.timestamp()[1] == fp.timestamp_ms and digest(m.key(), m.value(), m.headers()) == fp.digest
-        if same:
-            found = m.offset() if found is None else found
-            copies += 1
-        elif found is not None and m.timestamp()[1] != fp.timestamp_ms:
-            break  # past the record and any copy of it with the same timestamp
-    return None if found is None else (found, copies)
+def _find_records(
+    b: confluent_kafka.Consumer,
+    wanted: Mapping[TopicPartition, RecordFingerprint],
+    scan_limit: int,
+    timeout: float,
+) -> dict[TopicPartition, tuple[int, int] | None]:
+    """Per partition, the offset on B of the record its fingerprint identifies and how many identical copies follow it.
+
+    None where it is not within ``scan_limit`` records of the first at its timestamp. One
+    ``offsets_for_times`` for every partition, then one scan of them all together: a partition
+    is paused once its record (and any copy) is passed, at its end, or at ``scan_limit``.
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    result: dict[TopicPartition, tuple[int, int] | None] = dict.fromkeys(wanted)
+    if not wanted:
+        return result
+    answers = b.offsets_for_times(
+        [KafkaPartition(tp.topic, tp.partition, fp.timestamp_ms) for tp, fp in wanted.items()], timeout=timeout
+    )
+    starts = {}
+    for answer in answers:
+        if answer.error is not None:
+            raise ValueError(f"cluster B has no partition {answer.topic}:{answer.partition}: {answer.error}")
+        if answer.offset >= 0:  # else no record that recent on B (yet)
+            starts[TopicPartition(answer.topic, answer.partition)] = answer.offset
+    if not starts or scan_limit <= 0:
+        return result
+    state = {tp: [None, 0, 0] for tp in starts}  # found offset, copies, records read
+    open_ = set(starts)
+    b.assign([KafkaPartition(tp.topic, tp.partition, at) for tp, at in starts.items()])
+    deadline = time.monotonic() + timeout
+    try:
+        while open_ and time.monotonic() < deadline:
+            done = []
+            for m in b.consume(1000, timeout=0.5):
+                tp = TopicPartition(m.topic(), m.partition())
+                if tp not in open_:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
+                    done.append(tp)
+                    continue
+                deadline = time.monotonic() + timeout
+                fp, seen = wanted[tp], state[tp]
+                seen[2] += 1
+                if m.timestamp()[1] == fp.timestamp_ms and digest(m.key(), m.value(), m.headers()) == fp.digest:
+                    seen[0] = m.offset() if seen[0] is None else seen[0]
+                    seen[1] += 1
+                elif seen[0] is not None and m.timestamp()[1] != fp.timestamp_ms:
+                    done.append(tp)  # past the record and any copy of it with the same timestamp
+                    continue
+                if seen[2] >= scan_limit:
+                    done.append(tp)
+            if done:
+                open_.difference_update(done)
+                b.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
+    finally:
+        # A pause outlives the assignment in librdkafka: the next read of the partition would get nothing.
+        b.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts])
+        b.unassign()
+    for tp, (at, copies, _) in state.items():
+        result[tp] = None if at is None else (at, copies)
+    return result
 
 
 def _offset_for_time(
@@ -382,18 +436,64 @@ def _parse_sync(key: bytes | None, value: bytes | None) -> tuple[TopicPartition,
 
 
 def _count_missing(
-    a: confluent_kafka.Consumer, b: confluent_kafka.Consumer, move: PartitionSwitch, timeout: float
-) -> PartitionSwitch:
-    """``move`` with the records A holds past the group's offset that B lacks past the target, counted by digest."""
-    if move.source_offset < 0 or move.target_offset < 0:
-        return move
-    on_a = collections.Counter(
-        digest(m.key(), m.value(), m.headers())
-        for m in _read(a, TopicPartition(move.topic, move.partition), move.source_offset, 10_000_000, timeout)
-    )
-    on_b = collections.Counter(
-        digest(m.key(), m.value(), m.headers())
-        for m in _read(b, TopicPartition(move.target_topic, move.partition), move.target_offset, 10_000_000, timeout)
-    )
-    missing = sum((on_a - on_b).values())
-    return PartitionSwitch(**{**move.__dict__, "missing": missing})
+    a: confluent_kafka.Consumer, b: confluent_kafka.Consumer, moves: list[PartitionSwitch], timeout: float
+) -> list[PartitionSwitch]:
+    """``moves`` with the records A holds past the group's offset that B lacks past the target, counted by digest."""
+    placed = [m for m in moves if m.source_offset >= 0 and m.target_offset >= 0]
+    on_a = _digests(a, {TopicPartition(m.topic, m.partition): m.source_offset for m in placed}, timeout)
+    on_b = _digests(b, {TopicPartition(m.target_topic, m.partition): m.target_offset for m in placed}, timeout)
+    counted = {
+        id(m): sum(
+            (on_a[TopicPartition(m.topic, m.partition)] - on_b[TopicPartition(m.target_topic, m.partition)]).values()
+        )
+        for m in placed
+    }
+    return [PartitionSwitch(**{**m.__dict__, "missing": counted[id(m)]}) if id(m) in counted else m for m in moves]
+
+
+def _digests(
+    consumer: confluent_kafka.Consumer, starts: Mapping[TopicPartition, int], timeout: float
+) -> dict[TopicPartition, collections.Counter[bytes]]:
+    """Per partition, the digests of its committed records from its start to its log end as it is now: one scan of all."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    found: dict[TopicPartition, collections.Counter[bytes]] = {tp: collections.Counter() for tp in starts}
+    ends = {
+        tp: consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)[1] for tp in starts
+    }
+    open_ = {tp for tp, at in starts.items() if at < ends[tp]}
+    if not open_:
+        return found
+    consumer.assign([KafkaPartition(tp.topic, tp.partition, starts[tp]) for tp in open_])
+    deadline = time.monotonic() + timeout
+    try:
+        while open_ and time.monotonic() < deadline:
+            done = []
+            for m in consumer.consume(1000, timeout=0.5):
+                tp = TopicPartition(m.topic(), m.partition())
+                if tp not in open_:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
+                    done.append(tp)  # the last record's offset is below the end: markers past it
+                    continue
+                deadline = time.monotonic() + timeout
+                found[tp][digest(m.key(), m.value(), m.headers())] += 1
+                if m.offset() + 1 >= ends[tp]:
+                    done.append(tp)
+            # Past the last record only markers or aborted records may remain, and no end-of-partition
+            # event may come for them (seen on A's transactional topic): the position says it is read.
+            for kp in consumer.position([KafkaPartition(tp.topic, tp.partition) for tp in open_]):
+                if kp.offset >= ends[TopicPartition(kp.topic, kp.partition)]:
+                    done.append(TopicPartition(kp.topic, kp.partition))
+            if done:
+                open_.difference_update(done)
+                consumer.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
+    finally:
+        consumer.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts if starts[tp] < ends[tp]])
+        consumer.unassign()
+    if open_:
+        raise ValueError(f"{len(open_)} partitions not read to their end within {timeout} s of no progress")
+    return found

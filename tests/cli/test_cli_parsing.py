@@ -485,3 +485,20 @@ def test_groups_help_says_the_history_holds_adoptions(capsys: pytest.CaptureFixt
             cli_main.main(argv)
         text = " ".join(capsys.readouterr().out.split())
         assert "adoptions" in text and "expiries" in text, argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "give a GROUP or --all-groups"),
+        (["g", "--all-groups", "--prefix", "p"], "give a GROUP or --all-groups"),
+        (["g", "--prefix", "p"], "select groups for --all-groups"),
+        (["--all-groups"], "needs --from-cluster-id ID or --prefix P"),
+    ],
+)
+def test_switch_takes_one_group_or_all_groups_of_a_cluster_or_prefix(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any server or broker is asked (nothing listens on either)."""
+    code = cli.main(["switch", *argv, "--to-bootstrap-server", NOWHERE, "--server", NOWHERE])
+    assert (code, says in capsys.readouterr().err) == (2, True)
