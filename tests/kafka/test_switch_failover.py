@@ -12,12 +12,14 @@ import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from offsetstore.kafka_integration import ExactlyOnceWriter
 from offsetstore.kafka_integration.watermarks import consumer_watermarks
 from tests.fixtures.fix_db import stored_offsets
+from tests.fixtures.fix_kafka import SinkTable
 from tests.fixtures.fix_mirror_maker import MirroredKafka
 from tests.fixtures.mirror_maker import read_partitions, wait_mirrored
 
@@ -37,10 +39,10 @@ class Lane:
     remote: str
     group: str
     rng: random.Random
-    producer: object
-    table: object
-    consumer: object = None
-    writer: ExactlyOnceWriter | None = None
+    producer: Any
+    table: SinkTable
+    consumer: Any = None
+    writer: Any = None
     acked: dict[int, dict[int, str]] = field(default_factory=lambda: {p: {} for p in range(PARTITIONS)})
     unknown: set[str] = field(default_factory=set)  # produced, fate unknown at the kill (no ack, no error seen)
     produced: int = 0
@@ -116,7 +118,9 @@ def test_unplanned_failover_names_the_gap_and_duplicates_nothing(
     for seed in SEEDS:
         name = f"failover-{seed}-{uuid.uuid4().hex[:6]}"
         a.create_topic(name, PARTITIONS)
-        producer = Producer(a.producer_config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5}))
+        producer = Producer(
+            a.producer_config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 0})
+        )
         lane = Lane(seed, name, mirror.remote_topic(name), f"failover-{seed}-{uuid.uuid4().hex[:8]}",
                     random.Random(seed), producer, make_table())  # fmt: skip
         lane.produce(30)
