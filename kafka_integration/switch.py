@@ -23,6 +23,13 @@ method the facts allow:
 A partition none of them places has no target, and a switch refuses to run until it has one.
 With A reachable (``source``), the plan also counts per partition the records A holds past the
 group's offset that B lacks (``missing``): replication that has not caught up, or never will.
+With A unreachable (a failover), it names the gap it can know from the last log end of A the store
+saw (the watermark a consumer on A reported, in the group's description): that end minus the offset
+on A that B's end corresponds to, where an exact placement ties the two (the fingerprinted record
+is at ``source_offset - 1`` on A and ``target_offset - 1`` on B, and B's copy has no control
+records). It is the gap A held when that end was seen: equal to the loss when it was seen after the
+last acknowledged write, less when A was written after it. On a transactional topic the markers
+and aborted records after B's end take offsets too, so there it is a bound in offsets.
 The switch itself is one ResetOffsets with ``to_offsets`` and ``switch_to_cluster_id``: fenced,
 recorded as CHANGE_KIND_SWITCH, and it binds the group to B.
 """
@@ -37,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from offsetstore.core.types import GroupDescription, RecordFingerprint, TopicPartition
+from offsetstore.core.types import GroupDescription, PartitionStatus, RecordFingerprint, TopicPartition
 from offsetstore.kafka_integration._messages import kafka_cluster_id
 from offsetstore.kafka_integration.fingerprints import digest
 
@@ -72,6 +79,11 @@ class PartitionSwitch:
     missing: int | None = None
     #: Why a better method did not apply, or what else is worth saying.
     note: str = ""
+    #: How ``missing`` was had: "read" (A and B read past the offsets, by digest), "watermark" (A unreachable: from
+    #: ``known_log_end``, A's last log end the store saw), or "" (not counted).
+    missing_basis: str = ""
+    #: A's last log end the store saw (a reported watermark), where ``missing`` comes from it.
+    known_log_end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,8 @@ def plan_switch(
     """Each partition of ``description`` placed on cluster ``target`` (a confluent-kafka client config).
 
     ``source``, cluster A's client config when A is reachable, lets the plan count the records B
-    lacks and read offset syncs kept on A (MirrorMaker's default). ``wait_seconds`` waits that long
+    lacks and read offset syncs kept on A (MirrorMaker's default). Without it the gap is named from
+    A's last log end the store saw (each partition's watermark in ``description``), where it can be. ``wait_seconds`` waits that long
     at most for a fingerprinted record that B does not hold yet (replication catching up).
     """
     with _reader(target) as b:
@@ -164,6 +177,8 @@ def plan_switch(
         if source is not None:
             with _reader(source) as a:
                 moves = [_count_missing(a, b, m, timeout) for m in moves]
+        else:
+            moves = [_gap_from_watermark(b, m, p, timeout) for m, p in zip(moves, description.partitions, strict=True)]
     return SwitchPlan(description.group_id, description.generation, description.kafka_cluster_id, to_cluster, moves)
 
 
@@ -349,4 +364,37 @@ def _count_missing(
         for m in _read(b, TopicPartition(move.target_topic, move.partition), move.target_offset, 10_000_000, timeout)
     )
     missing = sum((on_a - on_b).values())
-    return PartitionSwitch(**{**move.__dict__, "missing": missing})
+    return PartitionSwitch(**{**move.__dict__, "missing": missing, "missing_basis": "read"})
+
+
+def _gap_from_watermark(
+    b: confluent_kafka.Consumer, move: PartitionSwitch, status: PartitionStatus, timeout: float
+) -> PartitionSwitch:
+    """``move`` with the records A held past B's end, from A's last log end the store saw; as it was where unknown.
+
+    Only an exact placement ties an offset on A to one on B: B's records from ``target_offset`` on are
+    A's from ``source_offset`` on, one for one (B's copy has no control records), so B's end is A's
+    ``source_offset + (B's end - target_offset)``.
+    """
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    if status.watermark_time is None or status.log_end_offset < 0:
+        return _noted(move, "A unreachable and no log end of A reported to the store: the gap is not known")
+    if move.method != "exact":
+        return _noted(move, "A unreachable and the record is not placed exactly: the gap is not known")
+    end_b = b.get_watermark_offsets(KafkaPartition(move.target_topic, move.partition), timeout=timeout)[1]
+    at_a = move.source_offset + max(0, end_b - move.target_offset)
+    gap = max(0, status.log_end_offset - at_a)
+    seen = f"A's log end {status.log_end_offset} seen {status.watermark_time.isoformat(timespec='seconds')}"
+    return PartitionSwitch(
+        **{
+            **_noted(move, f"{seen}; B ends at A's {at_a}").__dict__,
+            "missing": gap,
+            "missing_basis": "watermark",
+            "known_log_end": status.log_end_offset,
+        }
+    )
+
+
+def _noted(move: PartitionSwitch, note: str) -> PartitionSwitch:
+    return PartitionSwitch(**{**move.__dict__, "note": "; ".join(n for n in (move.note, note) if n)})
