@@ -18,7 +18,10 @@ round does for ``big-001`` (evaluate it over every partition, keep the verdict) 
 long that took: the cost a round pays per 10,000-partition group, once, instead of every page. Timings are
 printed, never asserted (the targets: each ratio <= 1.5, the page <= 2, no call failing).
 
-Usage: ``python bench/scale.py [--calls 40] [--history 10] [--keep]``.
+Usage: ``python bench/scale.py [--calls 40] [--history 10] [--keep] [--baseline TREE]``.
+``--baseline TREE`` serves the big store a second time with another source tree's code (its
+``src`` first on the path, e.g. ``git archive main`` unpacked) and prints the 10,000-partition
+pages on it too, beside its own 16-partition description: before and after in one run.
 ``OFFSETSTORE_BENCH_ADMIN_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)
 is where the databases ``bench_scale_small`` and ``bench_scale_big`` are made; they are
 dropped at the end unless ``--keep``.
@@ -46,6 +49,7 @@ from offsetstore.v1 import offset_store_pb2 as pb
 
 ADMIN = os.environ.get("OFFSETSTORE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SMALL, BIG = "bench_scale_small", "bench_scale_big"
+BASELINE = "baseline"  # the big store served by --baseline's code
 
 _SMALL = """
 INSERT INTO offsetstore.groups (group_id, generation)
@@ -176,6 +180,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40, help="timed calls per probe and store")
     parser.add_argument("--history", type=int, default=10, help="history rows per partition of the big groups")
     parser.add_argument("--keep", action="store_true", help="leave the two databases in place")
+    parser.add_argument("--baseline", help="a source tree whose code serves the big store too (before/after)")
     args = parser.parse_args()
 
     for database in (SMALL, BIG):
@@ -190,6 +195,12 @@ def main() -> None:
                 clients[database] = stack.enter_context(OffsetStoreClient(server.address, timeout=30))
                 _sql(database, _SMALL)
                 _sql(database, "ANALYZE")
+            if args.baseline:
+                env = {**os.environ, "PYTHONPATH": os.path.join(os.path.abspath(args.baseline), "src")}
+                server = stack.enter_context(
+                    served(extra_args=["--processes", "1", "--maintenance-interval", "1h"], env=env)
+                )
+                clients[BASELINE] = stack.enter_context(OffsetStoreClient(server.address, timeout=30))
             with psycopg.connect(_url(BIG), autocommit=True) as conn:
                 tables = conn.execute(
                     "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -218,6 +229,8 @@ def main() -> None:
                 results[phase] = measure(clients, args.calls)
                 print(f"{phase}: measured, load {before} -> {_load()}", flush=True)
             _print(results)
+            if args.baseline:
+                _print_baseline(results)
     finally:
         if not args.keep:
             for database in (SMALL, BIG):
@@ -255,6 +268,20 @@ def _print(results: dict[str, tuple[dict[str, dict[str, float]], dict[str, int]]
             cells.append(cell)
         print(f"| {name} | {small} | {cells[0]} | {cells[1]} |")
     print(f"\nfailed calls: stale {sum(stale_failed.values())}, analyzed {sum(fresh_failed.values())}; load {_load()}")
+
+
+def _print_baseline(results: dict[str, tuple[dict[str, dict[str, float]], dict[str, int]]]) -> None:
+    print("\n| the big store's pages of 100, each ÷ its server's 16-partition description | stale | analyzed |")
+    print("|---|---|---|")
+    for name in results["stale"][0]:
+        if "10,000" not in name:
+            continue
+        for database, label in ((BASELINE, "baseline code"), (BIG, "this code")):
+            cells = []
+            for p50, _failed in results.values():
+                value, by = p50[name].get(database), p50["DescribeGroup, 16 partitions"].get(database)
+                cells.append("failed" if value is None or by is None else f"x{value / by:.2f} ({value:.1f} ms)")
+            print(f"| {name}, {label} | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ SWITCH_HELP = (
     "found on B; offset-syncs: MirrorMaker 2's mm2-offset-syncs topic, conservative; timestamp: B's time "
     "index, conservative; identity: with --offset-preserving) and at most how many records are read again. "
     "With --from-bootstrap-server (cluster A, when it is reachable) it also counts the records A holds past "
-    "the offset that B lacks. --execute fences the group first (stop its consumers on A), plans again, and "
+    "the offset that B lacks; without it (A unreachable: a failover) MISSING is the gap from A's last log end "
+    "the store saw (the watermark its consumer on A last reported), where the record is placed exactly: the "
+    "records A held then past B's end (more may have been written after). --execute fences the group first "
+    "(stop its consumers on A), plans again, and "
     "sets every offset in one reset recorded as CHANGE_KIND_SWITCH with both cluster ids; the group is then "
     "bound to B. Needs the kafka extra."
 )
@@ -178,6 +181,8 @@ def cmd_switch(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
                         "method": p.method,
                         "rereads_at_most": p.rereads,
                         "missing": p.missing,
+                        "missing_basis": p.missing_basis,
+                        "known_log_end": p.known_log_end,
                         "note": p.note,
                     }
                     for p in rows

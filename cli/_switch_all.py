@@ -185,6 +185,8 @@ def _outcome_json(o: GroupOutcome) -> dict[str, Any]:
                 "method": p.method,
                 "rereads_at_most": p.rereads,
                 "missing": p.missing,
+                "missing_basis": p.missing_basis,
+                "known_log_end": p.known_log_end,
                 "note": p.note,
             }
             for p in (o.plan.partitions if o.plan else [])

@@ -68,6 +68,7 @@ class Scan(enum.Enum):
     NOTHING = options_pb2.SCAN_UNSPECIFIED
     GROUP = options_pb2.SCAN_GROUP  # every partition of the request's group_id
     PREFIX = options_pb2.SCAN_PREFIX  # every partition of the groups of the request's page
+    VERDICT = options_pb2.SCAN_GROUP_VERDICT  # GROUP, unless a kept verdict serves the first page
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,11 @@ _CALL: Any = options_pb2.call
 
 
 # The request fields each scan reads (server/scan_cost.py).
-_SCANNED = {options_pb2.SCAN_GROUP: ("group_id",), options_pb2.SCAN_PREFIX: ("prefix", "page_size", "page_token")}
+_SCANNED = {
+    options_pb2.SCAN_GROUP: ("group_id",),
+    options_pb2.SCAN_GROUP_VERDICT: ("group_id", "page_size"),
+    options_pb2.SCAN_PREFIX: ("prefix", "page_size", "page_token"),
+}
 
 
 def facts_of(method: MethodDescriptor) -> CallFacts:

@@ -23,23 +23,38 @@ method the facts allow:
 A partition none of them places has no target, and a switch refuses to run until it has one.
 With A reachable (``source``), the plan also counts per partition the records A holds past the
 group's offset that B lacks (``missing``): replication that has not caught up, or never will.
+With A unreachable (a failover), it names the gap it can know from the last log end of A the store
+saw (the watermark a consumer on A reported, in the group's description): that end minus the offset
+on A that B's end corresponds to, where an exact placement ties the two (the fingerprinted record
+is at ``source_offset - 1`` on A and ``target_offset - 1`` on B, and B's copy has no control
+records). It is the gap A held when that end was seen: equal to the loss when it was seen after the
+last acknowledged write, less when A was written after it. On a transactional topic the markers
+and aborted records after B's end take offsets too, so there it is a bound in offsets.
 The switch itself is one ResetOffsets with ``to_offsets`` and ``switch_to_cluster_id``: fenced,
-recorded as CHANGE_KIND_SWITCH, and it binds the group to B.
+recorded as CHANGE_KIND_SWITCH, and it binds the group to B. :class:`SwitchPlanner` plans many
+groups over one set of clients; its reads of Kafka, batched over all of a group's partitions, are
+:mod:`._switch_reads`'s.
 """
 
 from __future__ import annotations
 
 import collections
-import struct
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from offsetstore.core.types import GroupDescription, RecordFingerprint, TopicPartition
+from offsetstore.core.types import GroupDescription, PartitionStatus, RecordFingerprint, TopicPartition
 from offsetstore.kafka_integration._messages import kafka_cluster_id
-from offsetstore.kafka_integration.fingerprints import digest
+from offsetstore.kafka_integration._switch_reads import (
+    digests,
+    find_records,
+    log_ends,
+    offset_for_time,
+    offset_syncs,
+    reader,
+)
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -48,8 +63,6 @@ __all__ = ["PartitionSwitch", "SwitchPlan", "SwitchPlanner", "plan_switch", "top
 
 #: The methods, best first.
 METHODS = ("exact", "offset-syncs", "timestamp", "identity")
-#: MirrorMaker 2's offset-syncs topics: ``mm2-offset-syncs.<cluster alias>.internal``.
-OFFSET_SYNCS_PREFIX = "mm2-offset-syncs."
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,11 @@ class PartitionSwitch:
     missing: int | None = None
     #: Why a better method did not apply, or what else is worth saying.
     note: str = ""
+    #: How ``missing`` was had: "read" (A and B read past the offsets, by digest), "watermark" (A unreachable: from
+    #: ``known_log_end``, A's last log end the store saw), or "" (not counted).
+    missing_basis: str = ""
+    #: A's last log end the store saw (a reported watermark), where ``missing`` comes from it.
+    known_log_end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,8 +151,10 @@ def plan_switch(
     """Each partition of ``description`` placed on cluster ``target`` (a confluent-kafka client config).
 
     ``source``, cluster A's client config when A is reachable, lets the plan count the records B
-    lacks and read offset syncs kept on A (MirrorMaker's default). ``wait_seconds`` waits that long
-    at most for a fingerprinted record that B does not hold yet (replication catching up).
+    lacks and read offset syncs kept on A (MirrorMaker's default). Without it the gap is named from
+    A's last log end the store saw (each partition's watermark in ``description``), where it can be.
+    ``wait_seconds`` waits that long at most for a fingerprinted record that B does not hold yet
+    (replication catching up).
     """
     with SwitchPlanner(target, source=source, topic_name=topic_name, offset_preserving=offset_preserving,
                        scan_limit=scan_limit, wait_seconds=wait_seconds, timeout=timeout) as planner:  # fmt: skip
@@ -171,12 +191,12 @@ class SwitchPlanner:
 
     def __enter__(self) -> SwitchPlanner:
         with ExitStack() as stack:
-            self._b = b = stack.enter_context(_reader(self.target))
+            self._b = b = stack.enter_context(reader(self.target))
             self.to_cluster_id = kafka_cluster_id(b, self.timeout)
-            self._syncs = _offset_syncs(b, self.timeout)
+            self._syncs = offset_syncs(b, self.timeout)
             if self.source is not None:
-                self._a = a = stack.enter_context(_reader(self.source))
-                for key, pairs in _offset_syncs(a, self.timeout).items():
+                self._a = a = stack.enter_context(reader(self.source))
+                for key, pairs in offset_syncs(a, self.timeout).items():
                     self._syncs.setdefault(key, pairs)
             self._stack = stack.pop_all()
         return self
@@ -196,12 +216,12 @@ class SwitchPlanner:
             for p, tp_b in zip(description.partitions, targets, strict=True)
             if p.offset >= 0 and p.fingerprint is not None
         }
-        found = _find_records(b, wanted, self.scan_limit, self.timeout)
+        found = find_records(b, wanted, self.scan_limit, self.timeout)
         deadline = time.monotonic() + self.wait_seconds
         while any(v is None for v in found.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
             missing = {tp: wanted[tp] for tp, v in found.items() if v is None}
-            found.update(_find_records(b, missing, self.scan_limit, self.timeout))
+            found.update(find_records(b, missing, self.scan_limit, self.timeout))
         moves = [
             _place(
                 b,
@@ -220,32 +240,11 @@ class SwitchPlanner:
         ]
         if a is not None:
             moves = _count_missing(a, b, moves, self.timeout)
+        else:
+            moves = _gaps_from_watermarks(b, moves, description.partitions, self.timeout)
         return SwitchPlan(
             description.group_id, description.generation, description.kafka_cluster_id, self.to_cluster_id, moves
         )
-
-
-@contextmanager
-def _reader(config: Mapping[str, Any]) -> Iterator[confluent_kafka.Consumer]:
-    """A consumer that never joins a group nor commits: look-ups and reads by assignment only."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": "offsetstore-switch",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # Reads end at the log end: do not wait there for more (librdkafka's default is 500 ms a fetch).
-            "fetch.wait.max.ms": 20,
-        }
-    )
-    try:
-        yield consumer
-    finally:
-        consumer.close()
 
 
 def _place(
@@ -287,152 +286,11 @@ def _place(
     if pairs:
         notes.append("every offset sync is past the offset")
     if fp is not None:
-        at = _offset_for_time(b, tp_b, fp.timestamp_ms, timeout)
+        at = offset_for_time(b, tp_b, fp.timestamp_ms, timeout)
         return move(at, "timestamp", None, "; ".join(notes))
     if offset_preserving:
         return move(offset, "identity", 0, "; ".join(notes))
     return move(-1, "none", None, "; ".join(notes))
-
-
-def _find_records(
-    b: confluent_kafka.Consumer,
-    wanted: Mapping[TopicPartition, RecordFingerprint],
-    scan_limit: int,
-    timeout: float,
-) -> dict[TopicPartition, tuple[int, int] | None]:
-    """Per partition, the offset on B of the record its fingerprint identifies and how many identical copies follow it.
-
-    None where it is not within ``scan_limit`` records of the first at its timestamp. One
-    ``offsets_for_times`` for every partition, then one scan of them all together: a partition
-    is paused once its record (and any copy) is passed, at its end, or at ``scan_limit``.
-    """
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    result: dict[TopicPartition, tuple[int, int] | None] = dict.fromkeys(wanted)
-    if not wanted:
-        return result
-    answers = b.offsets_for_times(
-        [KafkaPartition(tp.topic, tp.partition, fp.timestamp_ms) for tp, fp in wanted.items()], timeout=timeout
-    )
-    starts = {}
-    for answer in answers:
-        if answer.error is not None:
-            raise ValueError(f"cluster B has no partition {answer.topic}:{answer.partition}: {answer.error}")
-        if answer.offset >= 0:  # else no record that recent on B (yet)
-            starts[TopicPartition(answer.topic, answer.partition)] = answer.offset
-    if not starts or scan_limit <= 0:
-        return result
-    state = {tp: [None, 0, 0] for tp in starts}  # found offset, copies, records read
-    open_ = set(starts)
-    b.assign([KafkaPartition(tp.topic, tp.partition, at) for tp, at in starts.items()])
-    deadline = time.monotonic() + timeout
-    try:
-        while open_ and time.monotonic() < deadline:
-            done = []
-            for m in b.consume(1000, timeout=0.5):
-                tp = TopicPartition(m.topic(), m.partition())
-                if tp not in open_:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
-                    done.append(tp)
-                    continue
-                deadline = time.monotonic() + timeout
-                fp, seen = wanted[tp], state[tp]
-                seen[2] += 1
-                if m.timestamp()[1] == fp.timestamp_ms and digest(m.key(), m.value(), m.headers()) == fp.digest:
-                    seen[0] = m.offset() if seen[0] is None else seen[0]
-                    seen[1] += 1
-                elif seen[0] is not None and m.timestamp()[1] != fp.timestamp_ms:
-                    done.append(tp)  # past the record and any copy of it with the same timestamp
-                    continue
-                if seen[2] >= scan_limit:
-                    done.append(tp)
-            if done:
-                open_.difference_update(done)
-                b.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
-    finally:
-        # A pause outlives the assignment in librdkafka: the next read of the partition would get nothing.
-        b.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts])
-        b.unassign()
-    for tp, (at, copies, _) in state.items():
-        result[tp] = None if at is None else (at, copies)
-    return result
-
-
-def _offset_for_time(
-    b: confluent_kafka.Consumer, tp: TopicPartition, millis: int, timeout: float, at_end: int | None = -1
-) -> Any:
-    """The first offset with a timestamp at or after ``millis``; where none, the log end (or ``at_end`` when None)."""
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    (answer,) = b.offsets_for_times([KafkaPartition(tp.topic, tp.partition, millis)], timeout=timeout)
-    if answer.error is not None:
-        raise ValueError(f"cluster B has no partition {tp.topic}:{tp.partition}: {answer.error}")
-    if answer.offset >= 0:
-        return answer.offset
-    if at_end is None:
-        return None
-    return b.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)[1]
-
-
-def _read(
-    consumer: confluent_kafka.Consumer, tp: TopicPartition, start: int, limit: int, timeout: float
-) -> Iterator[confluent_kafka.Message]:
-    """At most ``limit`` committed records of ``tp`` from ``start`` to the log end as it is now."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    end = consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)[1]
-    if start >= end or limit <= 0:
-        return
-    consumer.assign([KafkaPartition(tp.topic, tp.partition, start)])
-    read = 0
-    deadline = time.monotonic() + timeout
-    try:
-        while read < limit and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return
-                raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
-            deadline = time.monotonic() + timeout
-            read += 1
-            yield m
-            if m.offset() + 1 >= end:
-                return
-    finally:
-        consumer.unassign()
-
-
-def _offset_syncs(consumer: confluent_kafka.Consumer, timeout: float) -> dict[TopicPartition, list[tuple[int, int]]]:
-    """MirrorMaker 2's offset syncs found on this cluster: per upstream partition, (upstream, downstream) pairs."""
-    found: dict[TopicPartition, list[tuple[int, int]]] = collections.defaultdict(list)
-    topics = [t for t in consumer.list_topics(timeout=timeout).topics if t.startswith(OFFSET_SYNCS_PREFIX)]
-    for topic in topics:
-        for m in _read(consumer, TopicPartition(topic, 0), 0, 10_000_000, timeout):
-            parsed = _parse_sync(m.key(), m.value())
-            if parsed is not None:
-                tp, upstream, downstream = parsed
-                found[tp].append((upstream, downstream))
-    return found
-
-
-def _parse_sync(key: bytes | None, value: bytes | None) -> tuple[TopicPartition, int, int] | None:
-    """An OffsetSync record: key (topic: int16 length + UTF-8, partition: int32), value (upstream, downstream: int64)."""
-    if key is None or value is None or len(key) < 6 or len(value) < 16:
-        return None
-    (n,) = struct.unpack_from(">h", key)
-    if len(key) < 2 + n + 4:
-        return None
-    topic = key[2 : 2 + n].decode()
-    (partition,) = struct.unpack_from(">i", key, 2 + n)
-    upstream, downstream = struct.unpack_from(">qq", value)
-    return TopicPartition(topic, partition), upstream, downstream
 
 
 def _count_missing(
@@ -440,60 +298,57 @@ def _count_missing(
 ) -> list[PartitionSwitch]:
     """``moves`` with the records A holds past the group's offset that B lacks past the target, counted by digest."""
     placed = [m for m in moves if m.source_offset >= 0 and m.target_offset >= 0]
-    on_a = _digests(a, {TopicPartition(m.topic, m.partition): m.source_offset for m in placed}, timeout)
-    on_b = _digests(b, {TopicPartition(m.target_topic, m.partition): m.target_offset for m in placed}, timeout)
+    on_a = digests(a, {TopicPartition(m.topic, m.partition): m.source_offset for m in placed}, timeout)
+    on_b = digests(b, {TopicPartition(m.target_topic, m.partition): m.target_offset for m in placed}, timeout)
     counted = {
         id(m): sum(
             (on_a[TopicPartition(m.topic, m.partition)] - on_b[TopicPartition(m.target_topic, m.partition)]).values()
         )
         for m in placed
     }
-    return [PartitionSwitch(**{**m.__dict__, "missing": counted[id(m)]}) if id(m) in counted else m for m in moves]
+    return [
+        PartitionSwitch(**{**m.__dict__, "missing": counted[id(m)], "missing_basis": "read"}) if id(m) in counted else m
+        for m in moves
+    ]
 
 
-def _digests(
-    consumer: confluent_kafka.Consumer, starts: Mapping[TopicPartition, int], timeout: float
-) -> dict[TopicPartition, collections.Counter[bytes]]:
-    """Per partition, the digests of its committed records from its start to its log end as it is now: one scan of all."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartition
+def _gaps_from_watermarks(
+    b: confluent_kafka.Consumer, moves: list[PartitionSwitch], statuses: Sequence[PartitionStatus], timeout: float
+) -> list[PartitionSwitch]:
+    """``moves`` with the records A held past B's end, from A's last log end the store saw (A unreachable).
 
-    found: dict[TopicPartition, collections.Counter[bytes]] = {tp: collections.Counter() for tp in starts}
-    ends = {
-        tp: consumer.get_watermark_offsets(KafkaPartition(tp.topic, tp.partition), timeout=timeout)[1] for tp in starts
-    }
-    open_ = {tp for tp, at in starts.items() if at < ends[tp]}
-    if not open_:
-        return found
-    consumer.assign([KafkaPartition(tp.topic, tp.partition, starts[tp]) for tp in open_])
-    deadline = time.monotonic() + timeout
-    try:
-        while open_ and time.monotonic() < deadline:
-            done = []
-            for m in consumer.consume(1000, timeout=0.5):
-                tp = TopicPartition(m.topic(), m.partition())
-                if tp not in open_:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
-                    done.append(tp)  # the last record's offset is below the end: markers past it
-                    continue
-                deadline = time.monotonic() + timeout
-                found[tp][digest(m.key(), m.value(), m.headers())] += 1
-                if m.offset() + 1 >= ends[tp]:
-                    done.append(tp)
-            # Past the last record only markers or aborted records may remain, and no end-of-partition
-            # event may come for them (seen on A's transactional topic): the position says it is read.
-            for kp in consumer.position([KafkaPartition(tp.topic, tp.partition) for tp in open_]):
-                if kp.offset >= ends[TopicPartition(kp.topic, kp.partition)]:
-                    done.append(TopicPartition(kp.topic, kp.partition))
-            if done:
-                open_.difference_update(done)
-                consumer.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
-    finally:
-        consumer.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts if starts[tp] < ends[tp]])
-        consumer.unassign()
-    if open_:
-        raise ValueError(f"{len(open_)} partitions not read to their end within {timeout} s of no progress")
-    return found
+    B's log end is asked only for the partitions where the gap can be named: placed exactly, with a
+    log end of A reported.
+    """
+    pairs = list(zip(moves, statuses, strict=True))
+    named = [m for m, s in pairs if m.method == "exact" and s.watermark_time is not None and s.log_end_offset >= 0]
+    ends = log_ends(b, {TopicPartition(m.target_topic, m.partition) for m in named}, timeout)
+    return [_gap_from_watermark(m, s, ends.get(TopicPartition(m.target_topic, m.partition))) for m, s in pairs]
+
+
+def _gap_from_watermark(move: PartitionSwitch, status: PartitionStatus, end_b: int | None) -> PartitionSwitch:
+    """``move`` with the records A held past B's end ``end_b``, from A's last log end the store saw; as it was where unknown.
+
+    Only an exact placement ties an offset on A to one on B: B's records from ``target_offset`` on are
+    A's from ``source_offset`` on, one for one (B's copy has no control records), so B's end is A's
+    ``source_offset + (B's end - target_offset)``.
+    """
+    if status.watermark_time is None or status.log_end_offset < 0:
+        return _noted(move, "A unreachable and no log end of A reported to the store: the gap is not known")
+    if move.method != "exact" or end_b is None:
+        return _noted(move, "A unreachable and the record is not placed exactly: the gap is not known")
+    at_a = move.source_offset + max(0, end_b - move.target_offset)
+    gap = max(0, status.log_end_offset - at_a)
+    seen = f"A's log end {status.log_end_offset} seen {status.watermark_time.isoformat(timespec='seconds')}"
+    return PartitionSwitch(
+        **{
+            **_noted(move, f"{seen}; B ends at A's {at_a}").__dict__,
+            "missing": gap,
+            "missing_basis": "watermark",
+            "known_log_end": status.log_end_offset,
+        }
+    )
+
+
+def _noted(move: PartitionSwitch, note: str) -> PartitionSwitch:
+    return PartitionSwitch(**{**move.__dict__, "note": "; ".join(n for n in (move.note, note) if n)})

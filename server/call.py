@@ -202,6 +202,11 @@ class Call:
         """What the call reads beyond its page (NOTHING for a later page of a scanning read)."""
         return self.facts.scans(self.message)
 
+    @property
+    def page_size(self) -> int:
+        """The request's ``page_size`` (a scan that reads it: :data:`~offsetstore.core.calls.Scan`)."""
+        return self._int("page_size")
+
     def page(self) -> tuple[str, int, str]:
         """(prefix, page_size, page_token) of a prefix scan (ListGroups)."""
         return self.prefix, self._int("page_size"), self._text("page_token")

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from offsetstore.core.errors import GroupCommittedError
+from offsetstore.core.errors import GroupCommittedError, OffsetStoreError
 from offsetstore.core.types import OffsetCommit, TopicPartition
 from offsetstore.runtime.store import Store
 from offsetstore.storage.observe import observed_group_ids
+from offsetstore.storage.validate import MAX_PARTITIONS
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -178,7 +179,10 @@ class KafkaGroupObserver:
     def _observe(self, group: str, committed: dict[TopicPartition, tuple[int, str]], cluster: str, share: int) -> int:
         """Records ``share`` of the group's positions from its cursor on, and the ones Kafka lost."""
         stored = set(self.store.fetch_offsets(group).offsets)
-        lost = sorted(stored - committed.keys())
+        # One call takes 10,000 partitions of each: a group wider than that that Kafka lost is flagged by its
+        # first 10,000 (its count capped there), and a page is never wider, whatever --watermarks-kafka-max-partitions.
+        lost = sorted(stored - committed.keys())[:MAX_PARTITIONS]
+        share = min(share, MAX_PARTITIONS)
         ordered = sorted(committed)
         after = self._cursors.get(group)
         start = 0 if after is None else next((i for i, tp in enumerate(ordered) if tp > after), len(ordered))
@@ -201,6 +205,9 @@ class KafkaGroupObserver:
                 f"kafka group {group} has a group of the same id committed to offsetstore: not observed "
                 "(its writers' positions are never overwritten)",
             )
+            return 0
+        except OffsetStoreError as error:  # this group's, counted and said: the round goes on to the other groups
+            self._failed("store", error)
             return 0
         self.changed.inc(moved)
         return moved

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, and_, bindparam, delete, func, literal_column, not_, or_, select
+from sqlalchemy import Connection, Integer, Select, and_, bindparam, delete, func, literal_column, not_, or_, select
 from sqlalchemy.dialects.postgresql import insert
 
 from offsetstore.core.types import GroupStatus
@@ -42,6 +42,7 @@ __all__ = [
     "evaluate_steps",
     "keep",
     "kept_reason",
+    "serves",
     "verdict_of",
 ]
 
@@ -154,6 +155,26 @@ def keep(conn: Connection, evaluated: Evaluated, reset_count: int) -> None:
             set_={name: statement.excluded[name] for name in row if name != "group_id"},
         )
     )
+
+
+def serves(conn: Connection, group_id: str, window: float, max_age: float) -> bool:
+    """Whether a verdict kept under ``window`` no older than ``max_age`` seconds serves the group's first page.
+
+    The conditions :mod:`.describe` reads it under (the group live, no reset since), with a
+    stricter age: one probe of each primary key.
+    """
+    query: Select[Any] = (
+        select(literal_column("1"))
+        .select_from(groups.join(group_verdicts, groups.c.group_id == group_verdicts.c.group_id))
+        .where(
+            groups.c.group_id == group_id,
+            groups.c.deleted_at.is_(None),
+            group_verdicts.c.status_window == window,
+            group_verdicts.c.reset_count == groups.c.reset_count,
+            group_verdicts.c.evaluated_at >= func.statement_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, max_age),
+        )
+    )
+    return conn.execute(query).first() is not None
 
 
 def drop_unused(conn: Connection, window: float) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, func, or_, select, text, update
+from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Integer, Text, func, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import GroupCommittedError
@@ -112,25 +112,29 @@ def observe_offsets(
     if not moved:
         return 0
     when = now(conn)
-    stmt = pg_insert(offsets)
+    # One statement over arrays (as the history's), not a row each.
+    rows = (
+        func.unnest(
+            literal([c.topic for c in moved], ARRAY(Text)),
+            literal([c.partition for c in moved], ARRAY(Integer)),
+            literal([c.offset for c in moved], ARRAY(BigInteger)),
+            literal([c.metadata for c in moved], ARRAY(Text)),
+        )
+        .table_valued("topic", "partition", "offset", "metadata")
+        .render_derived(with_types=False)
+    )
+    stmt = pg_insert(offsets).from_select(
+        ["group_id", "topic", "partition", "offset", "metadata", "commit_time"],
+        select(
+            literal(group_id, Text), rows.c.topic, rows.c.partition, rows.c.offset, rows.c.metadata,
+            literal(when, DateTime(timezone=True)),
+        ),
+    )  # fmt: skip
     stmt = stmt.on_conflict_do_update(
         index_elements=[offsets.c.group_id, offsets.c.topic, offsets.c.partition],
         set_={"offset": stmt.excluded.offset, "metadata": stmt.excluded.metadata, "commit_time": when},
     )
-    conn.execute(
-        stmt,
-        [
-            {
-                "group_id": group_id,
-                "topic": c.topic,
-                "partition": c.partition,
-                "offset": c.offset,
-                "metadata": c.metadata,
-                "commit_time": when,
-            }
-            for c in moved
-        ],
-    )
+    conn.execute(stmt)
     changes = []
     for c in moved:
         tp = TopicPartition(c.topic, c.partition)

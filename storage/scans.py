@@ -14,10 +14,11 @@ from sqlalchemy import Connection, func, select, true
 
 from offsetstore.core.errors import InvalidArgumentError
 from offsetstore.storage import validate as check
+from offsetstore.storage.kept_verdicts import MAX_AGE, serves
 from offsetstore.storage.pages import decode_token, token_key
 from offsetstore.storage.schema import groups, offsets
 
-__all__ = ["group_partitions", "listed_partitions"]
+__all__ = ["group_partitions", "listed_partitions", "verdict_partitions"]
 
 
 def group_partitions(conn: Connection, group_id: str, cap: int) -> int:
@@ -31,6 +32,30 @@ def group_partitions(conn: Connection, group_id: str, cap: int) -> int:
         return 0
     some = select(offsets.c.partition).where(offsets.c.group_id == group_id).limit(cap).subquery()
     return int(conn.execute(select(func.count()).select_from(some)).scalar_one())
+
+
+#: Seconds: the age a kept verdict may have for a first page to be weighed as a page. Half of
+#: what :mod:`.describe` accepts, so the verdict is still kept when the admitted call reads it
+#: (a call would have to wait this long between its weighing and its read, far past any deadline).
+WEIGHED_MAX_AGE = MAX_AGE / 2
+
+
+def verdict_partitions(conn: Connection, group_id: str, page_size: int, window: float, cap: int) -> int:
+    """The partitions a DescribeGroup first page of ``page_size`` judges beyond its page, counted up to ``cap``.
+
+    None (0) when a verdict kept for the group under ``window`` (:mod:`.kept_verdicts`) serves
+    it: one probe of two primary keys, and the group is not counted. Otherwise, and for
+    ``page_size`` 0 (the whole group at once), every partition of the group
+    (:func:`group_partitions`): a first page without a kept verdict judges them all.
+    """
+    if page_size > 0:
+        try:
+            check.group_id(group_id)
+        except InvalidArgumentError:
+            return 0
+        if serves(conn, group_id, window, WEIGHED_MAX_AGE):
+            return 0
+    return group_partitions(conn, group_id, cap)
 
 
 def listed_partitions(conn: Connection, prefix: str, page_size: int, page_token: str, cap: int) -> int:

@@ -69,7 +69,9 @@ public final class CopyTopicJob {
                 .setBootstrapServers(a.get("--bootstrap"))
                 .setTopics(a.get("--topic"))
                 .setGroupId(group)
-                .setProperty("commit.offsets.on.checkpoint", "false")
+                // --commit-to-kafka yes: Flink's default, the offsets committed to the group on each checkpoint (what
+                // offsetstore's --observe-kafka-groups watches); off otherwise, the store holding the positions.
+                .setProperty("commit.offsets.on.checkpoint", String.valueOf(a.containsKey("--commit-to-kafka")))
                 .setDeserializer(new KafkaRows());
         if (sink.equals("offsetstore")) {
             source.setStartingOffsets(StoreOffsetsInitializer.of(url, a.get("--user"), a.get("--password"), group, a.get("--fallback")));

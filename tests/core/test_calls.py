@@ -132,12 +132,12 @@ def test_what_a_call_writes_and_counts_is_declared_not_inferred() -> None:
 def test_what_a_read_scans_beyond_its_page_is_declared() -> None:
     # The admission weighs these reads by what they scan (server/scan_cost.py), read from the facts.
     assert {n: f.scan for n, f in FACTS.items() if f.scan is not Scan.NOTHING} == {
-        "DescribeGroup": Scan.GROUP,
+        "DescribeGroup": Scan.VERDICT,  # the whole group, unless a kept verdict serves the first page
         "ListTopics": Scan.GROUP,
         "ListGroups": Scan.PREFIX,
     }
     describe = FACTS["DescribeGroup"]
-    assert describe.scans(pb.DescribeGroupRequest(group_id="g", page_size=1)) is Scan.GROUP
+    assert describe.scans(pb.DescribeGroupRequest(group_id="g", page_size=1)) is Scan.VERDICT
     # A later page of a description scans nothing: the verdict came with the first.
     assert describe.scans(pb.DescribeGroupRequest(group_id="g", page_token="next")) is Scan.NOTHING
     assert FACTS["ListTopics"].scans(pb.ListTopicsRequest(group_id="g", page_token="next")) is Scan.GROUP

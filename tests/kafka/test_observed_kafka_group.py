@@ -124,8 +124,13 @@ def test_a_kafka_group_is_observed_flagged_when_its_offsets_are_deleted_and_rese
             # Stopped right after a commit: its positions stay, the log moves on, the group reads STOPPED.
             pipeline.close()
             produce(broker.bootstrap, topic.name, PARTITIONS, RECORDS + 5, start=RECORDS)
+            # (and the log ends past it: a partition the group had caught up on reads lag 0 until they are read)
             wait_for(
-                lambda: client.describe_group(group).status is GroupStatus.STOPPED, "the stopped group read STOPPED"
+                lambda: (
+                    (d := client.describe_group(group)).status is GroupStatus.STOPPED
+                    and all(p.log_end_offset == RECORDS + 5 for p in d.partitions)
+                ),
+                "the stopped group read STOPPED, the log ends moved on",
             )
             described = client.describe_group(group)
             assert all(p.lag == p.log_end_offset - p.offset > 0 for p in described.partitions)

@@ -26,6 +26,7 @@ RPCS = {
     "ReportWatermarks",
     "ExpireGroups",
     "ListTopics",
+    "ObserveOffsets",
 }
 SEARCH_PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 GRPCURL = shutil.which("grpcurl", path=SEARCH_PATH)

@@ -39,6 +39,7 @@ class Scan(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCAN_UNSPECIFIED: _ClassVar[Scan]
     SCAN_GROUP: _ClassVar[Scan]
     SCAN_PREFIX: _ClassVar[Scan]
+    SCAN_GROUP_VERDICT: _ClassVar[Scan]
 
 class EntryCost(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -64,6 +65,7 @@ COUNTED_RESETS: Counted
 SCAN_UNSPECIFIED: Scan
 SCAN_GROUP: Scan
 SCAN_PREFIX: Scan
+SCAN_GROUP_VERDICT: Scan
 ENTRY_COST_UNSPECIFIED: EntryCost
 ENTRY_COST_PARTITION: EntryCost
 ENTRY_COST_CONTENTS: EntryCost
