@@ -1,7 +1,7 @@
 """A local Apache Kafka: KRaft brokers from Maven Central's jars, for the tests, the bench and ``make kafka``.
 
 Not imported by :mod:`offsetstore.kafka_integration`. The jars of one pinned version
-(:data:`KAFKA_VERSION`) are resolved once with Maven (:mod:`.maven`), so nothing reaches
+(:data:`KAFKA_VERSION`, :mod:`._kafka_jars`) are resolved once with Maven (:mod:`.maven`), so nothing reaches
 the network after the first fetch. A :class:`KafkaCluster` runs one combined broker + controller per node
 (KRaft, a static quorum), on free loopback ports, each JVM with a bounded heap; Kafka's
 own command-line tools run from the same jars (:meth:`KafkaCluster.tool`).
@@ -16,7 +16,6 @@ import argparse
 import atexit
 import base64
 import contextlib
-import os
 import shutil
 import signal
 import subprocess
@@ -27,15 +26,20 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from offsetstore.kafka_integration._kafka_jars import (
+    KAFKA_VERSION,
+    TOOLS,
+    KafkaUnavailable,
+    kafka_classpath,
+    mirror_maker_classpath,
+)
 from offsetstore.kafka_integration._local_jvm import (
-    LOGGING_ARTIFACTS,
     free_ports,
     java,
     listens,
     logging_options,
     write_logging,
 )
-from offsetstore.kafka_integration.maven import MissingPiece, maven_classpath
 from offsetstore.kafka_integration.topics import create_topic, producer_config
 
 __all__ = [
@@ -48,50 +52,6 @@ __all__ = [
     "mirror_maker_classpath",
     "producer_config",
 ]
-
-#: The one Apache Kafka version the tests, the bench and ``make kafka`` run.
-KAFKA_VERSION = "4.3.1"
-
-#: Kafka's shell tools by their script names, as classes of the same jars.
-TOOLS = {
-    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
-    "kafka-configs": "kafka.admin.ConfigCommand",
-    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
-    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
-    "kafka-storage": "kafka.tools.StorageTool",
-}
-
-
-class KafkaUnavailable(MissingPiece):
-    """Apache Kafka cannot run here; the message names what to install or set."""
-
-
-def kafka_classpath(version: str = KAFKA_VERSION) -> str:
-    """The classpath of Apache Kafka ``version``'s broker and tools (fetched with Maven once)."""
-    artifacts = (
-        f"org.apache.kafka:kafka_2.13:{version}",
-        f"org.apache.kafka:kafka-tools:{version}",
-        *LOGGING_ARTIFACTS,
-    )
-    try:
-        return os.pathsep.join(maven_classpath(artifacts, name=f"apache-kafka-{version}"))
-    except MissingPiece as e:
-        raise KafkaUnavailable(str(e)) from None
-
-
-def mirror_maker_classpath(version: str = KAFKA_VERSION) -> str:
-    """The classpath of :func:`kafka_classpath` and MirrorMaker 2 (``connect-mirror``) of the same version, fetched once."""
-    artifacts = (
-        f"org.apache.kafka:kafka_2.13:{version}",  # first: where both need a library, the broker's version of it
-        f"org.apache.kafka:kafka-tools:{version}",
-        f"org.apache.kafka:connect-mirror:{version}",
-        *LOGGING_ARTIFACTS,
-    )
-    try:
-        return os.pathsep.join(maven_classpath(artifacts, name=f"apache-kafka-mirror-maker-{version}"))
-    except MissingPiece as e:
-        raise KafkaUnavailable(str(e)) from None
 
 
 def _answers(consumer: object) -> bool:

@@ -13,7 +13,8 @@ it is sent to the whole process group (a terminal's Ctrl-C) and reaches the serv
 too; SIGHUP rereads the tokens file in each.
 
 This module is the supervisor; :mod:`offsetstore.server.workers` starts and runs the serving
-processes, :mod:`offsetstore.server.security` reads what the settings ask of security.
+processes, :mod:`offsetstore.server.security` reads what the settings ask of security,
+:mod:`offsetstore.server._kafka_tasks` makes the Kafka tasks the supervisor runs.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from offsetstore.core.durations import format_duration
 from offsetstore.runtime import event_loop, migrate
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.runtime.store import Store
+from offsetstore.server import _kafka_tasks as kafka_tasks
 from offsetstore.server._logging import configure_logging
 from offsetstore.server.auth import AccessControl, AuthConfig, AuthConfigError
 from offsetstore.server.config import Settings, split_host_port
@@ -196,9 +198,9 @@ class _Supervisor:
                     metrics=metrics.retention_metrics(registry),
                 )
                 maintenance = asyncio.create_task(rounds.run(), name="offsetstore-maintenance")
-                reader = _watermarks_reader(settings, store, registry)
-                observer = _kafka_group_observer(settings, store, registry)
-                mirror = _kafka_mirror(settings, store)
+                reader = kafka_tasks.watermarks_reader(settings, store, registry)
+                observer = kafka_tasks.kafka_group_observer(settings, store, registry)
+                mirror = kafka_tasks.kafka_mirror(settings, store)
                 log.info(
                     "serving",
                     extra={
@@ -237,72 +239,6 @@ class _Supervisor:
                     await asyncio.to_thread(metrics_server.shutdown)
         log.info("stopped")
         return 0 if clean else 1
-
-
-def _watermarks_reader(settings: Settings, store: Any, registry: Any) -> Any:
-    """The Kafka watermark reader (once, here: not in each serving process), started; None unless configured."""
-    if not settings.watermarks_kafka_bootstrap:
-        return None
-    from offsetstore.server.kafka_mirror import parse_prefixes
-    from offsetstore.server.kafka_watermarks import KafkaWatermarks, TopicPolicy, read_client_config
-
-    if settings.watermarks_kafka_topics.strip(","):
-        topics = TopicPolicy(topic_prefixes=parse_prefixes(settings.watermarks_kafka_topics))
-    elif settings.tokens_file is not None:
-        # The grants in force at start: the supervisor does not reread the file on SIGHUP.
-        topics = TopicPolicy(principals=AuthConfig.load(settings.tokens_file).principals.values())
-    else:
-        topics = TopicPolicy()
-    # Observed Kafka groups are watched too: their lag needs the log ends.
-    prefixes = parse_prefixes(",".join((settings.watermarks_kafka_groups, settings.observe_kafka_groups)))
-    return KafkaWatermarks(
-        store,
-        settings.watermarks_kafka_bootstrap,
-        prefixes,
-        settings.watermarks_kafka_interval,
-        settings.watermarks_kafka_max_partitions,
-        config=read_client_config(settings.watermarks_kafka_config),
-        registry=registry,
-        topics=topics,
-    ).start()
-
-
-def _kafka_group_observer(settings: Settings, store: Any, registry: Any) -> Any:
-    """The Kafka group observer (once, here), started; None unless ``--observe-kafka-groups``."""
-    if not settings.observe_kafka_groups.strip(","):
-        return None
-    from offsetstore.server.kafka_groups import KafkaGroupObserver
-    from offsetstore.server.kafka_mirror import parse_prefixes
-    from offsetstore.server.kafka_watermarks import read_client_config
-
-    return KafkaGroupObserver(
-        store,
-        settings.watermarks_kafka_bootstrap,
-        parse_prefixes(settings.observe_kafka_groups),
-        settings.observe_kafka_interval,
-        settings.watermarks_kafka_max_partitions,
-        config=read_client_config(settings.watermarks_kafka_config),
-        registry=registry,
-    ).start()
-
-
-def _kafka_mirror(settings: Settings, store: Any) -> Any:
-    """The Kafka mirror (once, here: not in each serving process), started; None unless ``--mirror-kafka-bootstrap``."""
-    if not settings.mirror_kafka_bootstrap:
-        return None
-    from prometheus_client import CollectorRegistry
-
-    from offsetstore.server.kafka_mirror import KafkaMirror, parse_prefixes
-
-    return KafkaMirror(
-        store,
-        settings.mirror_kafka_bootstrap,
-        parse_prefixes(settings.mirror_kafka_groups),
-        settings.mirror_interval,
-        # Never served: its counters live in the multiprocess files that ``registry`` sums (registered
-        # there as well, they would be scraped twice).
-        registry=CollectorRegistry(),
-    ).start()
 
 
 def _check_database(settings: Settings, database_url: str, stopping: threading.Event) -> None:

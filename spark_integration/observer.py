@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import TopicPartition, Watermark
-from offsetstore.spark_integration._progress import kafka_offsets
+from offsetstore.spark_integration._progress import BatchPositions as BatchPositions
+from offsetstore.spark_integration._progress import batch_positions
 
 if TYPE_CHECKING:
     import grpc
@@ -36,41 +37,6 @@ log = logging.getLogger("offsetstore.spark_integration.observer")
 
 # A Spark batch sees the log end (latestOffset), never the log start: "not observed".
 _UNOBSERVED = -1
-
-
-@dataclass(frozen=True)
-class BatchPositions:
-    """What one finished batch says about its Kafka sources."""
-
-    batch_id: int
-    #: Each partition's next offset to read (the batch's end offset), over all Kafka sources.
-    offsets: dict[TopicPartition, int]
-    #: Each partition's latest offset in Kafka as the batch saw it (its log end).
-    log_ends: dict[TopicPartition, int]
-
-
-def _is_kafka(description: object) -> bool:
-    # Spark's Kafka sources describe themselves as KafkaV2[Subscribe[...]] (and KafkaSourceV1[...]).
-    return isinstance(description, str) and description.startswith("Kafka")
-
-
-def batch_positions(progress: Mapping[str, Any]) -> BatchPositions:
-    """The Kafka end offsets and log ends of a ``StreamingQueryProgress`` (or its JSON, as a dict).
-
-    Sources other than Kafka are left out. A partition read by two Kafka sources of the
-    query (a topic joined with itself) gets the lower of their end offsets: the position
-    from which a restart re-reads nothing either source has not read.
-    """
-    offsets: dict[TopicPartition, int] = {}
-    ends: dict[TopicPartition, int] = {}
-    for source in progress["sources"]:
-        if not _is_kafka(source["description"]):
-            continue
-        for tp, offset in kafka_offsets(source["endOffset"]).items():
-            offsets[tp] = min(offset, offsets.get(tp, offset))
-        for tp, offset in kafka_offsets(source.get("latestOffset")).items():
-            ends[tp] = max(offset, ends.get(tp, offset))
-    return BatchPositions(int(progress["batchId"]), offsets, ends)
 
 
 @dataclass(frozen=True)
