@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from prometheus_client import CollectorRegistry
 
+from offsetstore import storage
 from offsetstore.client import OffsetStoreClient
-from offsetstore.core.types import ChangeKind, TopicPartition
+from offsetstore.core.types import ChangeKind, GroupStatus, TopicPartition, Watermark
 from offsetstore.spark_integration import observe, starting_offsets_at
+from offsetstore.storage.status import StatusRules
 from tests.fixtures.fix_server import all_history
 from tests.fixtures.fix_spark import wait_for
 from tests.fixtures.fix_spark_kafka import kafka_source, make_topic, produce
@@ -316,3 +319,28 @@ def test_a_restart_from_an_observed_past_instant_reads_every_record_after_it_onc
     expected = sorted((runs.topic, tp.partition, o) for tp, offset in start.items() for o in range(offset, END + 50))
     assert found == expected  # every record after the instant, none twice, none before
     print(f"\nrestore from {instant.at.isoformat()}: {len(found)} records from {sorted(start.values())}, 0 duplicates")
+
+
+def test_a_query_stopped_for_longer_than_the_window_reads_stopped(runs, kafka, client, engine):
+    # The query has stopped; its log moves on past the last observed positions, and the new log
+    # ends are reported (as the watermark reader or any Kafka client would).
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"probe-{runs.group_id}"})
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(confluent_kafka.TopicPartition(runs.topic, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+    (end,) = set(ends.values())  # every partition at one end: END, or END + 50 after the restart test
+    produce(kafka, runs.topic, PARTITIONS, end, end + 5)
+    client.report_watermarks([Watermark(runs.topic, p, -1, end + 5) for p in range(PARTITIONS)])
+
+    with engine.connect() as conn:
+        # The last observation was made before the unobserved run: older than a one-second window.
+        short = storage.describe_group(conn, runs.group_id, rules=StatusRules(window=1.0))
+        long = storage.describe_group(conn, runs.group_id, rules=StatusRules(window=3600.0))
+    assert short.observed
+    assert short.status is GroupStatus.STOPPED, short.status_reason
+    assert long.status is not GroupStatus.STOPPED, long.status_reason  # the same group, within its window
+    print(f"\nstopped: {short.status.name}: {short.status_reason}")
