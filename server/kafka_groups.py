@@ -26,8 +26,6 @@ committed (its writers commit to offsetstore) is never overwritten: it is skippe
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter
 from offsetstore.core.errors import GroupCommittedError, OffsetStoreError
 from offsetstore.core.types import OffsetCommit, TopicPartition
 from offsetstore.runtime.store import Store
+from offsetstore.server._kafka_rounds import KafkaRounds
 from offsetstore.storage.observe import observed_group_ids
 from offsetstore.storage.validate import MAX_PARTITIONS
 
@@ -48,8 +47,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds one request waits for Kafka's answer.
 REQUEST_SECONDS = 10.0
-#: Seconds between two warnings of the same reason.
-WARN_EVERY = 60.0
 #: The history's actor of an observed Kafka position.
 ACTOR = "offsetstore"
 
@@ -59,8 +56,11 @@ def kafka_source(cluster_id: str, group: str) -> str:
     return f"kafka:{cluster_id}/{group}"
 
 
-class KafkaGroupObserver:
+class KafkaGroupObserver(KafkaRounds):
     """Reads Kafka groups' committed offsets into observed groups of the store, from a thread of its own."""
+
+    thread_name = "offsetstore-kafka-groups"
+    label = "kafka group observer"
 
     def __init__(
         self,
@@ -90,13 +90,10 @@ class KafkaGroupObserver:
             "log_level": 2,  # the observer logs its failures itself, once a minute
         }
         self._settings.update(config or {})
-        self._admin = admin
+        super().__init__(admin)
         self._cluster: str | None = None
         self._group_after: str | None = None
         self._cursors: dict[str, TopicPartition] = {}  # group -> the last partition written of it
-        self._warned: dict[str, float] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         registry = registry if registry is not None else CollectorRegistry()
         self.changed = Counter(
             "offsetstore_kafka_groups_observed_positions",
@@ -111,40 +108,13 @@ class KafkaGroupObserver:
             registry=registry,
         )
 
-    def start_client(self) -> KafkaGroupObserver:
-        """Makes the Kafka client (no thread: :meth:`round` runs when called)."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self._settings)
-        return self
-
     def start(self) -> KafkaGroupObserver:
-        self.start_client()
-        self._thread = threading.Thread(target=self._loop, name="offsetstore-kafka-groups", daemon=True)
-        self._thread.start()
+        self.start_rounds()
         log.info(
             "kafka group observer started",
             extra={"prefixes": ",".join(self.prefixes), "interval": self.interval, "max": self.max_partitions},
         )
         return self
-
-    def stop(self, wait: float = 2.0) -> None:
-        """Stops the rounds; waits ``wait`` seconds at most (a round waiting for Kafka is abandoned: a position it
-        did not store is read again next time)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(wait)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            started = time.monotonic()
-            try:
-                self.round()
-            except Exception as error:  # the store is down: the next round tries again
-                self._failed("store", error)
-            self._stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def round(self) -> int:
         """One round: this round's groups, their committed offsets from Kafka, their moves into the store.
@@ -251,13 +221,3 @@ class KafkaGroupObserver:
             for p in answer.topic_partitions
             if p.error is None and p.offset >= 0
         }
-
-    def _failed(self, reason: str, error: BaseException) -> None:
-        self.failures.labels(reason).inc()
-        self._warn(reason, str(error))
-
-    def _warn(self, reason: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(reason, -WARN_EVERY) >= WARN_EVERY:
-            self._warned[reason] = now
-            log.warning("kafka group observer: %s", message, extra={"reason": reason})

@@ -28,7 +28,6 @@ most once a minute per reason.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from offsetstore.core.types import TopicPartition, Watermark
 from offsetstore.runtime.store import Store
+from offsetstore.server._kafka_rounds import KafkaRounds
 from offsetstore.server.kafka_topics import TopicPolicy
 from offsetstore.storage import report_watermarks
 from offsetstore.storage.watched import watched_groups, watched_partitions_of
@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds one request waits for Kafka's answer.
 REQUEST_SECONDS = 10.0
-#: Seconds between two warnings of the same reason.
-WARN_EVERY = 60.0
 #: Seconds a topic Kafka does not have is skipped (at least 10 rounds).
 UNKNOWN_TOPIC_SECONDS = 60.0
 #: Groups whose place in their partitions the reader remembers at most.
@@ -91,8 +89,11 @@ def read_client_config(path: Path | None) -> dict[str, str]:
     return config
 
 
-class KafkaWatermarks:
+class KafkaWatermarks(KafkaRounds):
     """Reads watched partitions' watermarks from Kafka into the store, from a thread of its own."""
+
+    thread_name = "offsetstore-kafka-watermarks"
+    label = "kafka watermarks"
 
     def __init__(
         self,
@@ -123,15 +124,12 @@ class KafkaWatermarks:
             "log_level": 2,  # the reader logs its failures itself, once a minute
         }
         self._settings.update(config or {})
-        self._admin = admin
+        super().__init__(admin)
         self._own_admin = admin is None
         self.topics = topics if topics is not None else TopicPolicy()
         self._group_after: str | None = None
         self._cursors: dict[str, TopicPartition] = {}  # group -> the last partition read of it
         self._unknown: dict[str, float] = {}  # topic Kafka lacks -> until when it is skipped (time.monotonic())
-        self._warned: dict[str, float] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last_success: float | None = None
         registry = registry if registry is not None else CollectorRegistry()
         self.registry = registry
@@ -150,40 +148,13 @@ class KafkaWatermarks:
         )
         registry.register(_Age(self))
 
-    def start_client(self) -> KafkaWatermarks:
-        """Makes the Kafka client (no thread: :meth:`round` runs when called)."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self._settings)
-        return self
-
     def start(self) -> KafkaWatermarks:
-        self.start_client()
-        self._thread = threading.Thread(target=self._loop, name="offsetstore-kafka-watermarks", daemon=True)
-        self._thread.start()
+        self.start_rounds()
         log.info(
             "kafka watermarks reader started",
             extra={"prefixes": ",".join(self.prefixes), "interval": self.interval, "max": self.max_partitions},
         )
         return self
-
-    def stop(self, wait: float = 2.0) -> None:
-        """Stops the rounds; waits ``wait`` seconds at most (a round waiting for a broker that is down is
-        abandoned: its thread is a daemon, and a watermark it did not store is read again next time)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(wait)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            started = time.monotonic()
-            try:
-                self.round()
-            except Exception as error:  # the store is down: the next round tries again
-                self._failed("store", error)
-            self._stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def round(self) -> int:
         """One round: each watched group's next partitions (fair per group), their watermarks from Kafka, into the store.
@@ -334,16 +305,6 @@ class KafkaWatermarks:
         if self._own_admin:
             self._admin = None
             self.start_client()
-
-    def _failed(self, reason: str, error: BaseException) -> None:
-        self.failures.labels(reason).inc()
-        self._warn(reason, str(error))
-
-    def _warn(self, reason: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(reason, -WARN_EVERY) >= WARN_EVERY:
-            self._warned[reason] = now
-            log.warning("kafka watermarks: %s", message, extra={"reason": reason})
 
     def seconds_since_success(self) -> float | None:
         """Seconds since the last round that stored watermarks; None before the first."""
