@@ -15,7 +15,7 @@ from typing import Any
 
 from offsetstore.cli._errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, UsageError
 from offsetstore.cli._render import Output
-from offsetstore.cli._switch_all import switch_all
+from offsetstore.cli._switch_all import partition_json, switch_all
 from offsetstore.client import OffsetStoreClient
 
 #: The command's description in its --help.
@@ -171,22 +171,7 @@ def cmd_switch(client: OffsetStoreClient, args: argparse.Namespace, out: Output)
                 "to_cluster_id": plan.to_cluster_id,
                 "generation": applied.generation if applied else plan.generation,
                 "dry_run": applied is None,
-                "partitions": [
-                    {
-                        "topic": p.topic,
-                        "partition": p.partition,
-                        "source_offset": p.source_offset,
-                        "target_topic": p.target_topic,
-                        "target_offset": p.target_offset,
-                        "method": p.method,
-                        "rereads_at_most": p.rereads,
-                        "missing": p.missing,
-                        "missing_basis": p.missing_basis,
-                        "known_log_end": p.known_log_end,
-                        "note": p.note,
-                    }
-                    for p in rows
-                ],
+                "partitions": [partition_json(p) for p in rows],
             }
         )
         return EXIT_OK

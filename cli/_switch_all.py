@@ -23,7 +23,7 @@ from offsetstore.core.errors import OffsetStoreError
 from offsetstore.core.types import GroupDescription
 
 if TYPE_CHECKING:
-    from offsetstore.kafka_integration.switch import SwitchPlan, SwitchPlanner
+    from offsetstore.kafka_integration.switch import PartitionSwitch, SwitchPlan, SwitchPlanner
 
 #: The member id the switch fences a group with (as ``groups switch GROUP`` does).
 FENCE_MEMBER = "offsetstore-switch"
@@ -167,6 +167,23 @@ def _total(plan: SwitchPlan | None, what: str) -> str:
     return f"{known}+?" if None in values else str(known)
 
 
+def partition_json(p: PartitionSwitch) -> dict[str, Any]:
+    """One partition of a switch plan in the CLI's JSON (one group's switch and all groups' alike)."""
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "source_offset": p.source_offset,
+        "target_topic": p.target_topic,
+        "target_offset": p.target_offset,
+        "method": p.method,
+        "rereads_at_most": p.rereads,
+        "missing": p.missing,
+        "missing_basis": p.missing_basis,
+        "known_log_end": p.known_log_end,
+        "note": p.note,
+    }
+
+
 def _outcome_json(o: GroupOutcome) -> dict[str, Any]:
     return {
         "group_id": o.group_id,
@@ -175,20 +192,5 @@ def _outcome_json(o: GroupOutcome) -> dict[str, Any]:
         "reason": o.reason,
         "generation": o.generation or None,
         "methods": o.plan.source if o.plan else None,
-        "partitions": [
-            {
-                "topic": p.topic,
-                "partition": p.partition,
-                "source_offset": p.source_offset,
-                "target_topic": p.target_topic,
-                "target_offset": p.target_offset,
-                "method": p.method,
-                "rereads_at_most": p.rereads,
-                "missing": p.missing,
-                "missing_basis": p.missing_basis,
-                "known_log_end": p.known_log_end,
-                "note": p.note,
-            }
-            for p in (o.plan.partitions if o.plan else [])
-        ],
+        "partitions": [partition_json(p) for p in (o.plan.partitions if o.plan else [])],
     }
