@@ -109,11 +109,11 @@ def consume_to_end(writer: ExactlyOnceWriter, consumer, topic: str, start: dict)
 
 
 def test_unplanned_failover_names_the_gap_and_duplicates_nothing(
-    mirrored_kafka: MirroredKafka, database_url, engine, make_table, groups
+    own_mirrored_kafka: MirroredKafka, database_url, engine, make_table, groups
 ) -> None:
     from confluent_kafka import Producer, TopicPartition
 
-    a, b, mirror = mirrored_kafka.source, mirrored_kafka.target, mirrored_kafka.mirror
+    a, b, mirror = own_mirrored_kafka.source, own_mirrored_kafka.target, own_mirrored_kafka.mirror
     lanes = []
     for seed in SEEDS:
         name = f"failover-{seed}-{uuid.uuid4().hex[:6]}"
