@@ -27,6 +27,16 @@ rest the next round): one tenant's huge group cannot hold back another's. A grou
 refuses (it has live members: the coordinator takes offsets from outsiders only for an empty
 group), a broker that does not answer or a database that does not is logged (at most once a
 minute per group) and counted, and the group's offsets wait for its next change.
+
+It follows each group's Kafka cluster (issue 58): before its first write it asks its cluster's
+id (AdminClient ``describe_cluster``), and it writes only the groups bound to that cluster
+(:mod:`~offsetstore.storage.clusters`) or bound to none. A group bound to another cluster is
+skipped (counted, logged once per group and cluster): its offsets are positions in that
+cluster's logs and mean nothing here. The binding is read when the group is written, so a
+switch to this cluster (``groups switch``: one reset whose history rows the mirror reads as any
+other, in the transaction that rebinds the group) is written with the group's switched offsets.
+A failed write makes it ask the id again before the next one (the address may now reach
+another cluster).
 """
 
 from __future__ import annotations
@@ -43,9 +53,11 @@ from prometheus_client import CollectorRegistry, Counter
 from offsetstore.runtime.held_lock import HeldLock
 from offsetstore.runtime.store import Store
 from offsetstore.storage.changes import ChangePage, changes_since, history_end, latest_offsets
+from offsetstore.storage.clusters import bound_clusters
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
+    from sqlalchemy import Connection
 
 __all__ = ["KafkaMirror", "parse_prefixes"]
 
@@ -137,6 +149,10 @@ class KafkaMirror:
         self._pending: dict[str, dict[tuple[str, int], None]] = {}
         self._pending_count = 0
         self._warned: dict[str, float] = {}
+        #: The id of the Kafka cluster it writes to (None: not asked yet, or asked again after a failure).
+        self.cluster_id: str | None = None
+        # group -> the other cluster it was found bound to, when the skip was logged.
+        self._skip_logged: dict[str, str] = {}
         self._lock = HeldLock(store.aio, MIRROR_LOCK_ID, "the kafka mirror")
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,6 +172,12 @@ class KafkaMirror:
             "offsetstore_kafka_mirror_dropped_commits",
             "Changed partitions the Kafka mirror dropped: as many partitions as it holds were pending "
             "(or a group's share of them); the group's next change brings them back.",
+            registry=registry,
+        )
+        self.skipped = Counter(
+            "offsetstore_kafka_mirror_skipped_groups",
+            "Group writes the Kafka mirror skipped: the group is bound to another Kafka cluster than the one it "
+            "writes to (its offsets mean nothing there).",
             registry=registry,
         )
 
@@ -216,14 +238,31 @@ class KafkaMirror:
             ours = False
         if not ours:  # another mirror runs; when this one takes over, it starts over
             self._cursor, self._holes, self._pending, self._pending_count = None, [], {}, 0
+            self.cluster_id = None
             return False
         try:
             behind = self._read_history()
         except Exception as error:  # the database is down: the cursor stays, the next round reads again
             self._failed("(history)", error)
             behind = False
-        self._write(self._take_share())
+        if self._pending and self._know_cluster():  # else the pending partitions wait for the next round
+            self._write(self._take_share())
         return behind
+
+    def _know_cluster(self) -> bool:
+        """Asks the cluster's id once (and again after a failed write); False when the broker does not answer."""
+        if self.cluster_id is not None:
+            return True
+        try:
+            assert self._admin is not None, "start() first"
+            found = self._admin.describe_cluster(request_timeout=self.request_seconds)
+            # A broker without a cluster id (before Kafka 0.10.1) is "": it takes only the groups bound to none.
+            self.cluster_id = found.result(timeout=self.request_seconds + 5).cluster_id or ""
+        except Exception as error:
+            self._failed("(cluster)", error)
+            return False
+        log.info("kafka mirror writes to Kafka cluster %s: groups bound to another are skipped", self.cluster_id)
+        return True
 
     def _read_history(self) -> bool:
         if self._cursor is None:
@@ -317,12 +356,15 @@ class KafkaMirror:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         try:
-            latest = self.store.run(latest_offsets, [(g, t, p) for g, keys in taken.items() for t, p in keys])
+            bound, latest = self.store.run(_bindings_and_offsets, taken)
         except Exception as error:
             self._failed("(offsets)", error)
             return
         futures: dict[str, Any] = {}
         for group_id, keys in taken.items():
+            if group_id in bound and bound[group_id] != self.cluster_id:  # bound to none: written
+                self._skip(group_id, bound[group_id])
+                continue
             # Sentinels (-2/-1 of a reset without watermarks) have no Kafka equivalent to write;
             # a deleted offset is not written either.
             partitions = [
@@ -347,6 +389,21 @@ class KafkaMirror:
                 self.mirrored.inc(len(result.topic_partitions))
             except Exception as error:
                 self._failed(group_id, error)
+                self.cluster_id = None  # asked again: the address may reach another cluster now
+
+    def _skip(self, group_id: str, cluster: str) -> None:
+        self.skipped.inc()
+        if self._skip_logged.get(group_id) == cluster:
+            return
+        if len(self._skip_logged) >= MAX_PENDING:
+            self._skip_logged.clear()
+        self._skip_logged[group_id] = cluster
+        log.info(
+            "kafka mirror: the group is bound to Kafka cluster %s, not to %s where the mirror writes: not mirrored",
+            cluster,
+            self.cluster_id,
+            extra={"group_id": group_id},
+        )
 
     def _failed(self, group_id: str, error: BaseException) -> None:
         self.failures.inc()
@@ -354,3 +411,15 @@ class KafkaMirror:
         if now - self._warned.get(group_id, -WARN_EVERY) >= WARN_EVERY:
             self._warned[group_id] = now
             log.warning("kafka mirror could not write the group's offsets: %s", error, extra={"group_id": group_id})
+
+
+def _bindings_and_offsets(
+    conn: Connection, taken: Mapping[str, Sequence[tuple[str, int]]]
+) -> tuple[dict[str, str], dict[tuple[str, str, int], int]]:
+    """The groups' cluster bindings, then their partitions' stored offsets.
+
+    The bindings first: a switch that commits in between is seen in the offsets too, never a
+    new binding with the offsets from before it.
+    """
+    bound = bound_clusters(conn, list(taken))
+    return bound, latest_offsets(conn, [(g, t, p) for g, keys in taken.items() for t, p in keys])

@@ -10,7 +10,7 @@ path pays nothing for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -19,7 +19,14 @@ from offsetstore.core.errors import ClusterMismatchError
 from offsetstore.core.types import RecordFingerprint, TopicPartition
 from offsetstore.storage.schema import group_clusters, record_fingerprints
 
-__all__ = ["bind_cluster", "bound_cluster", "read_fingerprints", "rebind_cluster", "write_fingerprints"]
+__all__ = [
+    "bind_cluster",
+    "bound_cluster",
+    "bound_clusters",
+    "read_fingerprints",
+    "rebind_cluster",
+    "write_fingerprints",
+]
 
 
 def bound_cluster(conn: Connection, group_id: str) -> str | None:
@@ -27,6 +34,15 @@ def bound_cluster(conn: Connection, group_id: str) -> str | None:
     c = group_clusters.c
     found: str | None = conn.execute(select(c.kafka_cluster_id).where(c.group_id == group_id)).scalar_one_or_none()
     return found
+
+
+def bound_clusters(conn: Connection, group_ids: Sequence[str]) -> dict[str, str]:
+    """The Kafka cluster id each group of ``group_ids`` is bound to; groups bound to none are left out."""
+    if not group_ids:
+        return {}
+    c = group_clusters.c
+    rows = conn.execute(select(c.group_id, c.kafka_cluster_id).where(c.group_id.in_(list(group_ids))))
+    return {r.group_id: r.kafka_cluster_id for r in rows}
 
 
 def bind_cluster(conn: Connection, group_id: str, cluster_id: str) -> None:

@@ -84,7 +84,7 @@ function offsetText(v) {
 // A change's -1 is "none" unless the partition stored the latest placeholder just before (as
 // the CLI's history decides): commits and resets store their new offset, deletes and expiries don't.
 function storedFlags(changesNewestFirst) {
-  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT", "CHANGE_KIND_OBSERVED"];
+  const stores = ["CHANGE_KIND_COMMIT", "CHANGE_KIND_RESET", "CHANGE_KIND_ADOPT", "CHANGE_KIND_OBSERVED", "CHANGE_KIND_SWITCH"];
   const last = new Map();
   const flags = [];
   for (const c of [...changesNewestFirst].reverse()) {
@@ -188,8 +188,17 @@ const GROUP_COLUMNS = [
   { key: "totalLag", label: "Lag (offsets)", num: true, value: (g) => num(g.totalLag), cell: (g) => lagText(g.totalLag) },
   // ListGroups' last_commit_time, the CLI list's LAST-COMMIT: a group's newest offset.
   { key: "lastCommitTime", label: "Last commit", value: (g) => g.lastCommitTime || "", cell: (g) => when(g.lastCommitTime) },
+  // From the same DescribeGroup as the status (ListGroups does not carry it): "-" until it is asked.
+  { key: "kafkaClusterId", label: "Kafka cluster", value: (g) => g.kafkaClusterId || "", cell: (g) => clusterText(g.kafkaClusterId) },
   { key: "status", label: "Status", value: (g) => STATUS_ORDER.indexOf(statusName(g.status)), cell: (g) => statusBadge(g.status, g.statusReason) },
 ];
+
+// The Kafka cluster a group is bound to (its writers' cluster, or a switch's); undefined: not asked yet.
+function clusterText(id) {
+  if (id === undefined) return el("span", { class: "muted" }, "-");
+  if (!id) return el("span", { class: "muted", title: "bound to no cluster: its first writer that knows its Kafka cluster binds it" }, "none");
+  return el("code", { class: "cluster", title: "the Kafka cluster id its offsets belong to; groups switch moves it to another" }, id);
+}
 
 // An observed group (its pipeline keeps its positions, offsetstore records them): marked wherever it is shown.
 function observedBadge(g) {
@@ -232,7 +241,7 @@ async function groupsPage(prefix, mine) {
       try {
         const first = await call("DescribeGroup", { groupId: g.groupId, pageSize: 1 });
         if (movedOn(mine)) return;
-        [g.status, g.statusReason] = [first.status, first.statusReason];
+        [g.status, g.statusReason, g.kafkaClusterId] = [first.status, first.statusReason, first.kafkaClusterId || ""];
       } catch (error) {
         g.statusReason = error.message;
       }
@@ -285,6 +294,7 @@ async function groupPage(groupId, mine) {
       el("span", { id: "status-reason", class: "muted" }, first.statusReason || "")),
     el("dl", { class: "facts" },
       ...(first.observed ? [el("dt", {}, "Observed from"), el("dd", { id: "observed-source" }, first.observedSource || "")] : []),
+      el("dt", {}, "Kafka cluster"), el("dd", { id: "kafka-cluster" }, clusterText(first.kafkaClusterId || g.kafkaClusterId || "")),
       el("dt", {}, "Generation"), el("dd", { id: "generation" }, String(g.generation)),
       el("dt", {}, "Resets"), el("dd", {}, String(g.resetCount)),
       el("dt", {}, "Member"), el("dd", {}, g.memberId ? (g.memberHost ? `${g.memberId} (${g.memberHost})` : g.memberId) : "none"),
