@@ -127,3 +127,19 @@ def test_commit_offsets_writes_fingerprints_in_its_transaction_and_none_when_ref
     with engine.connect() as conn:
         assert read_fingerprints(conn, group_id) == {tp: RecordFingerprint(10, 5, b"a" * 16)}
     assert [p.fingerprint for p in describe(engine, group_id).partitions] == [RecordFingerprint(10, 5, b"a" * 16)]
+
+
+def test_one_batch_of_two_commits_of_a_partition_keeps_the_later_ones_fingerprint(engine, group_id, topic) -> None:
+    """Group commit puts concurrent commits of a group in one statement: the later one wins, offset and fingerprint."""
+    tp = TopicPartition(topic, 0)
+    requests = [
+        storage.CommitRequest(
+            group_id, [OffsetCommit(topic, 0, n)], fingerprints=[(tp, RecordFingerprint(n, n, bytes([n]) * 16))]
+        )
+        for n in (3, 5, 4)
+    ]
+    with engine.begin() as conn:
+        storage.join_group(conn, group_id, kafka_cluster_id="cluster-A")
+        outcomes = storage.write_batch(conn, requests)
+    assert [o[0].offset for o in outcomes] == [3, 5, 4]
+    assert [p.fingerprint for p in describe(engine, group_id).partitions] == [RecordFingerprint(4, 4, b"\x04" * 16)]
