@@ -195,3 +195,11 @@ def test_a_mismatch_is_failed_precondition_on_the_wire(stub, client, group_id):
     client.join_group(group_id, kafka_cluster_id="cluster-A")
     code, reason, _ = _refused(stub, "JoinGroup", pb.JoinGroupRequest(group_id=group_id, kafka_cluster_id="cluster-B"))
     assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "CLUSTER_MISMATCH")
+
+
+def test_an_unfenced_committer_with_a_consumer_is_refused(client, group_id):
+    """Unfenced, a switch could not stop it: it would go on committing (and fingerprinting) the old cluster's records."""
+    from offsetstore.kafka_integration import AtLeastOnceCommitter
+
+    with pytest.raises(ValueError, match="fenced"):
+        AtLeastOnceCommitter(client, group_id, fenced=False, consumer=object())  # type: ignore[arg-type]
