@@ -28,6 +28,7 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     Page,
+    RecordFingerprint,
     ResetRequest,
     TopicPartition,
     Topics,
@@ -87,7 +88,12 @@ class ClientBase:
         return {"timeout": self._timeout(timeout), "metadata": self._metadata or None}
 
 
-def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> pb.CommitOffsetsRequest:
+def commit_offsets_request(
+    group_id: str,
+    offsets: Offsets,
+    generation: int,
+    fingerprints: Mapping[tuple[str, int], RecordFingerprint] | None = None,
+) -> pb.CommitOffsetsRequest:
     if isinstance(offsets, Mapping):
         commits = [OffsetCommit(topic, partition, offset) for (topic, partition), offset in offsets.items()]
     else:
@@ -96,6 +102,7 @@ def commit_offsets_request(group_id: str, offsets: Offsets, generation: int) -> 
         group_id=group_id,
         offsets=[convert.offset_commit_to_proto(c) for c in commits],
         generation=generation,
+        fingerprints=convert_requests.fingerprints_to_proto(fingerprints) if fingerprints else (),
     )
 
 
@@ -207,8 +214,8 @@ def delete_offsets_result(response: pb.DeleteOffsetsResponse) -> list[TopicParti
     return [convert.topic_partition_from_proto(tp) for tp in response.deleted]
 
 
-def join_group_request(group_id: str, member_id: str) -> pb.JoinGroupRequest:
-    return pb.JoinGroupRequest(group_id=group_id, member_id=member_id)
+def join_group_request(group_id: str, member_id: str, kafka_cluster_id: str = "") -> pb.JoinGroupRequest:
+    return pb.JoinGroupRequest(group_id=group_id, member_id=member_id, kafka_cluster_id=kafka_cluster_id)
 
 
 def join_group_result(response: pb.JoinGroupResponse) -> int:

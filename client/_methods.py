@@ -26,6 +26,7 @@ from offsetstore.core.types import (
     GroupSummary,
     OffsetChange,
     Page,
+    RecordFingerprint,
     ResetResult,
     TopicPartition,
     Topics,
@@ -71,13 +72,22 @@ class ClientMethods(_base.ClientBase):
         raise NotImplementedError
 
     def commit_offsets(
-        self, group_id: str, offsets: Offsets, *, generation: int = 0, timeout: float | None = None
+        self,
+        group_id: str,
+        offsets: Offsets,
+        *,
+        generation: int = 0,
+        fingerprints: Mapping[tuple[str, int], RecordFingerprint] | None = None,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, CommittedOffset]:
         """Commits offsets in one transaction; a Mapping means {(topic, partition): offset}.
 
         `generation` 0 is unfenced; otherwise it must be the group's current one.
+        `fingerprints` ({(topic, partition): RecordFingerprint}, each of the offset committed for
+        its partition) are stored in the same transaction: what `groups switch` finds on another
+        Kafka cluster (:func:`offsetstore.kafka_integration.fingerprints.last_fingerprints`).
         """
-        request = _base.commit_offsets_request(group_id, offsets, generation)
+        request = _base.commit_offsets_request(group_id, offsets, generation, fingerprints)
         return self._call(
             self._stub.CommitOffsets, request, lambda response: _base.commit_offsets_result(response, request), timeout
         )
@@ -151,9 +161,15 @@ class ClientMethods(_base.ClientBase):
         request = _base.delete_offsets_request(group_id, topics=topics, all_topics=all_topics)
         return self._call(self._stub.DeleteOffsets, request, _base.delete_offsets_result, timeout)
 
-    def join_group(self, group_id: str, member_id: str = "", *, timeout: float | None = None) -> int:
-        """Increments and returns the group's generation, fencing writers of older ones."""
-        request = _base.join_group_request(group_id, member_id)
+    def join_group(
+        self, group_id: str, member_id: str = "", *, kafka_cluster_id: str = "", timeout: float | None = None
+    ) -> int:
+        """Increments and returns the group's generation, fencing writers of older ones.
+
+        With `kafka_cluster_id` (the cluster the writer reads), the join binds an unbound group
+        to it; a group bound to another raises `ClusterMismatchError` and its generation stays.
+        """
+        request = _base.join_group_request(group_id, member_id, kafka_cluster_id)
         return self._call(self._stub.JoinGroup, request, _base.join_group_result, timeout)
 
     def list_groups(

@@ -1,4 +1,4 @@
-"""Conversions of the requests whose fields the storage core reads as they are: topic selections and reset targets.
+"""Conversions of the requests whose fields the storage core reads as they are: selections, reset targets, fingerprints.
 
 Beside :mod:`offsetstore.core.convert` (the values): a client builds these requests from the
 values of offsetstore.core.types, the server reads them back, checking what only the wire
@@ -18,7 +18,7 @@ from offsetstore.core.convert import (
     timestamp_to_datetime,
 )
 from offsetstore.core.errors import InvalidArgumentError
-from offsetstore.core.types import ResetRequest, TopicPartition, Topics
+from offsetstore.core.types import RecordFingerprint, ResetRequest, TopicPartition, Topics
 from offsetstore.v1 import offset_store_pb2 as pb
 
 
@@ -136,3 +136,28 @@ def _offset_targets(message: pb.OffsetTargets) -> dict[TopicPartition, int]:
             raise InvalidArgumentError.field(f"to_offsets.offsets[{i}]", f"{o.topic}:{o.partition} is given twice")
         found[tp] = o.offset
     return found
+
+
+def fingerprints_to_proto(values: Mapping[tuple[str, int], RecordFingerprint]) -> list[pb.PartitionFingerprint]:
+    """A commit's fingerprints, {(topic, partition): fingerprint}, as CommitOffsetsRequest.fingerprints."""
+    return [
+        pb.PartitionFingerprint(
+            topic=topic,
+            partition=partition,
+            fingerprint=pb.RecordFingerprint(offset=fp.offset, timestamp_ms=fp.timestamp_ms, digest=fp.digest),
+        )
+        for (topic, partition), fp in values.items()
+    ]
+
+
+def fingerprints_from_proto(
+    messages: Iterable[pb.PartitionFingerprint],
+) -> list[tuple[TopicPartition, RecordFingerprint]]:
+    """(partition, fingerprint) per message, in request order (the storage core checks them, naming ``fingerprints[i]``)."""
+    out = []
+    for i, m in enumerate(messages):
+        if not m.HasField("fingerprint"):
+            raise InvalidArgumentError.field(f"fingerprints[{i}].fingerprint", "is required")
+        fp = m.fingerprint
+        out.append((TopicPartition(m.topic, m.partition), RecordFingerprint(fp.offset, fp.timestamp_ms, fp.digest)))
+    return out

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from offsetstore.client import OffsetStoreClient
 from offsetstore.core.types import NO_OFFSET, CommittedOffset, OffsetCommit, TopicPartition
-from offsetstore.kafka_integration._messages import default_member_id, refuse_errors
+from offsetstore.kafka_integration._messages import default_member_id, kafka_cluster_id, refuse_errors
+from offsetstore.kafka_integration.fingerprints import last_fingerprints
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -54,6 +55,15 @@ class AtLeastOnceCommitter:
         The rebalance helper of the same consumer; its reads seed compare-and-set.
     member_id : str, optional
         Recorded when joining the group. Default: ``"kafka:<host>:<pid>"``.
+    consumer : confluent_kafka.Consumer, optional
+        The consumer the messages come from. Its cluster id (from metadata) binds the group at
+        :meth:`join`: a group bound to another cluster refuses the committer with
+        :class:`offsetstore.client.ClusterMismatchError` (move it with ``offsetstore groups
+        switch``); a group bound to none (an older one) is bound now. With it, each commit of
+        messages also sends the fingerprint of the record before each committed offset (its
+        timestamp and a digest of key, value and headers), stored in the commit's transaction:
+        what ``groups switch`` finds on another cluster. Needs ``fenced``: the binding is
+        checked at the join, and a switch fences the generations joined before it.
 
     Notes
     -----
@@ -62,9 +72,11 @@ class AtLeastOnceCommitter:
     the sink is the store's PostgreSQL database, :class:`ExactlyOnceWriter` closes
     that gap.
 
+    A commit of next offsets (a mapping) carries no fingerprints: only messages have them.
+
     Examples
     --------
-    >>> committer = AtLeastOnceCommitter(client, "mailer")
+    >>> committer = AtLeastOnceCommitter(client, "mailer", consumer=consumer)
     >>> batch = consumer.consume(500, timeout=1.0)
     >>> send_emails(batch)
     >>> committer.commit(batch)
@@ -79,9 +91,13 @@ class AtLeastOnceCommitter:
         compare_and_set: bool = False,
         positions: StoredPositions | None = None,
         member_id: str | None = None,
+        consumer: confluent_kafka.Consumer | None = None,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
+        if consumer is not None and not fenced:
+            # Unfenced, a committer would go on committing (and fingerprinting) after a switch.
+            raise ValueError("a consumer (the group's cluster binding) needs fenced=True")
         self.client = client
         self.group_id = group_id
         self.fenced = fenced
@@ -90,6 +106,9 @@ class AtLeastOnceCommitter:
         self.member_id = member_id or default_member_id()
         self._generation: int | None = None
         self._committed: dict[TopicPartition, int] = {}
+        self.consumer = consumer
+        #: The Kafka cluster id of ``consumer``, read at the first :meth:`join`; None without one.
+        self.cluster_id: str | None = None
 
     @property
     def generation(self) -> int | None:
@@ -97,8 +116,17 @@ class AtLeastOnceCommitter:
         return self._generation
 
     def join(self) -> int:
-        """Joins the group (when ``fenced``): a new generation that fences older consumers."""
-        self._generation = self.client.join_group(self.group_id, self.member_id) if self.fenced else 0
+        """Joins the group (when ``fenced``): a new generation that fences older consumers.
+
+        With a ``consumer``, the join binds the group to its Kafka cluster, or raises
+        :class:`offsetstore.client.ClusterMismatchError` (joining nothing) for a group bound to another.
+        """
+        if not self.fenced:
+            self._generation = 0
+            return 0
+        if self.consumer is not None and self.cluster_id is None:
+            self.cluster_id = kafka_cluster_id(self.consumer)
+        self._generation = self.client.join_group(self.group_id, self.member_id, kafka_cluster_id=self.cluster_id or "")
         return self._generation
 
     def commit(
@@ -113,10 +141,15 @@ class AtLeastOnceCommitter:
         offsetstore.client.OffsetMismatchError
             With ``compare_and_set``: a stored offset moved under this consumer.
         """
+        fingerprints = None
         if isinstance(messages, Mapping):
             offsets = {TopicPartition(t, p): o for (t, p), o in messages.items()}
         else:
             offsets = next_offsets(messages)
+            if self.consumer is not None:
+                # A record without a timestamp (pre-0.10 formats) has no fingerprint a switch could find.
+                found = last_fingerprints(messages, offsets)
+                fingerprints = {tp: fp for tp, fp in found.items() if fp.timestamp_ms >= 0}
         if not offsets:
             return {}
         if self._generation is None:
@@ -125,7 +158,9 @@ class AtLeastOnceCommitter:
             OffsetCommit(tp.topic, tp.partition, offset, metadata, self._expected(tp) if self.compare_and_set else None)
             for tp, offset in sorted(offsets.items())
         ]
-        result = self.client.commit_offsets(self.group_id, commits, generation=self._generation or 0)
+        result = self.client.commit_offsets(
+            self.group_id, commits, generation=self._generation or 0, fingerprints=fingerprints
+        )
         self._committed.update({tp: c.offset for tp, c in result.items()})
         return result
 

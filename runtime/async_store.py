@@ -29,6 +29,7 @@ from offsetstore.core.types import (
     OffsetChange,
     OffsetCommit,
     Page,
+    RecordFingerprint,
     ResetRequest,
     ResetResult,
     TopicPartition,
@@ -112,17 +113,37 @@ class AsyncStore(Database):
     # --- the operations -----------------------------------------------------------------
 
     async def commit_offsets(
-        self, group_id: str, commits: Sequence[OffsetCommit], *, generation: int = 0, actor: str = ""
+        self,
+        group_id: str,
+        commits: Sequence[OffsetCommit],
+        *,
+        generation: int = 0,
+        actor: str = "",
+        fingerprints: Sequence[tuple[TopicPartition, RecordFingerprint]] = (),
     ) -> list[CommittedOffset]:
+        """Commits ``commits`` (and ``fingerprints``, in the same transaction) through group commit."""
         if not commits:  # nothing to write: only the generation is checked
-            return await self.read(storage.commit_offsets, group_id, commits, generation=generation, actor=actor)
-        outcome = await self._timed(
-            "commit_offsets", self._write(storage.CommitRequest(group_id, commits, generation, actor))
-        )
+            return await self.read(
+                storage.commit_offsets, group_id, commits, generation=generation, actor=actor, fingerprints=fingerprints
+            )
+        request = storage.CommitRequest(group_id, commits, generation, actor, fingerprints)
+        outcome = await self._timed("commit_offsets", self._write(request))
         assert isinstance(outcome, list)
         return outcome
 
-    async def join_group(self, group_id: str, member_id: str = "", member_host: str = "") -> int:
+    async def join_group(
+        self, group_id: str, member_id: str = "", member_host: str = "", *, kafka_cluster_id: str = ""
+    ) -> int:
+        """A new generation; with ``kafka_cluster_id``, the group bound to that cluster (or ClusterMismatchError).
+
+        A binding join runs in a transaction of its own, not in a batch: a refused one must roll its
+        generation back, which a batch shared with other callers cannot do for one request. Joins
+        are once per consumer run; the commits stay batched.
+        """
+        if kafka_cluster_id:
+            return await self.run(
+                storage.join_group, group_id, member_id, member_host, kafka_cluster_id=kafka_cluster_id
+            )
         outcome = await self._timed("join_group", self._write(storage.JoinRequest(group_id, member_id, member_host)))
         assert isinstance(outcome, int)
         return outcome

@@ -65,6 +65,8 @@ class OffsetStoreServicer:
             await _in_slices(convert.offset_commit_from_proto, request.offsets),
             generation=request.generation,
             actor=_actor(context),
+            # Most commits carry none: an empty field costs one length check.
+            fingerprints=convert_requests.fingerprints_from_proto(request.fingerprints) if request.fingerprints else (),
         )
         # Each partition's offset and commit time, not the metadata the caller sent: echoing it
         # would let a 44 MB request buy a 44 MB answer (contract, section 2).
@@ -103,7 +105,9 @@ class OffsetStoreServicer:
         return pb.DeleteOffsetsResponse(deleted=[convert.topic_partition_to_proto(tp) for tp in deleted])
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Caller) -> pb.JoinGroupResponse:
-        generation = await self.store.join_group(request.group_id, request.member_id, context.peer())
+        generation = await self.store.join_group(
+            request.group_id, request.member_id, context.peer(), kafka_cluster_id=request.kafka_cluster_id
+        )
         return pb.JoinGroupResponse(generation=generation)
 
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Caller) -> pb.ListGroupsResponse:

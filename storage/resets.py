@@ -51,8 +51,8 @@ from offsetstore.storage.watermarks import read_watermarks
 
 #: The longest ``source`` of an adoption, in bytes.
 MAX_SOURCE_BYTES = 1024
-#: The longest Kafka cluster id a switch takes, in bytes (Kafka's are 22 characters).
-MAX_CLUSTER_ID_BYTES = 255
+# The longest Kafka cluster id a switch takes: the same bound as a join's (validate.py).
+MAX_CLUSTER_ID_BYTES = check.MAX_CLUSTER_ID_BYTES
 
 # --- operator actions: reset and delete --------------------------------------------
 

@@ -14,11 +14,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from offsetstore.core.errors import FieldViolation, InvalidArgumentError
-from offsetstore.core.types import OffsetCommit, TopicPartition, Watermark
+from offsetstore.core.types import OffsetCommit, RecordFingerprint, TopicPartition, Watermark
 
 MAX_GROUP_ID_BYTES = 255
 MAX_TOPIC_CHARS = 249
 MAX_METADATA_BYTES = 4096
+#: The longest Kafka cluster id a join or a switch takes, in bytes (Kafka's are 22 characters).
+MAX_CLUSTER_ID_BYTES = 255
+#: A record fingerprint's digest: BLAKE2b-128 (kafka_integration/fingerprints.py).
+DIGEST_BYTES = 16
 MAX_PARTITIONS = 10_000
 #: The SQL API's commit_offsets arrays (docs/sql.md): a partition may repeat there (each
 #: written record's offset + 1), so they may be longer than MAX_PARTITIONS, but are bounded
@@ -199,6 +203,48 @@ def commits(values: Sequence[OffsetCommit], field: str = "offsets", *, violation
             if key in seen:
                 v.add(f"{at}.partition", f"partition {c.topic}:{c.partition} appears twice")
             seen.add(key)
+
+
+def fingerprints(
+    values: Sequence[tuple[TopicPartition, RecordFingerprint]],
+    commits: Sequence[OffsetCommit],
+    field: str = "fingerprints",
+    *,
+    violations: Violations | None = None,
+) -> None:
+    """A commit's fingerprints: at most one per partition of ``commits``, each of that entry's offset.
+
+    Nothing else would tell a fingerprint of another offset's record from the right one, and a
+    switch trusts it to place the group on another cluster.
+    """
+    with _collecting(violations) as v:
+        if _too_many(len(values), field, v):
+            return
+        committed = {(c.topic, c.partition): c.offset for c in commits}
+        seen: set[tuple[str, int]] = set()
+        for i, (tp, fp) in enumerate(values):
+            if v.full:
+                return
+            at = f"{field}[{i}]"
+            key = (tp.topic, tp.partition)
+            offset = committed.get(key)
+            if offset is None:
+                v.add(f"{at}.partition", f"{tp.topic}:{tp.partition} is not among the offsets committed")
+            elif key in seen:
+                v.add(f"{at}.partition", f"partition {tp.topic}:{tp.partition} appears twice")
+            elif fp.offset != offset or offset < 1:
+                v.add(f"{at}.fingerprint.offset", f"must be the offset committed ({offset}), and at least 1")
+            seen.add(key)
+            if not 0 <= fp.timestamp_ms <= INT64_MAX:
+                v.add(f"{at}.fingerprint.timestamp_ms", "must be >= 0")
+            if len(fp.digest) != DIGEST_BYTES:
+                v.add(f"{at}.fingerprint.digest", f"must be {DIGEST_BYTES} bytes")
+
+
+def cluster_id(value: str, field: str = "kafka_cluster_id", *, violations: Violations | None = None) -> None:
+    """A Kafka cluster id: no NUL, valid UTF-8, at most :data:`MAX_CLUSTER_ID_BYTES`."""
+    with _collecting(violations) as v:
+        _text(value, field, MAX_CLUSTER_ID_BYTES, v)
 
 
 def selections(

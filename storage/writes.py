@@ -20,10 +20,12 @@ from offsetstore.core.errors import (
 from offsetstore.core.types import (
     CommittedOffset,
     OffsetCommit,
+    RecordFingerprint,
     TopicPartition,
 )
 from offsetstore.storage import validate as check
 from offsetstore.storage._groups import observed_error, stale_error
+from offsetstore.storage.clusters import bind_cluster
 from offsetstore.storage.schema import groups
 from offsetstore.storage.steps import PAUSE, SLICE, HotSteps, bool_array, drive_steps, int_array, text_array
 
@@ -38,6 +40,8 @@ class CommitRequest:
     commits: Sequence[OffsetCommit]
     generation: int = 0
     actor: str = ""
+    #: The record before each of some committed offsets, stored with them (issue 58).
+    fingerprints: Sequence[tuple[TopicPartition, RecordFingerprint]] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,16 @@ _WRITE_BATCH = (
 # write_batch's (and lock_for_write's) outcome column: 0 done, else the request's refusal.
 _DONE, _STALE, _MISMATCH, _OBSERVED = 0, 1, 2, 3
 
+# The fingerprints of a batch's commits that were written, in the batch's transaction: one statement
+# (arrays, digests as hex), sent only when a request carries some.
+_WRITE_FINGERPRINTS = (
+    'INSERT INTO offsetstore.record_fingerprints (group_id, topic, "partition", "offset", timestamp_ms, digest) '
+    "SELECT g, t, p, o, ts, decode(d, 'hex') FROM unnest(%(group)s::text[], %(topic)s::text[], "
+    "%(partition)s::integer[], %(offset)s::bigint[], %(timestamp)s::bigint[], %(digest)s::text[]) AS u(g, t, p, o, ts, d) "
+    'ON CONFLICT (group_id, topic, "partition") DO UPDATE '
+    'SET "offset" = excluded."offset", timestamp_ms = excluded.timestamp_ms, digest = excluded.digest'
+)
+
 # storage/sql/lock_for_write.sql: a commit of no offsets (lock, create or revive, fence), then the offsets.
 _LOCK_FOR_WRITE = text(
     'SELECT outcome, topic, "partition", "offset", stored FROM offsetstore.lock_for_write(:group_id, :generation)'
@@ -84,16 +98,19 @@ _FENCE = text(
 )
 
 
-def check_write(request: WriteRequest) -> None:
-    """Raises :class:`InvalidArgumentError` naming every bad field of ``request``."""
+def check_write(request: WriteRequest, *, kafka_cluster_id: str = "") -> None:
+    """Raises :class:`InvalidArgumentError` naming every bad field of ``request`` (and of a join's cluster id)."""
     v = check.Violations()
     check.group_id(request.group_id, violations=v)
     if isinstance(request, CommitRequest):
         check.commits(request.commits, violations=v)
         check.generation(request.generation, violations=v)
+        if request.fingerprints:
+            check.fingerprints(request.fingerprints, request.commits, violations=v)
     else:
         check.member_id(request.member_id, violations=v)
         check.member_id(request.member_host, "member_host", violations=v)
+        check.cluster_id(kafka_cluster_id, violations=v)
     v.raise_if_any()
 
 
@@ -166,7 +183,29 @@ def write_batch_steps(requests: Sequence[WriteRequest]) -> HotSteps[list[WriteOu
                 row = by_key[(c.topic, c.partition)]
                 committed.append(CommittedOffset(c.topic, c.partition, row[_OFFSET], row[_METADATA], row[_COMMIT_TIME]))
         outcomes.append(committed)
+    if any(isinstance(r, CommitRequest) and r.fingerprints for r in requests):
+        yield _fingerprints_statement(requests, outcomes)
     return outcomes
+
+
+def _fingerprints_statement(
+    requests: Sequence[WriteRequest], outcomes: Sequence[WriteOutcome]
+) -> tuple[str, dict[str, str]]:
+    """The statement storing the fingerprints of the commits that were written (none of a refused one)."""
+    found: dict[tuple[str, TopicPartition], RecordFingerprint] = {}
+    for r, outcome in zip(requests, outcomes, strict=True):
+        if isinstance(r, CommitRequest) and isinstance(outcome, list):
+            # A group's requests are written in batch order: a later commit's fingerprint is the one kept.
+            found.update(((r.group_id, tp), fp) for tp, fp in r.fingerprints)
+    params = {
+        "group": text_array([g for g, _ in found]),
+        "topic": text_array([tp.topic for _, tp in found]),
+        "partition": int_array([tp.partition for _, tp in found]),
+        "offset": int_array([fp.offset for fp in found.values()]),
+        "timestamp": int_array([fp.timestamp_ms for fp in found.values()]),
+        "digest": text_array([fp.digest.hex() for fp in found.values()]),
+    }
+    return _WRITE_FINGERPRINTS, params
 
 
 def _refusal_or_generation(request: WriteRequest, rows: list[tuple[Any, ...]]) -> WriteOutcome:
@@ -198,14 +237,16 @@ def commit_offsets(
     *,
     generation: int = 0,
     actor: str = "",
+    fingerprints: Sequence[tuple[TopicPartition, RecordFingerprint]] = (),
 ) -> list[CommittedOffset]:
     """Commits all ``commits`` of one group or raises; creates the group on its first commit.
 
     ``generation`` 0 is unfenced; any other value must be the group's current one
     (:class:`StaleGenerationError`). A commit with ``expected_offset`` is a
     compare-and-set (:class:`OffsetMismatchError`; -1 means "none stored yet").
+    ``fingerprints`` are stored with the offsets they precede (see :func:`check.fingerprints`).
     """
-    request = CommitRequest(group_id, commits, generation, actor)
+    request = CommitRequest(group_id, commits, generation, actor, fingerprints)
     check_write(request)
     if not commits:
         fence = conn.execute(_FENCE, {"group_id": group_id, "generation": generation}).one()
@@ -250,13 +291,20 @@ def group_generation(conn: Connection, group_id: str) -> int:
     return value or 0
 
 
-def join_group(conn: Connection, group_id: str, member_id: str = "", member_host: str = "") -> int:
+def join_group(
+    conn: Connection, group_id: str, member_id: str = "", member_host: str = "", *, kafka_cluster_id: str = ""
+) -> int:
     """Increments and returns the group's generation, creating the group at generation 1.
 
-    A deleted group comes back with a generation above every one its id had.
+    A deleted group comes back with a generation above every one its id had. With
+    ``kafka_cluster_id``, the join binds an unbound group to that Kafka cluster, or raises
+    :class:`ClusterMismatchError` for a group bound to another: the caller's transaction must
+    then roll back, or the generation moves on for a writer that cannot write.
     """
     request = JoinRequest(group_id, member_id, member_host)
-    check_write(request)
+    check_write(request, kafka_cluster_id=kafka_cluster_id)
     generation = write_batch(conn, [request])[0]
     assert isinstance(generation, int)
+    if kafka_cluster_id:
+        bind_cluster(conn, group_id, kafka_cluster_id)  # under the lock the join took
     return generation

@@ -50,3 +50,43 @@ def test_describe_shows_the_cluster_and_a_switch_over_http_rebinds(http_server: 
     ]
     status, described = http_server.curl("DescribeGroup", {"groupId": group})
     assert described["kafkaClusterId"] == "cluster-B"
+
+
+def test_a_json_writer_binds_at_join_and_commits_fingerprints(http_server: HttpServer) -> None:
+    """What the AtLeastOnceCommitter sends over gRPC, as JSON: the join's cluster id and the commit's fingerprints."""
+    group = f"http-bind-{uuid.uuid4().hex[:10]}"
+    status, joined = http_server.curl("JoinGroup", {"groupId": group, "kafkaClusterId": "cluster-A"})
+    assert status == 200, joined
+    digest = base64.b64encode(bytes(range(16))).decode()
+    body = {
+        "groupId": group,
+        "generation": joined["generation"],
+        "offsets": [
+            {"topic": "orders", "partition": 0, "offset": "42"},
+            {"topic": "orders", "partition": 1, "offset": "7"},
+        ],
+        "fingerprints": [
+            {
+                "topic": "orders",
+                "partition": 0,
+                "fingerprint": {"offset": "42", "timestampMs": "1700000000000", "digest": digest},
+            }
+        ],
+    }
+    status, committed = http_server.curl("CommitOffsets", body)
+    assert status == 200, committed
+    status, described = http_server.curl("DescribeGroup", {"groupId": group})
+    assert described["kafkaClusterId"] == "cluster-A"
+    assert [p.get("fingerprint") for p in described["partitions"]] == [
+        {"offset": "42", "timestampMs": "1700000000000", "digest": digest},
+        None,
+    ]
+
+    status, refused = http_server.curl("JoinGroup", {"groupId": group, "kafkaClusterId": "cluster-B"})
+    assert (status, refused["code"], http_server.reason(refused)) == (400, "failed_precondition", "CLUSTER_MISMATCH")
+    body["fingerprints"][0]["fingerprint"]["digest"] = base64.b64encode(b"short").decode()
+    status, refused = http_server.curl("CommitOffsets", body)
+    assert (status, refused["code"], http_server.reason(refused)) == (400, "invalid_argument", "INVALID_ARGUMENT")
+    status, described_after = http_server.curl("DescribeGroup", {"groupId": group})
+    assert described_after["generation"] == described["generation"]  # neither refusal wrote anything
+    assert [p["offset"] for p in described_after["partitions"]] == ["42", "7"]

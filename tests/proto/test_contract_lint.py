@@ -87,7 +87,7 @@ def test_first_commit_skips_breaking_with_a_message(repo: Path) -> None:
 
 
 def test_additions_pass(repo: Path) -> None:
-    edit_and_commit(repo, "  string member_id = 2;\n", "  string member_id = 2;\n  string client_name = 3;\n")
+    edit_and_commit(repo, "  string member_id = 2;\n", "  string member_id = 2;\n  string client_name = 9;\n")
     result = check(repo)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "buf breaking against HEAD~1" in result.stdout

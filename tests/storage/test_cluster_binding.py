@@ -6,9 +6,9 @@ import pytest
 import sqlalchemy as sa
 
 from offsetstore import storage
-from offsetstore.core.errors import ClusterMismatchError
+from offsetstore.core.errors import ClusterMismatchError, StaleGenerationError
 from offsetstore.core.types import ChangeKind, OffsetCommit, RecordFingerprint, TopicPartition
-from offsetstore.storage.clusters import bind_cluster, bound_cluster, write_fingerprints
+from offsetstore.storage.clusters import bind_cluster, bound_cluster, read_fingerprints, write_fingerprints
 
 
 def describe(engine: sa.Engine, group_id: str):
@@ -88,3 +88,58 @@ def test_a_switch_rebinds_fences_records_both_ids_and_is_undone_from_history(eng
     assert [c.new_offset for c in back.changes] == [100]
     assert back.changes[0].source == "switch from cluster cluster-B to cluster-A"
     assert describe(engine, group_id).kafka_cluster_id == "cluster-A"
+
+
+def test_join_group_binds_and_a_refused_join_rolls_back_with_its_transaction(engine, group_id, topic) -> None:
+    with engine.begin() as conn:
+        generation = storage.join_group(conn, group_id, "m", kafka_cluster_id="cluster-A")
+    with pytest.raises(ClusterMismatchError), engine.begin() as conn:
+        storage.join_group(conn, group_id, "m", kafka_cluster_id="cluster-B")
+    with engine.connect() as conn:
+        assert storage.group_generation(conn, group_id) == generation
+        assert bound_cluster(conn, group_id) == "cluster-A"
+
+
+def test_commit_offsets_writes_fingerprints_in_its_transaction_and_none_when_refused(engine, group_id, topic) -> None:
+    tp = TopicPartition(topic, 0)
+    with engine.begin() as conn:
+        generation = storage.join_group(conn, group_id, kafka_cluster_id="cluster-A")
+        storage.commit_offsets(
+            conn,
+            group_id,
+            [OffsetCommit(topic, 0, 10)],
+            generation=generation,
+            fingerprints=[(tp, RecordFingerprint(10, 5, b"a" * 16))],
+        )
+    with pytest.raises(RuntimeError), engine.begin() as conn:  # the caller's transaction fails later
+        storage.commit_offsets(
+            conn, group_id, [OffsetCommit(topic, 0, 11)], fingerprints=[(tp, RecordFingerprint(11, 6, b"b" * 16))]
+        )
+        raise RuntimeError("rolled back")
+    with pytest.raises(StaleGenerationError), engine.begin() as conn:
+        storage.commit_offsets(
+            conn,
+            group_id,
+            [OffsetCommit(topic, 0, 12)],
+            generation=generation + 1,
+            fingerprints=[(tp, RecordFingerprint(12, 7, b"c" * 16))],
+        )
+    with engine.connect() as conn:
+        assert read_fingerprints(conn, group_id) == {tp: RecordFingerprint(10, 5, b"a" * 16)}
+    assert [p.fingerprint for p in describe(engine, group_id).partitions] == [RecordFingerprint(10, 5, b"a" * 16)]
+
+
+def test_one_batch_of_two_commits_of_a_partition_keeps_the_later_ones_fingerprint(engine, group_id, topic) -> None:
+    """Group commit puts concurrent commits of a group in one statement: the later one wins, offset and fingerprint."""
+    tp = TopicPartition(topic, 0)
+    requests = [
+        storage.CommitRequest(
+            group_id, [OffsetCommit(topic, 0, n)], fingerprints=[(tp, RecordFingerprint(n, n, bytes([n]) * 16))]
+        )
+        for n in (3, 5, 4)
+    ]
+    with engine.begin() as conn:
+        storage.join_group(conn, group_id, kafka_cluster_id="cluster-A")
+        outcomes = storage.write_batch(conn, requests)
+    assert [o[0].offset for o in outcomes] == [3, 5, 4]
+    assert [p.fingerprint for p in describe(engine, group_id).partitions] == [RecordFingerprint(4, 4, b"\x04" * 16)]

@@ -219,14 +219,26 @@ class RecordFingerprint(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
-    __slots__ = ("group_id", "offsets", "generation")
+    __slots__ = ("group_id", "offsets", "generation", "fingerprints")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINTS_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     offsets: _containers.RepeatedCompositeFieldContainer[OffsetCommit]
     generation: int
-    def __init__(self, group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    fingerprints: _containers.RepeatedCompositeFieldContainer[PartitionFingerprint]
+    def __init__(self, group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[OffsetCommit, _Mapping]]] = ..., generation: _Optional[int] = ..., fingerprints: _Optional[_Iterable[_Union[PartitionFingerprint, _Mapping]]] = ...) -> None: ...
+
+class PartitionFingerprint(_message.Message):
+    __slots__ = ("topic", "partition", "fingerprint")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    fingerprint: RecordFingerprint
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fingerprint: _Optional[_Union[RecordFingerprint, _Mapping]] = ...) -> None: ...
 
 class CommitOffsetsResponse(_message.Message):
     __slots__ = ("offsets",)
@@ -345,12 +357,14 @@ class DeleteOffsetsResponse(_message.Message):
     def __init__(self, deleted: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
-    __slots__ = ("group_id", "member_id")
+    __slots__ = ("group_id", "member_id", "kafka_cluster_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+    kafka_cluster_id: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., kafka_cluster_id: _Optional[str] = ...) -> None: ...
 
 class JoinGroupResponse(_message.Message):
     __slots__ = ("generation",)
