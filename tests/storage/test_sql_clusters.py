@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -22,6 +24,8 @@ CLUSTER_FUNCTIONS = (
     "offsetstore.bound_cluster(text)",
     "offsetstore.commit_fingerprints(text, bigint, text[], integer[], bigint[], bigint[], bytea[])",
 )
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 
 FINGERPRINTS = "SELECT offsetstore.commit_fingerprints(%s, %s, %s, %s, %s, %s, %s)"
 
@@ -256,3 +260,23 @@ def test_no_role_runs_them_without_a_grant_of_execute(make_sql_role: MakeRole, g
         c.execute("SELECT offsetstore.bound_cluster(%s)", [group_id])
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         c.execute("SELECT offsetstore.api_check_cluster('x')")
+
+
+def test_the_docs_cluster_block_runs_as_written(conn: psycopg.Connection, engine: sa.Engine, group_id: str) -> None:
+    """docs/sql.md's block: the join, the binding, a commit with its fingerprint; psql's ``\\gset`` made a parameter."""
+    blocks = re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S)
+    (block,) = [b for b in blocks if "bind_cluster(" in b and "GRANT" not in b]
+    block = block.replace("'orders-sql-etl'", f"'{group_id}'").replace(" \\gset", ";").replace(":generation", "%(g)s")
+    code = "\n".join(line.split("--")[0] for line in block.splitlines())
+    join, *rest = [s.strip() for s in code.split(";") if s.strip()]
+    generation = {"g": conn.execute(join).fetchone()[0]}
+    with conn.transaction():
+        for statement in rest:
+            conn.execute(statement, generation)
+    bound, found = _state(engine, group_id)
+    assert bound == "q0lLRuTdQ8W0Q8GRl7Vh2w"
+    assert found == {
+        TopicPartition("orders", 0): RecordFingerprint(
+            1043, 1765141200123, bytes.fromhex("9f2c0a61d4e7b3f81c55a0e2d7b94c3e")
+        )
+    }
