@@ -86,14 +86,23 @@ def use_jars(env: StreamExecutionEnvironment, jars: str | Sequence[str]) -> None
 
 
 def store_offsets(
-    jdbc_url: str, group_id: str, *, user: str | None = None, password: str | None = None, fallback: str = "earliest"
+    jdbc_url: str,
+    group_id: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    fallback: str = "earliest",
+    kafka_bootstrap_servers: str | None = None,
 ) -> KafkaOffsetsInitializer:
     """``KafkaSource``'s starting offsets from the group's stored offsets (``StoreOffsetsInitializer``).
 
     ``fallback`` (earliest, latest or fail) is where a partition the store has no offset for starts.
+    With ``kafka_bootstrap_servers`` (the source's), a group bound to another Kafka cluster does not start.
     """
-    j = get_gateway().jvm.offsetstore.flink.StoreOffsetsInitializer.of(jdbc_url, user, password, group_id, fallback)
-    return KafkaOffsetsInitializer(j)
+    of = get_gateway().jvm.offsetstore.flink.StoreOffsetsInitializer.of
+    if kafka_bootstrap_servers is None:
+        return KafkaOffsetsInitializer(of(jdbc_url, user, password, group_id, fallback))
+    return KafkaOffsetsInitializer(of(jdbc_url, user, password, group_id, fallback, kafka_bootstrap_servers))
 
 
 def kafka_rows_source(
@@ -142,11 +151,14 @@ def offsetstore_sink(
     member_id: str | None = None,
     properties: dict[str, str] | None = None,
     max_buffered_rows: int | None = None,
+    kafka_bootstrap_servers: str | None = None,
 ) -> Sink:
     """The offsetstore sink of rows into ``table``'s ``columns`` (field i into column i): ``OffsetStoreSink.forRows``.
 
     The first three columns take the topic, partition and offset. Building it joins the group: this
     job is an attempt with a generation of its own, which fences every earlier attempt's writers.
+    With ``kafka_bootstrap_servers`` (the source's) it binds the group to that Kafka cluster and
+    stores the fingerprints of the last records at each flush (docs/flink.md, "Another Kafka cluster").
     """
     jvm = get_gateway().jvm
     builder = jvm.offsetstore.flink.OffsetStoreSink.forRows(table, to_jarray(jvm.String, list(columns)))
@@ -158,4 +170,6 @@ def offsetstore_sink(
         builder.memberId(member_id)
     if max_buffered_rows is not None:
         builder.maxBufferedRows(max_buffered_rows)
+    if kafka_bootstrap_servers is not None:
+        builder.kafkaBootstrapServers(kafka_bootstrap_servers)
     return Sink(builder.build())

@@ -73,8 +73,13 @@ public final class CopyTopicJob {
                 // offsetstore's --observe-kafka-groups watches); off otherwise, the store holding the positions.
                 .setProperty("commit.offsets.on.checkpoint", String.valueOf(a.containsKey("--commit-to-kafka")))
                 .setDeserializer(new KafkaRows());
+        if (a.containsKey("--isolation-level")) {
+            source.setProperty("isolation.level", a.get("--isolation-level")); // read_committed: no aborted record
+        }
         if (sink.equals("offsetstore")) {
-            source.setStartingOffsets(StoreOffsetsInitializer.of(url, a.get("--user"), a.get("--password"), group, a.get("--fallback")));
+            // With the bootstrap servers, a group bound to another Kafka cluster does not start (docs/switch.md).
+            source.setStartingOffsets(StoreOffsetsInitializer.of(
+                    url, a.get("--user"), a.get("--password"), group, a.get("--fallback"), a.get("--bootstrap")));
         } else {
             source.setStartingOffsets(OffsetsInitializer.earliest());
         }
@@ -93,6 +98,7 @@ public final class CopyTopicJob {
             rows.sinkTo(OffsetStoreSink.forRows(table, columns)
                             .jdbcUrl(url).property("user", a.get("--user")).property("password", a.get("--password"))
                             .property("reWriteBatchedInserts", "true")
+                            .kafkaBootstrapServers(a.get("--bootstrap"))  // binds the group, stores fingerprints
                             .groupId(group).memberId("copy-topic-run-" + a.get("--run")).build())
                     .uid("sink");
         } else {

@@ -55,7 +55,7 @@ def main() -> None:
     source = kafka_rows_source(
         args.bootstrap,
         args.topic,
-        store_offsets(args.jdbc_url, args.group, **login),
+        store_offsets(args.jdbc_url, args.group, **login, kafka_bootstrap_servers=args.bootstrap),
         group_id=args.group,
         bounded=args.bounded,
     )
@@ -67,6 +67,7 @@ def main() -> None:
         ["topic", '"partition"', '"offset"', "key", "value"],
         **login,
         member_id="copy-topic",
+        kafka_bootstrap_servers=args.bootstrap,  # binds the group to this cluster; fingerprints for a switch
     )
     rows.sink_to(sink).uid("offsetstore-sink")
     env.execute(f"copy {args.topic} to {args.table}")

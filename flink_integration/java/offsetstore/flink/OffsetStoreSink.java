@@ -30,6 +30,13 @@ import org.apache.flink.types.Row;
  * own, which fences the writers of every earlier attempt (they fail with {@link FencedException} and
  * write nothing).
  *
+ * <p>With the Kafka cluster the records come from ({@link Builder#kafkaBootstrapServers}), {@link
+ * Builder#build()} binds the group to that cluster (its id from the cluster's metadata): a group
+ * bound to another cluster is refused (SQLSTATE OS006, both ids named) until an operator switches
+ * it. Each flush then also stores the fingerprint of each partition's last record written (read
+ * back from the cluster, {@code offsetstore.commit_fingerprints}, in the flush's transaction), with
+ * which {@code offsetstore groups switch} places the group exactly on another cluster.
+ *
  * <p>Each Kafka partition's records must reach one writer, in order (the source chained to the sink,
  * or {@code keyBy} the topic and partition): the stored offset of a partition is the highest the
  * writer wrote + 1.
@@ -57,14 +64,24 @@ public final class OffsetStoreSink<IN> implements Sink<IN> {
     final Positions<IN> positions;
     final Binder<IN> binder;
     final int maxBufferedRows;
+    /** The cluster the records come from; null when the sink was not told (no binding, no fingerprints). */
+    final KafkaCluster kafka;
+    final String clusterId;
 
-    private OffsetStoreSink(Builder<IN> b, long generation) {
+    private OffsetStoreSink(Builder<IN> b, long generation, KafkaCluster kafka, String clusterId) {
         this.store = b.store;
         this.generation = generation;
         this.insertSql = b.insertSql;
         this.positions = b.positions;
         this.binder = b.binder;
         this.maxBufferedRows = b.maxBufferedRows;
+        this.kafka = kafka;
+        this.clusterId = clusterId;
+    }
+
+    /** The Kafka cluster id the group is bound to by this sink; null without {@link Builder#kafkaBootstrapServers}. */
+    public String clusterId() {
+        return clusterId;
     }
 
     /** The generation this attempt joined with. */
@@ -148,6 +165,7 @@ public final class OffsetStoreSink<IN> implements Sink<IN> {
         private Positions<T> positions;
         private Binder<T> binder;
         private int maxBufferedRows = 50_000;
+        private final Properties kafkaProperties = new Properties();
 
         public Builder<T> jdbcUrl(String url) {
             this.url = url;
@@ -187,6 +205,20 @@ public final class OffsetStoreSink<IN> implements Sink<IN> {
             return this;
         }
 
+        /**
+         * The Kafka cluster the records come from (the source's {@code bootstrap.servers}): {@link
+         * #build()} binds the group to its id, and each flush stores the fingerprints of the last records.
+         */
+        public Builder<T> kafkaBootstrapServers(String servers) {
+            return kafkaProperty("bootstrap.servers", servers);
+        }
+
+        /** A Kafka client property for reaching that cluster (the source's security settings: SASL, TLS). */
+        public Builder<T> kafkaProperty(String name, String value) {
+            kafkaProperties.setProperty(name, value);
+            return this;
+        }
+
         /** A writer flushes early when it holds this many rows (besides at every checkpoint). */
         public Builder<T> maxBufferedRows(int rows) {
             if (rows < 1) {
@@ -210,17 +242,22 @@ public final class OffsetStoreSink<IN> implements Sink<IN> {
             }
             FlinkVersion.check();
             store = new StoreJdbc(url, properties, groupId);
+            KafkaCluster kafka = kafkaProperties.isEmpty() ? null : new KafkaCluster(kafkaProperties);
+            String clusterId = kafka == null ? null : kafka.clusterId();
             long joined;
-            if (generation != null) {
-                joined = generation;
-            } else {
-                try {
-                    joined = store.joinGroup(memberId);
-                } catch (SQLException e) {
-                    throw new IllegalStateException(OffsetStoreWriter.describe("could not join group " + groupId, e), e);
+            try {
+                if (generation != null) {
+                    joined = generation;
+                    if (clusterId != null) {
+                        store.bindCluster(clusterId);
+                    }
+                } else {
+                    joined = store.joinGroup(memberId, clusterId);
                 }
+            } catch (SQLException e) {
+                throw new IllegalStateException(OffsetStoreWriter.describe("could not join group " + groupId, e), e);
             }
-            return new OffsetStoreSink<>(this, joined);
+            return new OffsetStoreSink<>(this, joined, kafka, clusterId);
         }
     }
 }

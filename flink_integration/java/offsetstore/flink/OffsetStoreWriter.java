@@ -11,6 +11,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.flink.api.connector.sink2.SinkWriter;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -26,10 +28,12 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
     private final int subtask;
     private final List<IN> buffer = new ArrayList<>();
     private Connection conn;
+    private final KafkaCluster kafka; // null: the sink binds nothing and stores no fingerprints
 
     OffsetStoreWriter(OffsetStoreSink<IN> sink, int subtask) {
         this.sink = sink;
         this.subtask = subtask;
+        this.kafka = sink.kafka == null ? null : sink.kafka.copy();
     }
 
     @Override
@@ -50,7 +54,7 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
             if (conn == null || conn.isClosed()) {
                 conn = sink.store.connect();
             }
-            int[] counts = writeOnce();
+            int[] counts = writeOnce(lastRecords());
             conn.commit();
             LOG.info("offsetstore: flushed {} rows to group {} (generation {}, subtask {}, {} skipped as written before)",
                     counts[0], group, sink.generation, subtask, counts[1]);
@@ -71,8 +75,34 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
         }
     }
 
+    /**
+     * Each partition's last record in the buffer, read back from the Kafka cluster (before the
+     * transaction: the group's lock is not held across a fetch). Empty without a cluster, or when
+     * the read fails: the flush goes on without fingerprints (a switch then says so, and falls back).
+     */
+    private Map<String, ConsumerRecord<byte[], byte[]>> lastRecords() {
+        Map<String, ConsumerRecord<byte[], byte[]>> out = new HashMap<>();
+        if (kafka == null) {
+            return out;
+        }
+        Map<TopicPartition, Long> last = new HashMap<>();
+        for (IN record : buffer) {
+            last.merge(new TopicPartition(sink.positions.topic(record), sink.positions.partition(record)),
+                    sink.positions.offset(record), Math::max);
+        }
+        try {
+            for (ConsumerRecord<byte[], byte[]> r : kafka.read(last).values()) {
+                out.put(StoreJdbc.key(r.topic(), r.partition()), r);
+            }
+        } catch (RuntimeException e) {
+            LOG.warn("offsetstore: could not read the last records of group {} from Kafka ({}): this flush stores"
+                    + " no fingerprints", sink.store.groupId(), String.valueOf(e));
+        }
+        return out;
+    }
+
     /** One transaction's statements; returns {rows written, rows skipped}. */
-    private int[] writeOnce() throws SQLException {
+    private int[] writeOnce(Map<String, ConsumerRecord<byte[], byte[]>> last) throws SQLException {
         Map<String, Long> stored = new HashMap<>();
         try (PreparedStatement st = conn.prepareStatement(
                 "SELECT topic, \"partition\", next_offset FROM offsetstore.begin_write(?, ?)")) {
@@ -134,8 +164,45 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
                 st.setArray(5, c);
                 st.executeQuery().close();
             }
+            commitFingerprints(next, topics, last);
         }
         return new int[] {written, skipped};
+    }
+
+    /** The fingerprints of the records before the offsets just committed, where the record was read. */
+    private void commitFingerprints(
+            Map<String, long[]> next, Map<String, String> topics, Map<String, ConsumerRecord<byte[], byte[]>> last)
+            throws SQLException {
+        List<String> ts = new ArrayList<>();
+        List<Integer> ps = new ArrayList<>();
+        List<Long> os = new ArrayList<>();
+        List<Long> times = new ArrayList<>();
+        List<byte[]> digests = new ArrayList<>();
+        for (Map.Entry<String, long[]> e : next.entrySet()) {
+            ConsumerRecord<byte[], byte[]> r = last.get(e.getKey());
+            if (r == null || r.offset() + 1 != e.getValue()[1]) {
+                continue;
+            }
+            ts.add(topics.get(e.getKey()));
+            ps.add((int) e.getValue()[0]);
+            os.add(e.getValue()[1]);
+            times.add(r.timestamp());
+            digests.add(RecordFingerprints.digest(r));
+        }
+        if (ts.isEmpty()) {
+            return;
+        }
+        try (PreparedStatement st =
+                conn.prepareStatement("SELECT offsetstore.commit_fingerprints(?, ?, ?, ?, ?, ?, ?)")) {
+            st.setString(1, sink.store.groupId());
+            st.setLong(2, sink.generation);
+            st.setArray(3, conn.createArrayOf("text", ts.toArray(new String[0])));
+            st.setArray(4, conn.createArrayOf("integer", ps.toArray(new Integer[0])));
+            st.setArray(5, conn.createArrayOf("bigint", os.toArray(new Long[0])));
+            st.setArray(6, conn.createArrayOf("bigint", times.toArray(new Long[0])));
+            st.setArray(7, conn.createArrayOf("bytea", digests.toArray(new byte[0][])));
+            st.executeQuery().close();
+        }
     }
 
     /** One line naming the cause: the SQLSTATE and the first line of the driver's message. */
@@ -167,5 +234,8 @@ final class OffsetStoreWriter<IN> implements SinkWriter<IN> {
     @Override
     public void close() {
         closeQuietly();
+        if (kafka != null) {
+            kafka.close();
+        }
     }
 }

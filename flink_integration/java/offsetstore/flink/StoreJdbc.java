@@ -68,6 +68,13 @@ public final class StoreJdbc implements Serializable {
         return groupId;
     }
 
+    /** A copy of the connection properties (the user and password, the driver's settings). */
+    Properties properties() {
+        Properties copy = new Properties();
+        copy.putAll(properties);
+        return copy;
+    }
+
     static {
         // DriverManager finds drivers on the system classpath only; a job's jars (PyFlink's pipeline.jars, a
         // cluster's user-code classloader) hold PostgreSQL's driver in a classloader of their own: register it.
@@ -97,18 +104,62 @@ public final class StoreJdbc implements Serializable {
 
     /** Joins the group: a new generation, which fences every writer holding an older one. */
     public long joinGroup(String memberId) throws SQLException {
-        try (Connection conn = connect();
-                PreparedStatement st = conn.prepareStatement("SELECT offsetstore.join_group(?, ?, ?)")) {
-            st.setString(1, groupId);
-            st.setString(2, memberId);
-            st.setString(3, hostName());
+        return joinGroup(memberId, null);
+    }
+
+    /**
+     * Joins the group and, with a {@code clusterId}, binds it to that Kafka cluster in the same
+     * transaction ({@code offsetstore.bind_cluster}): a group bound to another cluster is SQLSTATE
+     * OS006 and nothing is joined. A switch moves the generation on, so one check per join covers
+     * every write of the generation.
+     */
+    public long joinGroup(String memberId, String clusterId) throws SQLException {
+        try (Connection conn = connect()) {
             long generation;
-            try (ResultSet rs = st.executeQuery()) {
-                rs.next();
-                generation = rs.getLong(1);
+            try (PreparedStatement st = conn.prepareStatement("SELECT offsetstore.join_group(?, ?, ?)")) {
+                st.setString(1, groupId);
+                st.setString(2, memberId);
+                st.setString(3, hostName());
+                try (ResultSet rs = st.executeQuery()) {
+                    rs.next();
+                    generation = rs.getLong(1);
+                }
+            }
+            if (clusterId != null) {
+                try (PreparedStatement st = conn.prepareStatement("SELECT offsetstore.bind_cluster(?, ?)")) {
+                    st.setString(1, groupId);
+                    st.setString(2, clusterId);
+                    st.executeQuery().close();
+                }
             }
             conn.commit();
             return generation;
+        }
+    }
+
+    /** Binds the group to a Kafka cluster, or checks it is bound to it ({@code offsetstore.bind_cluster}; OS006 if not). */
+    public void bindCluster(String clusterId) throws SQLException {
+        try (Connection conn = connect();
+                PreparedStatement st = conn.prepareStatement("SELECT offsetstore.bind_cluster(?, ?)")) {
+            st.setString(1, groupId);
+            st.setString(2, clusterId);
+            st.executeQuery().close();
+            conn.commit();
+        }
+    }
+
+    /** The Kafka cluster id the group is bound to ({@code offsetstore.bound_cluster}); null when none. */
+    public String boundCluster() throws SQLException {
+        try (Connection conn = connect();
+                PreparedStatement st = conn.prepareStatement("SELECT offsetstore.bound_cluster(?)")) {
+            st.setString(1, groupId);
+            String bound;
+            try (ResultSet rs = st.executeQuery()) {
+                rs.next();
+                bound = rs.getString(1);
+            }
+            conn.commit();
+            return bound;
         }
     }
 

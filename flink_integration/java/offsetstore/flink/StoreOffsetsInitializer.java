@@ -23,6 +23,11 @@ import org.slf4j.LoggerFactory;
  * (the job does not start, naming the partitions). A stored offset below the log's start (retention
  * deleted it) starts at the log's start.
  *
+ * <p>Told the Kafka cluster the source reads ({@link #of(String, String, String, String, String,
+ * String)}'s bootstrap servers, or a {@code Properties} of a Kafka client), it refuses to start a group
+ * bound to another cluster (its id from the cluster's metadata), naming both ids: the positions of
+ * one cluster mean nothing on another (issue 58). An unbound group starts; the sink binds it.
+ *
  * <p>Used only where Flink has no position of its own: a job restored from a checkpoint reads the
  * checkpoint's positions, and the sink skips whatever the store already holds.
  */
@@ -39,10 +44,18 @@ public final class StoreOffsetsInitializer implements OffsetsInitializer {
 
     private final StoreJdbc store;
     private final Fallback fallback;
+    private final KafkaCluster kafka; // null: the cluster is not checked
 
     public StoreOffsetsInitializer(String jdbcUrl, Properties properties, String groupId, Fallback fallback) {
+        this(jdbcUrl, properties, groupId, fallback, null);
+    }
+
+    /** With {@code kafkaProperties} (a Kafka client's, {@code bootstrap.servers} at least): the cluster is checked. */
+    public StoreOffsetsInitializer(
+            String jdbcUrl, Properties properties, String groupId, Fallback fallback, Properties kafkaProperties) {
         this.store = new StoreJdbc(jdbcUrl, properties, groupId);
         this.fallback = fallback == null ? Fallback.EARLIEST : fallback;
+        this.kafka = kafkaProperties == null || kafkaProperties.isEmpty() ? null : new KafkaCluster(kafkaProperties);
     }
 
     public StoreOffsetsInitializer(String jdbcUrl, Properties properties, String groupId) {
@@ -61,16 +74,35 @@ public final class StoreOffsetsInitializer implements OffsetsInitializer {
         return new StoreOffsetsInitializer(jdbcUrl, p, groupId, Fallback.valueOf(fallback.toUpperCase()));
     }
 
+    /** As {@link #of(String, String, String, String, String)}, refusing a group bound to another cluster than {@code bootstrapServers}'. */
+    public static StoreOffsetsInitializer of(
+            String jdbcUrl, String user, String password, String groupId, String fallback, String bootstrapServers) {
+        StoreOffsetsInitializer plain = of(jdbcUrl, user, password, groupId, fallback);
+        Properties k = new Properties();
+        k.setProperty("bootstrap.servers", bootstrapServers);
+        return new StoreOffsetsInitializer(jdbcUrl, plain.store.properties(), groupId, plain.fallback, k);
+    }
+
     @Override
     public Map<TopicPartition, Long> getPartitionOffsets(
             Collection<TopicPartition> partitions, PartitionOffsetsRetriever retriever) {
         FlinkVersion.check();
         Map<String, Long> stored;
         try {
+            if (kafka != null) {
+                String clusterId = kafka.clusterId();
+                String bound = store.boundCluster();
+                if (bound != null && !bound.equals(clusterId)) {
+                    throw new IllegalStateException("offsetstore: group " + store.groupId() + " is bound to Kafka cluster "
+                            + bound + ", and this source reads cluster " + clusterId + ": not started. Move the group"
+                            + " with `offsetstore groups switch " + store.groupId() + " --to-bootstrap-server ...`,"
+                            + " or read the cluster it is bound to");
+                }
+            }
             stored = store.readOffsets();
         } catch (SQLException e) {
             throw new IllegalStateException(
-                    OffsetStoreWriter.describe("could not read the offsets of group " + store.groupId(), e), e);
+                    OffsetStoreWriter.describe("could not read the offsets or the cluster of group " + store.groupId(), e), e);
         }
         Map<TopicPartition, Long> out = new HashMap<>();
         List<TopicPartition> earliest = new ArrayList<>();
