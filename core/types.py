@@ -257,7 +257,7 @@ class RecordFingerprint:
     offset: int
     #: The record's timestamp in milliseconds since the epoch.
     timestamp_ms: int
-    #: BLAKE2b-128 of its key, value and headers (:mod:`offsetstore.kafka_integration.fingerprints`).
+    #: The first 16 bytes of the SHA-256 of its key, value and headers (:mod:`offsetstore.kafka_integration.fingerprints`).
     digest: bytes
 
 

@@ -157,7 +157,7 @@ record_fingerprints = Table(
     Column("offset", BigInteger, nullable=False),
     # The record's timestamp, milliseconds since the epoch (Kafka's).
     Column("timestamp_ms", BigInteger, nullable=False),
-    # BLAKE2b-128 of the record's key, value and headers (kafka_integration.fingerprints).
+    # The first 16 bytes of the SHA-256 of the record's key, value and headers (kafka_integration.fingerprints).
     Column("digest", LargeBinary, nullable=False),
 )
 

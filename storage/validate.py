@@ -21,7 +21,7 @@ MAX_TOPIC_CHARS = 249
 MAX_METADATA_BYTES = 4096
 #: The longest Kafka cluster id a join or a switch takes, in bytes (Kafka's are 22 characters).
 MAX_CLUSTER_ID_BYTES = 255
-#: A record fingerprint's digest: BLAKE2b-128 (kafka_integration/fingerprints.py).
+#: A record fingerprint's digest: the first 16 bytes of a SHA-256 (kafka_integration/fingerprints.py).
 DIGEST_BYTES = 16
 MAX_PARTITIONS = 10_000
 #: The SQL API's commit_offsets arrays (docs/sql.md): a partition may repeat there (each

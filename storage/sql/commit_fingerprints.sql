@@ -1,6 +1,6 @@
 -- SQL API v1 (docs/sql.md; issue 58): in the caller's transaction, after commit_offsets, store
 -- the fingerprint of the record before each committed offset (its timestamp and the 16-byte
--- BLAKE2b digest of kafka_integration/fingerprints.py), replacing the partition's previous one;
+-- digest of kafka_integration/fingerprints.py), replacing the partition's previous one;
 -- `groups switch` finds that record on the other cluster. Fenced as a commit (OS001, OS005);
 -- each next_offset must be the partition's stored offset (OS002 otherwise: a fingerprint is
 -- never of another offset's record), so it stores no partition the group does not have and
@@ -43,7 +43,7 @@ BEGIN
             WHEN u.o IS NULL OR u.o < 1 THEN ARRAY['next_offsets', 'must be >= 1 (the record''s offset + 1)']
             WHEN u.ts IS NULL OR u.ts < -1 THEN ARRAY['timestamps_ms', 'must be >= -1 (-1: the record has none)']
             WHEN u.d IS NULL OR octet_length(u.d) <> 16 THEN
-                ARRAY['digests', 'must be 16 bytes (BLAKE2b-128 of key, value and headers)']
+                ARRAY['digests', 'must be 16 bytes (the first 16 of the SHA-256 of key, value and headers)']
             WHEN count(*) OVER (PARTITION BY u.t, u.p) > 1 THEN ARRAY['partitions', 'names a partition twice']
         END AS why
         FROM unnest(topics, partitions, next_offsets, timestamps_ms, digests) WITH ORDINALITY AS u(t, p, o, ts, d, i)

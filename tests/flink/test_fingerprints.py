@@ -1,7 +1,7 @@
 """The Flink sink's record digest is Python's (kafka_integration/fingerprints.py) byte for byte: one definition, two languages.
 
-The JDK has no BLAKE2, so the sink carries its own BLAKE2b (RFC 7693); a switch finds on cluster
-B the record the sink fingerprinted only if both sides hash the same bytes the same way.
+A switch finds on cluster B the record the sink fingerprinted only if both sides frame the same
+bytes (length prefixes, nulls, the header count) and hash them the same way.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ CHECK = Path(__file__).resolve().parent / "java" / "FingerprintCheck.java"
 
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
-#: Block edges of BLAKE2b (128 bytes; the 4-byte length prefixes count), nulls, empties, headers, non-ASCII.
+#: Block edges of SHA-256 (64 bytes, and 55/56 where its padding needs a second block; the 4-byte prefixes count),
+#: nulls, empties, headers, non-ASCII.
 RECORDS: list[Record] = [
     (None, None, []),
     (b"", b"", []),
     (b"k", b"v", []),
-    (None, b"x" * 119, []),  # 4 + 4 + 119 + 4 = 131: just past one block
-    (None, b"y" * 112, []),  # 4 + 4 + 112 + 4 = 124
-    (b"", b"z" * 116, []),  # exactly 128 bytes: one full block, the last
+    (None, b"w" * 43, []),  # 4 + 4 + 43 + 4 = 55: the longest that pads within one block
+    (None, b"x" * 44, []),  # 56: the padding spills into a second block
+    (b"", b"z" * 52, []),  # exactly 64 bytes: one full block
+    (None, b"x" * 119, []),  # 131: past two blocks
     (b"a" * 200, b"b" * 1000, [("trace", b"1"), ("trace", None), ("ключ", "значение".encode())]),
     (b"\x00\xff" * 64, None, [("", b"")]),
     (b"key", b"v" * 100_000, [(f"h{i}", bytes([i]) * i) for i in range(40)]),

@@ -160,11 +160,15 @@ GOOD = {"topics": ["t", "t"], "partitions": [0, 1], "next_offsets": [10, 7], "ti
         ({"next_offsets": None}, "next_offsets", "must be as long as topics"),
         ({"timestamps_ms": [1, 2, 3]}, "timestamps_ms", "must be as long as topics"),
         ({"digests": [b"\0" * 16]}, "digests", "must be as long as topics"),
-        ({"digests": [b"\0" * 16, None]}, "digests[2]", "must be 16 bytes (BLAKE2b-128 of key, value and headers)"),
+        (
+            {"digests": [b"\0" * 16, None]},
+            "digests[2]",
+            "must be 16 bytes (the first 16 of the SHA-256 of key, value and headers)",
+        ),
         (
             {"digests": [b"\0" * 16, b"\0" * 17]},
             "digests[2]",
-            "must be 16 bytes (BLAKE2b-128 of key, value and headers)",
+            "must be 16 bytes (the first 16 of the SHA-256 of key, value and headers)",
         ),
         ({"timestamps_ms": [None, 2]}, "timestamps_ms[1]", "must be >= -1 (-1: the record has none)"),
         ({"next_offsets": [10, 0]}, "next_offsets[2]", "must be >= 1 (the record's offset + 1)"),

@@ -2,12 +2,15 @@ package offsetstore.flink;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Arrays;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
 
 /**
  * What identifies a Kafka record on any cluster holding a copy of it (issue 58): its timestamp and
- * the BLAKE2b-128 digest of its key, value and headers, each length-prefixed as a big-endian int32
+ * the first 16 bytes of the SHA-256 of its key, value and headers, each length-prefixed as a big-endian int32
  * (-1 for null), the headers preceded by their count. The one definition is Python's
  * (kafka_integration/fingerprints.py); this is the same bytes in Java.
  */
@@ -19,7 +22,7 @@ public final class RecordFingerprints {
 
     /** The 16-byte digest of {@code record}'s key, value and headers (in their order). */
     public static byte[] digest(ConsumerRecord<byte[], byte[]> record) {
-        Blake2b h = new Blake2b(DIGEST_BYTES);
+        MessageDigest h = sha256();
         field(h, record.key());
         field(h, record.value());
         Header[] headers = record.headers() == null ? new Header[0] : record.headers().toArray();
@@ -28,19 +31,27 @@ public final class RecordFingerprints {
             field(h, header.key() == null ? null : header.key().getBytes(StandardCharsets.UTF_8));
             field(h, header.value());
         }
-        return h.digest();
+        return Arrays.copyOf(h.digest(), DIGEST_BYTES);
     }
 
     /** The digest of a key, a value and no headers (the form a test compares with Python's). */
     public static byte[] digest(byte[] key, byte[] value) {
-        Blake2b h = new Blake2b(DIGEST_BYTES);
+        MessageDigest h = sha256();
         field(h, key);
         field(h, value);
         h.update(int32(0));
-        return h.digest();
+        return Arrays.copyOf(h.digest(), DIGEST_BYTES);
     }
 
-    private static void field(Blake2b h, byte[] data) {
+    private static MessageDigest sha256() {
+        try {
+            return MessageDigest.getInstance("SHA-256"); // every JDK has it (the Java Security Standard Algorithm Names)
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("this JDK has no SHA-256", e);
+        }
+    }
+
+    private static void field(MessageDigest h, byte[] data) {
         if (data == null) {
             h.update(int32(-1));
             return;
