@@ -6,13 +6,16 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: run demo test test-quick install proto bench bench-peer bench-scale clean postgres kafka
+.PHONY: run demo switch-demo test test-quick install proto bench bench-peer bench-scale clean postgres kafka
 
 run: $(RUN_STAMP)  ## Run the server on the embedded PostgreSQL (or OFFSETSTORE_DATABASE_URL).
 	$(VENV)/bin/offsetstore serve
 
 demo: $(DEMO_STAMP)  ## With `make run` serving (another terminal): a local broker, sample orders, the Kafka example, a reset.
 	$(PY) examples/kafka/playground.py $(DEMO_ARGS)
+
+switch-demo: $(DEMO_STAMP)  ## With `make run` serving: two Apache Kafka clusters, MirrorMaker 2, the Kafka recipe switched from A to B (Java, Maven).
+	$(PY) examples/switch/cutover.py $(SWITCH_ARGS)
 
 # Byte-compiled once before a run: where PYTHONDONTWRITEBYTECODE is set (CI's machine sets it), Python
 # never caches a module it compiles, and each process the tests start (servers, CLIs, Spark drivers)
