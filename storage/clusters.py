@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, delete, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import ClusterMismatchError
@@ -23,6 +23,7 @@ __all__ = [
     "bind_cluster",
     "bound_cluster",
     "bound_clusters",
+    "forget",
     "read_fingerprints",
     "rebind_cluster",
     "write_fingerprints",
@@ -115,3 +116,18 @@ def read_fingerprints(conn: Connection, group_id: str) -> dict[TopicPartition, R
     return {
         TopicPartition(r.topic, r.partition): RecordFingerprint(r.offset, r.timestamp_ms, bytes(r.digest)) for r in rows
     }
+
+
+def forget(conn: Connection, group_id: str, partitions: Sequence[TopicPartition] | None = None) -> None:
+    """A delete's end: the fingerprints of ``partitions`` (None: the group's, and its binding) go with their offsets.
+
+    A deleted group's id is free to be used anew, on any cluster, as ``kafka-consumer-groups
+    --delete`` leaves it; a deleted partition's fingerprint would be of an offset no longer stored.
+    """
+    f = record_fingerprints.c
+    if partitions is None:
+        conn.execute(delete(record_fingerprints).where(f.group_id == group_id))
+        conn.execute(delete(group_clusters).where(group_clusters.c.group_id == group_id))
+    elif partitions:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        conn.execute(delete(record_fingerprints).where(f.group_id == group_id, tuple_(f.topic, f.partition).in_(keys)))

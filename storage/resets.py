@@ -44,7 +44,7 @@ from offsetstore.storage._groups import (
     unobserve,
     where_selected,
 )
-from offsetstore.storage.clusters import bound_cluster, rebind_cluster
+from offsetstore.storage.clusters import bound_cluster, forget, rebind_cluster
 from offsetstore.storage.retention import history_horizon
 from offsetstore.storage.schema import offset_history, offsets
 from offsetstore.storage.watermarks import read_watermarks
@@ -381,8 +381,9 @@ def delete_offsets(
     if not (all_topics or rows):
         return []
     generation = bump_generation(conn, group_id, deleted=all_topics)
-    if all_topics:  # a deleted group's id is free to be committed or observed anew
+    if all_topics:  # a deleted group's id is free to be committed, observed or bound anew
         unobserve(conn, group_id)
+    forget(conn, group_id, None if all_topics else [TopicPartition(r.topic, r.partition) for r in rows])
     record_changes(
         conn,
         group_id,

@@ -143,3 +143,28 @@ def test_one_batch_of_two_commits_of_a_partition_keeps_the_later_ones_fingerprin
         outcomes = storage.write_batch(conn, requests)
     assert [o[0].offset for o in outcomes] == [3, 5, 4]
     assert [p.fingerprint for p in describe(engine, group_id).partitions] == [RecordFingerprint(4, 4, b"\x04" * 16)]
+
+
+def test_a_deleted_group_is_unbound_and_a_deleted_partition_loses_its_fingerprint(engine, group_id, topic) -> None:
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with engine.begin() as conn:
+        storage.join_group(conn, group_id)
+        bind_cluster(conn, group_id, "cluster-A")
+        storage.commit_offsets(conn, group_id, [OffsetCommit(topic, 0, 10), OffsetCommit(topic, 1, 7)])
+        write_fingerprints(
+            conn, group_id, {tp0: RecordFingerprint(10, 1, b"a" * 16), tp1: RecordFingerprint(7, 2, b"b" * 16)}
+        )
+    with engine.begin() as conn:
+        storage.delete_offsets(conn, group_id, {topic: [1]})
+    with engine.connect() as conn:
+        assert set(read_fingerprints(conn, group_id)) == {tp0}  # the deleted partition's went with its offset
+        assert bound_cluster(conn, group_id) == "cluster-A"  # a partial delete keeps the binding
+    with engine.begin() as conn:
+        storage.delete_offsets(conn, group_id, all_topics=True)
+    with engine.connect() as conn:
+        assert read_fingerprints(conn, group_id) == {}
+        assert bound_cluster(conn, group_id) is None
+    with engine.begin() as conn:  # the id is free: a consumer of another cluster may use it
+        storage.join_group(conn, group_id)
+        bind_cluster(conn, group_id, "cluster-B")
+    assert describe(engine, group_id).kafka_cluster_id == "cluster-B"
