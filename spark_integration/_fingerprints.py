@@ -33,33 +33,27 @@ def columns_of(names: Sequence[str]) -> list[str]:
 
 def from_arrow(data: pa.Table) -> dict[TopicPartition, RecordFingerprint] | None:
     """Per partition, the fingerprint of the row at the highest offset; None when ``data`` cannot be fingerprinted."""
-    import pyarrow as pa
+    import pyarrow.compute as pc
 
     columns = columns_of(data.column_names)
     if not columns or not _kafka_types(data.schema.field(c).type for c in NEEDED):
         return None
     if data.num_rows == 0:
         return {}
-    # One row per partition reaches Python: a hash join of the coordinates on their maxima.
-    coordinates = pa.table(
-        {
-            "topic": data["topic"],
-            "partition": data["partition"],
-            "offset": data["offset"],
-            "row": pa.array(range(data.num_rows), pa.int64()),
-        }
-    )
-    last = coordinates.group_by(["topic", "partition"], use_threads=False).aggregate([("offset", "max")])
-    hits = coordinates.join(
-        last,
-        keys=["topic", "partition", "offset"],
-        right_keys=["topic", "partition", "offset_max"],
-        join_type="inner",
-        use_threads=False,
-    )
-    rows = data.select(["topic", "partition", "offset", *columns]).take(hits["row"])
+    # Only the rows at some partition's highest offset reach Python (at most N per partition), then each
+    # partition's own: no join, no sort of the batch.
+    last = data.select(["topic", "partition", "offset"]).group_by(["topic", "partition"], use_threads=False)
+    highest = last.aggregate([("offset", "max")])
+    wanted = {(t, p): o for t, p, o in zip(*(highest[c].to_pylist() for c in highest.column_names), strict=True)}
+    at = pc.indices_nonzero(pc.is_in(data["offset"], value_set=highest["offset_max"].combine_chunks()))
+    rows = data.select(["topic", "partition", "offset", *columns]).take(at)
     millis = _millis(rows["timestamp"])
-    return _fingerprints(rows.drop_columns(["timestamp"]).to_pylist(), millis)
+    kept = [
+        (row, ms)
+        for row, ms in zip(rows.drop_columns(["timestamp"]).to_pylist(), millis, strict=True)
+        if wanted[(row["topic"], row["partition"])] == row["offset"]
+    ]
+    return _fingerprints([row for row, _ in kept], [ms for _, ms in kept])
 
 
 def from_spark(batch_df: DataFrame) -> dict[TopicPartition, RecordFingerprint] | None:
