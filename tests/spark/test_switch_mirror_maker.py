@@ -32,6 +32,24 @@ def cluster_id(cluster) -> str:
     return AdminClient(cluster.client_config()).list_topics(timeout=30).cluster_id
 
 
+def record_fingerprint(cluster, topic: str, partition: int, offset: int):
+    """The fingerprint the Kafka recipe computes of the record at ``offset``, read from the broker."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    from offsetstore.kafka_integration.fingerprints import fingerprint
+
+    consumer = Consumer(cluster.client_config(**{"group.id": "unused", "enable.auto.commit": False}))
+    try:
+        consumer.assign([KafkaPartition(topic, partition, offset)])
+        for _ in range(60):
+            if found := [m for m in consumer.consume(1, timeout=1.0) if m.error() is None]:
+                return fingerprint(found[0])
+        raise AssertionError(f"no record at {topic}:{partition}@{offset} within 60 s")
+    finally:
+        consumer.close()
+
+
 def guide_query(spark, bootstrap: str, topic: str, database_url: str, group: str, **options: object):
     """The Kafka source of docs/spark.md's job: the store's starting offsets, committed reads, the records' headers."""
     return kafka_source(
@@ -45,11 +63,12 @@ def guide_query(spark, bootstrap: str, topic: str, database_url: str, group: str
     )
 
 
-def guide_sink(database_url: str, group: str, table, bootstrap: str) -> ExactlyOnceSink:
+def guide_sink(database_url: str, group: str, table, bootstrap: str, **options) -> ExactlyOnceSink:
     return ExactlyOnceSink(
         database_url,
         group_id=group,
         table=str(table),
+        **options,
         columns=COLUMNS,  # appended (the guide upserts): a record delivered twice shows as two rows
         bootstrap_servers=bootstrap,
         progress=False,
@@ -74,9 +93,10 @@ def test_spark_job_switched_mid_stream_to_mirror_makers_copy_exactly_once(
     base = tmp_path / "checkpoints"
 
     # On A: the job runs, small batches, until about a third of the records are in; then the planned cutover fences it.
+    # Its batches go the executors' way (their fingerprints by a max_by job), those on B the driver's (from its rows).
     df = guide_query(spark, a.bootstrap, topic.name, database_url, group_id, maxOffsetsPerTrigger=20)
     query = (
-        df.writeStream.foreachBatch(guide_sink(database_url, group_id, table, a.bootstrap))
+        df.writeStream.foreachBatch(guide_sink(database_url, group_id, table, a.bootstrap, write_path="executors"))
         .option("checkpointLocation", checkpoint_location(database_url, group_id, str(base)))
         .trigger(processingTime="1 second")
         .start()
@@ -126,6 +146,11 @@ def test_spark_job_switched_mid_stream_to_mirror_makers_copy_exactly_once(
     assert (rereads, lost, set(seen) - expected) == (0, 0, set())
     with engine.connect() as conn:
         assert bound_cluster(conn, group_id) == cluster_id(b)
+        on_b = {tp: fp for tp, fp in read_fingerprints(conn, group_id).items() if tp.topic == topic.remote}
+    assert {tp.partition: fp.offset for tp, fp in on_b.items()} == {
+        p: o for (t, p), o in stored_offsets(engine, group_id).items() if t == topic.remote
+    }
+    assert on_b == {tp: record_fingerprint(b, tp.topic, tp.partition, fp.offset - 1) for tp, fp in on_b.items()}
 
 
 def test_a_spark_run_on_a_group_bound_to_another_cluster_is_refused_and_writes_nothing(
