@@ -169,10 +169,10 @@ def main() -> None:
                     )
                     assert rows == args.records, f"{variant} wrote {rows} of {args.records} records"
                     rates[variant].append(rows / seconds)
-            print(f"{'variant':<14}{'records/s (median)':>20}   runs")
+            print(f"{'variant':<18}{'records/s (median)':>20}   runs")
             for variant in VARIANTS:
                 runs = ", ".join(f"{r:,.0f}" for r in rates[variant])
-                print(f"{variant:<14}{median(rates[variant]):>20,.0f}   {runs}")
+                print(f"{variant:<18}{median(rates[variant]):>20,.0f}   {runs}")
             for variant in VARIANTS[1:]:
                 ratio = median(rates[variant]) / median(rates["jdbc"])
                 print(f"{variant} (exactly once) / Spark JDBC writer (at least once): {ratio:.2f}")
