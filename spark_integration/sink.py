@@ -50,7 +50,6 @@ class _Run:
     key: tuple[str, str] | None
     generation: int
     member: str
-    cluster_id: str | None = None
 
 
 class ExactlyOnceSink:
@@ -399,7 +398,7 @@ class ExactlyOnceSink:
             "joined group",
             extra={"group_id": self.group_id, "generation": generation, "member_id": member, "cluster_id": found},
         )
-        return _Run(key, generation, member, found)
+        return _Run(key, generation, member)
 
     def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:
         """The batch's log line and counters: what an operator sees of a replay."""
