@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
+from offsetstore.core.types import RecordFingerprint, TopicPartition
 from offsetstore.sink.batch_write import BatchOutcome, deliver_batch
 from offsetstore.spark_integration import _faults
+from offsetstore.spark_integration._fingerprints import committed_only
+from offsetstore.storage.clusters import write_fingerprints
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,8 +45,12 @@ def write_from_driver(
     generation: int,
     actor: str,
     metadata: str,
+    fingerprints: Mapping[TopicPartition, RecordFingerprint] | None = None,
 ) -> BatchOutcome:
-    """Writes the collected batch and commits its offsets in one transaction (:func:`~offsetstore.sink.batch_write.deliver_batch`)."""
+    """Writes the collected batch and commits its offsets in one transaction (:func:`~offsetstore.sink.batch_write.deliver_batch`).
+
+    The ``fingerprints`` of the offsets it commits are stored in that transaction too.
+    """
     with conn.begin():
         outcome = deliver_batch(
             conn,
@@ -53,5 +61,6 @@ def write_from_driver(
             actor=actor,
             metadata=metadata,
         )
+        write_fingerprints(conn, sink.group_id, committed_only(fingerprints, outcome.committed))
         _faults.at("in_transaction", batch_id)
     return outcome

@@ -10,12 +10,14 @@ from sqlalchemy import Connection
 
 from offsetstore import storage
 from offsetstore.core.errors import StaleGenerationError
-from offsetstore.core.types import TopicPartition
+from offsetstore.core.types import RecordFingerprint, TopicPartition
 from offsetstore.sink import sql as sink_sql
 from offsetstore.sink.batch_write import BatchOutcome, PartitionStats, commit_next_offsets
 from offsetstore.sink.sql import TableName
 from offsetstore.spark_integration import _faults
+from offsetstore.spark_integration._fingerprints import committed_only
 from offsetstore.storage import engine as store_engine
+from offsetstore.storage.clusters import write_fingerprints
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,13 +35,14 @@ def write_from_executors(
     generation: int,
     actor: str,
     metadata: str,
+    fingerprints: Mapping[TopicPartition, RecordFingerprint] | None = None,
 ) -> BatchOutcome:
     """Writes the batch through the staging table: the tasks COPY in parallel, the driver moves and commits.
 
     The staging table is (re)created first, under the group's lock so that a fenced
     run spends no job; the move then skips the rows below their partition's stored
     offset, checks the staged rows against what the tasks reported, and commits
-    ``max(offset) + 1`` per partition in the same transaction.
+    ``max(offset) + 1`` per partition in the same transaction, with the ``fingerprints`` of those offsets.
     """
     import pyarrow.compute as pc
 
@@ -124,6 +127,7 @@ def write_from_executors(
             actor=actor,
             metadata=metadata,
         )
+        write_fingerprints(conn, sink.group_id, committed_only(fingerprints, committed))
         _faults.at("in_transaction", batch_id)
     return BatchOutcome(received, received - skipped, skipped, stats, committed)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,8 +19,18 @@ from offsetstore.sink.batch_write import (
     column_names,
     sink_metrics,
 )
-from offsetstore.spark_integration import _driver_write, _faults, _fence_watch, _progress, _staged_write, workers
+from offsetstore.spark_integration import (
+    _driver_write,
+    _faults,
+    _fence_watch,
+    _fingerprints,
+    _kafka_cluster,
+    _progress,
+    _staged_write,
+    workers,
+)
 from offsetstore.storage import engine as store_engine
+from offsetstore.storage.clusters import bind_cluster
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -107,6 +117,25 @@ class ExactlyOnceSink:
         ``spark.sql.streaming.noDataProgressEventInterval``, 10 s by default) and stop
         the query, with a WARNING, once a reset, a delete or a newer run moved it on.
         Classic Spark only: under Spark Connect an idle query stops at its next batch.
+    bootstrap_servers : str, optional
+        The query's Kafka brokers (its ``kafka.bootstrap.servers``). With it, each run binds
+        the group to that cluster's id (read from the brokers' metadata when the run
+        joins, with confluent-kafka: the ``mirror`` extra): a group bound to another
+        cluster refuses the run with :class:`offsetstore.client.ClusterMismatchError`
+        before anything is written, until ``offsetstore groups switch`` moves it; a group
+        bound to none (an older one) is bound now. Without it the sink binds and checks
+        nothing.
+    kafka_config : mapping of str to str, optional
+        librdkafka settings for that metadata request (TLS, SASL), beside
+        ``bootstrap.servers``.
+    fingerprints : bool, default True
+        Store, with each committed offset and in its transaction, the fingerprint of the
+        record before it (its timestamp and a digest of key, value and headers): what
+        ``offsetstore groups switch`` finds on another cluster, exactly. Taken from the
+        batch's row at each partition's highest offset, where the batch carries the Kafka
+        source's ``key``, ``value`` and ``timestamp`` columns as the source gives them (and
+        ``headers``, read with ``includeHeaders``, where the records have headers); a
+        batch that lost them stores none.
 
     Notes
     -----
@@ -179,6 +208,9 @@ class ExactlyOnceSink:
         progress: bool = True,
         check_workers: bool = True,
         watch_idle: bool = True,
+        bootstrap_servers: str | None = None,
+        kafka_config: Mapping[str, str] | None = None,
+        fingerprints: bool = True,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ValueError("group_id must be a non-empty string")
@@ -211,6 +243,11 @@ class ExactlyOnceSink:
         self.progress = progress
         self.check_workers = check_workers
         self.watch_idle = watch_idle
+        if bootstrap_servers is not None and (not isinstance(bootstrap_servers, str) or not bootstrap_servers):
+            raise ValueError("bootstrap_servers must be a non-empty string")
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_config = dict(kafka_config or {})
+        self.fingerprints = fingerprints
         self._reset_runtime()
 
     @property
@@ -251,7 +288,7 @@ class ExactlyOnceSink:
         self._reset_runtime()
 
     def __repr__(self) -> str:
-        # Not the URL: it may hold a password.
+        # Not the URL nor kafka_config: they may hold a password.
         return (
             f"ExactlyOnceSink(group_id={self.group_id!r}, table={str(self.table)!r}, mode={self.mode!r}, "
             f"write_path={self.write_path!r})"
@@ -292,6 +329,9 @@ class ExactlyOnceSink:
         columns = self.target.written_columns(batch_columns)
         needed = columns + [c for c in sink_sql.COORDINATES if c not in columns]
         frame = batch_df if needed == batch_columns else batch_df.select(*[_spark_column(c) for c in needed])
+        # The driver's path collects the fingerprint's columns too, written or not: no job of their own.
+        extra = [c for c in _fingerprints.columns_of(batch_columns) if c not in needed] if self.fingerprints else []
+        collect = batch_df.select(*[_spark_column(c) for c in needed + extra]) if extra else frame
         # One connection for the whole call, closed at its end: nothing lingers between
         # batches, and each of the call's transactions is on it in turn.
         with self._get_engine().connect() as conn:
@@ -299,17 +339,19 @@ class ExactlyOnceSink:
                 self._run = self._join(conn, key)
                 if self.watch_idle and key and key[1]:
                     _fence_watch.watch_idle(batch_df, self._get_engine(), self.group_id, self._run.generation, key[1])
-            collected = _driver_write.collect_on_driver(self, frame)
+            collected = _driver_write.collect_on_driver(self, collect)
             if collected is not None:
                 path = "driver"
+                found = _fingerprints.from_arrow(collected) if self.fingerprints else None
                 outcome = _driver_write.write_from_driver(
                     self,
                     conn,
-                    collected,
+                    collected.select(needed) if extra else collected,
                     batch_id,
                     generation=self._run.generation,
                     actor=self._run.member,
                     metadata=_metadata(batch_id),
+                    fingerprints=found,
                 )
                 del collected
             else:
@@ -323,6 +365,8 @@ class ExactlyOnceSink:
                     generation=self._run.generation,
                     actor=self._run.member,
                     metadata=_metadata(batch_id),
+                    # One more job over the batch: the max_by aggregation brings one row per partition.
+                    fingerprints=_fingerprints.from_spark(batch_df) if self.fingerprints else None,
                 )
             self._observe(batch_id, path, outcome)
             if self.report_watermarks and outcome.partitions:
@@ -342,10 +386,18 @@ class ExactlyOnceSink:
 
     def _join(self, conn: Connection, key: tuple[str, str] | None) -> _Run:
         member = self.member_id or (f"spark:{key[1]}" if key and key[1] else "spark")
+        # Asked at each run's join: a query restarted on other brokers is checked against the group's cluster.
+        found = _kafka_cluster.cluster_id(self.bootstrap_servers, self.kafka_config) if self.bootstrap_servers else None
         with conn.begin():
             generation = storage.join_group(conn, self.group_id, member)
+            if found is not None:
+                # In the join's transaction: refused, the join is undone too, and the group's run goes on unfenced.
+                bind_cluster(conn, self.group_id, found)
             _staged_write.drop_staging(conn, self.staging_table)
-        log.info("joined group", extra={"group_id": self.group_id, "generation": generation, "member_id": member})
+        log.info(
+            "joined group",
+            extra={"group_id": self.group_id, "generation": generation, "member_id": member, "cluster_id": found},
+        )
         return _Run(key, generation, member)
 
     def _observe(self, batch_id: int, path: str, outcome: BatchOutcome) -> None:

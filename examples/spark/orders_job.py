@@ -51,6 +51,7 @@ FENCED_HINT = (
     "the stored offsets on a fresh checkpoint"
 )
 
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS {table} (
     key             bytea,
@@ -137,7 +138,11 @@ def main() -> int:
 
     start = starting_offsets(args.database_url, args.group, {args.topic: args.partitions})
     if args.source == "kafka":
-        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.bootstrap_servers)
+            .option("includeHeaders", "true")  # the records' headers: part of each batch's fingerprint
+        )
     else:
         from offsetstore.spark_integration.testing import KafkaShapedSource
 
@@ -159,6 +164,9 @@ def main() -> int:
         table=args.table,
         mode="upsert",
         key_columns=("topic", "partition", "offset"),
+        columns=COLUMNS,  # the table's: not the headers
+        # Binds the group to the Kafka cluster it reads: a run against another is refused (docs/spark.md).
+        bootstrap_servers=args.bootstrap_servers if args.source == "kafka" else None,
         progress=not args.quiet,
     )
     writer = (

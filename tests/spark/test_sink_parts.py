@@ -257,3 +257,42 @@ def test_spark_tests_say_when_there_is_no_java(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME")
     monkeypatch.setenv("PATH", str(tmp_path))
     assert "no java on PATH and no JAVA_HOME" in jdk_problem.__wrapped__()
+
+
+def test_a_batch_is_fingerprinted_by_its_row_at_each_partitions_highest_offset():
+    from offsetstore.core.types import RecordFingerprint, TopicPartition
+    from offsetstore.sink.fingerprints import digest
+    from offsetstore.spark_integration import _fingerprints
+
+    at = dt.datetime(2026, 12, 7, 21, 0, tzinfo=dt.UTC)
+    rows = [  # (partition, offset, key, value, ms after `at`, headers), out of order as a batch may be
+        (1, 7, b"k7", b"v7", 3, [{"key": "writer", "value": b"r1"}]),
+        (0, 4, None, b"v4", 1, []),
+        (1, 9, b"k9", b"v9", 5, [{"key": "writer", "value": b"r1"}, {"key": "n", "value": None}]),
+        (0, 3, b"k3", b"v3", 0, []),
+    ]
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.table(
+        {
+            "key": pa.array([r[2] for r in rows], pa.binary()),
+            "value": pa.array([r[3] for r in rows], pa.binary()),
+            "topic": pa.array(["t"] * len(rows)),
+            "partition": pa.array([r[0] for r in rows], pa.int32()),
+            "offset": pa.array([r[1] for r in rows], pa.int64()),
+            "timestamp": pa.array([at + dt.timedelta(milliseconds=r[4]) for r in rows], pa.timestamp("us", "UTC")),
+            "headers": pa.array([r[5] for r in rows], headers_type),
+        }
+    )
+    ms = int(at.timestamp() * 1000)
+    expected = {
+        TopicPartition("t", 0): RecordFingerprint(5, ms + 1, digest(None, b"v4", [])),
+        TopicPartition("t", 1): RecordFingerprint(10, ms + 5, digest(b"k9", b"v9", [("writer", b"r1"), ("n", None)])),
+    }
+    assert _fingerprints.from_arrow(batch) == expected
+    # A committed offset the batch did not move (a replay) keeps the fingerprint stored with it.
+    assert _fingerprints.committed_only(expected, {TopicPartition("t", 1): 10}) == {
+        TopicPartition("t", 1): expected[TopicPartition("t", 1)]
+    }
+    # A batch whose value is no longer Kafka's bytes, or that lost its timestamp, is not fingerprinted.
+    assert _fingerprints.from_arrow(batch.set_column(1, "value", pa.array(["x"] * len(rows)))) is None
+    assert _fingerprints.from_arrow(batch.drop_columns(["timestamp"])) is None
