@@ -52,12 +52,10 @@ from prometheus_client import CollectorRegistry, Counter
 
 from offsetstore.runtime.held_lock import HeldLock
 from offsetstore.runtime.store import Store
-from offsetstore.storage.changes import ChangePage, changes_since, history_end, latest_offsets
-from offsetstore.storage.clusters import bound_clusters
+from offsetstore.storage.changes import ChangePage, bound_and_latest_offsets, changes_since, history_end
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
-    from sqlalchemy import Connection
 
 __all__ = ["KafkaMirror", "parse_prefixes"]
 
@@ -356,7 +354,7 @@ class KafkaMirror:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         try:
-            bound, latest = self.store.run(_bindings_and_offsets, taken)
+            bound, latest = self.store.run(bound_and_latest_offsets, taken)
         except Exception as error:
             self._failed("(offsets)", error)
             return
@@ -411,15 +409,3 @@ class KafkaMirror:
         if now - self._warned.get(group_id, -WARN_EVERY) >= WARN_EVERY:
             self._warned[group_id] = now
             log.warning("kafka mirror could not write the group's offsets: %s", error, extra={"group_id": group_id})
-
-
-def _bindings_and_offsets(
-    conn: Connection, taken: Mapping[str, Sequence[tuple[str, int]]]
-) -> tuple[dict[str, str], dict[tuple[str, str, int], int]]:
-    """The groups' cluster bindings, then their partitions' stored offsets.
-
-    The bindings first: a switch that commits in between is seen in the offsets too, never a
-    new binding with the offsets from before it.
-    """
-    bound = bound_clusters(conn, list(taken))
-    return bound, latest_offsets(conn, [(g, t, p) for g, keys in taken.items() for t, p in keys])

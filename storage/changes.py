@@ -17,12 +17,14 @@ was found missing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-__all__ = ["Change", "ChangePage", "changes_since", "history_end", "latest_offsets"]
+from offsetstore.storage.clusters import bound_clusters
+
+__all__ = ["Change", "ChangePage", "bound_and_latest_offsets", "changes_since", "history_end", "latest_offsets"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +123,15 @@ def latest_offsets(conn: Connection, keys: Sequence[tuple[str, str, int]]) -> di
         {"groups": [k[0] for k in keys], "topics": [k[1] for k in keys], "partitions": [k[2] for k in keys]},
     )
     return {(r.group_id, r.topic, r.partition): r.offset for r in rows}
+
+
+def bound_and_latest_offsets(
+    conn: Connection, taken: Mapping[str, Sequence[tuple[str, int]]]
+) -> tuple[dict[str, str], dict[tuple[str, str, int], int]]:
+    """The mirror's read: the groups' cluster bindings, then their partitions' stored offsets.
+
+    The bindings first: a switch that commits in between is seen in the offsets too, never a
+    new binding with the offsets from before it.
+    """
+    bound = bound_clusters(conn, list(taken))
+    return bound, latest_offsets(conn, [(g, t, p) for g, keys in taken.items() for t, p in keys])
