@@ -116,6 +116,11 @@ class Gate:
         }
         #: The chain: every policy, then the servicer's method.
         self.run: Next = chain(self.policies, self._serve)
+        #: Each method's chain for gRPC: without the policies that say they cannot act on it
+        #: (``applies(facts)`` false: the scan cost of a method that never scans), a frame or two less a call.
+        self._runs: Mapping[str, Next] = {
+            name: chain([p for p in self.policies if _applies(p, facts)], self._serve) for name, facts in FACTS.items()
+        }
 
     async def _serve(self, call: Call) -> Message:
         return await self._methods[call.method](call.message, call)
@@ -131,7 +136,7 @@ class Gate:
     def _grpc(
         self, facts: CallFacts
     ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext[bytes, Message | None]], Awaitable[Message | None]]:
-        run = self.run
+        run = self._runs[facts.method]
 
         async def serve(
             requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, Message | None]
@@ -143,6 +148,11 @@ class Gate:
                 return None
 
         return serve
+
+
+def _applies(policy: Policy, facts: CallFacts) -> bool:
+    applies: Callable[[CallFacts], bool] | None = getattr(policy, "applies", None)
+    return applies is None or applies(facts)
 
 
 def _serialized(response: Message | None) -> bytes:

@@ -10,7 +10,9 @@ decides what it decides, and awaits the rest (or raises, and the rest never runs
             return response
 
 The chain is composed once, when the server is made (:func:`chain`); a call then costs one
-coroutine frame per policy, nothing built per call. What the gate is made of, in which order,
+coroutine frame per policy, nothing built per call. A policy that cannot act on some methods
+says so with ``applies(facts) -> bool`` (the scan cost: methods that never scan), and the
+gate leaves it out of those methods' gRPC chains. What the gate is made of, in which order,
 is one tuple (:data:`offsetstore.server.gate.ORDER`).
 """
 

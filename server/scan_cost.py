@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from offsetstore.core.calls import Scan
+from offsetstore.core.calls import CallFacts, Scan
 from offsetstore.runtime.async_store import AsyncStore
 from offsetstore.server.call import Call
 from offsetstore.server.policies.parts import Parts
@@ -47,6 +47,11 @@ class ScanCost:
         if scan is Scan.PREFIX:
             return await self.store.read(listed_partitions, *call.page(), self.cap)
         return 0
+
+    @staticmethod
+    def applies(facts: CallFacts) -> bool:
+        """Whether a call of the method can scan at all: the gate leaves this policy out of the others' chains."""
+        return facts.scan is not Scan.NOTHING
 
     async def __call__(self, call: Call, next: Next) -> Message:
         """The gate's policy: the call's scan counted, for the admission's cost share after it."""
