@@ -11,8 +11,8 @@ def cluster_id(bootstrap_servers: str, config: Mapping[str, str] | None = None, 
         from confluent_kafka.admin import AdminClient
     except ModuleNotFoundError as missing:
         raise ModuleNotFoundError(
-            "ExactlyOnceSink(bootstrap_servers=...) reads the Kafka cluster's id with confluent-kafka: install the "
-            "mirror extra (pip install 'offsetstore[spark,mirror]') or confluent-kafka itself"
+            "ExactlyOnceSink(bootstrap_servers=...) reads the Kafka cluster's id with confluent-kafka, which the spark "
+            "extra installs: pip install 'offsetstore[spark]' (or confluent-kafka itself)"
         ) from missing
     admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap_servers})
     found = admin.list_topics(timeout=timeout).cluster_id

@@ -120,7 +120,7 @@ class ExactlyOnceSink:
     bootstrap_servers : str, optional
         The query's Kafka brokers (its ``kafka.bootstrap.servers``). With it, each run binds
         the group to that cluster's id (read from the brokers' metadata when the run
-        joins, with confluent-kafka: the ``mirror`` extra): a group bound to another
+        joins, with confluent-kafka, which the spark extra installs): a group bound to another
         cluster refuses the run with :class:`offsetstore.client.ClusterMismatchError`
         before anything is written, until ``offsetstore groups switch`` moves it; a group
         bound to none (an older one) is bound now. Without it the sink binds and checks

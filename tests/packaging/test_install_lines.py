@@ -132,6 +132,11 @@ def test_spark_line_installs_a_pyspark_whose_kafka_connector_maven_central_serve
     assert coordinate.returncode == 0, coordinate.stderr
     connector = coordinate.stdout.strip()
     assert connector.endswith(":" + spark_line.version_of("pyspark")), connector
+    # The guide's job passes bootstrap_servers: the driver reads the cluster's id with confluent-kafka (issue 58).
+    reader = spark_line.run("python", "-c", "import confluent_kafka.admin")
+    assert reader.returncode == 0, (
+        f"the spark extra lacks confluent-kafka, which the guide's job needs: {reader.stderr}"
+    )
     # The very fetch the Spark tests make (tests/fixtures/spark_jars.py): already done when the coordinate is theirs.
     try:
         maven_classpath([connector], name="spark-sql-kafka")
