@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, delete, select, text, tuple_
+from sqlalchemy import Connection, delete, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offsetstore.core.errors import ClusterMismatchError
@@ -128,6 +128,21 @@ def forget(conn: Connection, group_id: str, partitions: Sequence[TopicPartition]
     if partitions is None:
         conn.execute(delete(record_fingerprints).where(f.group_id == group_id))
         conn.execute(delete(group_clusters).where(group_clusters.c.group_id == group_id))
-    elif partitions:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
-        conn.execute(delete(record_fingerprints).where(f.group_id == group_id, tuple_(f.topic, f.partition).in_(keys)))
+    elif partitions:  # arrays, not an IN list: 10,000 pairs in a list exceed PostgreSQL's parser stack
+        conn.execute(
+            _FORGET_PARTITIONS,
+            {
+                "group_id": group_id,
+                "topics": [tp.topic for tp in partitions],
+                "partitions": [tp.partition for tp in partitions],
+            },
+        )
+
+
+_FORGET_PARTITIONS = text(
+    """
+    DELETE FROM offsetstore.record_fingerprints AS f
+    USING unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[])) AS u(topic, "partition")
+    WHERE f.group_id = :group_id AND f.topic = u.topic AND f."partition" = u."partition"
+    """
+)
