@@ -46,9 +46,43 @@ def served(
     the interpreter runs (bench/_levers_serve.py serves with some levers undone), with ``env``.
     """
     from offsetstore.client import OffsetStoreClient
-    from offsetstore.runtime import migrate
 
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        with database(workdir) as url:
+            listen = f"127.0.0.1:{free_port()}"
+            log = workdir / "serve.log"
+            command = [
+                sys.executable, *program, "serve", "--database-url", url, "--listen", listen,
+                "--metrics-listen", "", "--no-migrate", "--log-level", "WARNING", *extra_args,
+            ]  # fmt: skip
+            if max_workers is not None:
+                command += ["--max-workers", str(max_workers)]
+            if pool_size is not None:
+                command += ["--pool-size", str(pool_size)]
+            with log.open("wb") as out:
+                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            try:
+                with OffsetStoreClient(listen, timeout=2) as client:
+                    for _ in range(300):
+                        try:
+                            if client.health() == "SERVING":
+                                break
+                        except Exception:
+                            time.sleep(0.1)
+                yield Served(url, listen, process, log)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(30)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def database(workdir: Path) -> Iterator[str]:
+    """``OFFSETSTORE_BENCH_DATABASE_URL``, or an embedded PostgreSQL in ``workdir`` (stopped after); migrated."""
+    from offsetstore.runtime import migrate
+
     embedded = None
     try:
         url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
@@ -59,31 +93,7 @@ def served(
             url = embedded.start()
         url = migrate.normalize_url(url)
         migrate.upgrade(url)
-        listen = f"127.0.0.1:{free_port()}"
-        log = workdir / "serve.log"
-        command = [
-            sys.executable, *program, "serve", "--database-url", url, "--listen", listen,
-            "--metrics-listen", "", "--no-migrate", "--log-level", "WARNING", *extra_args,
-        ]  # fmt: skip
-        if max_workers is not None:
-            command += ["--max-workers", str(max_workers)]
-        if pool_size is not None:
-            command += ["--pool-size", str(pool_size)]
-        with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            with OffsetStoreClient(listen, timeout=2) as client:
-                for _ in range(300):
-                    try:
-                        if client.health() == "SERVING":
-                            break
-                    except Exception:
-                        time.sleep(0.1)
-            yield Served(url, listen, process, log)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
+        yield url
     finally:
         if embedded is not None:
             embedded.stop()
-        shutil.rmtree(workdir, ignore_errors=True)

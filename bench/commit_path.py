@@ -18,7 +18,6 @@ Usage: ``python bench/commit_path.py before=/tmp/old/src after=src [--loads comm
 from __future__ import annotations
 
 import argparse
-import contextlib
 import multiprocessing
 import os
 import shutil
@@ -28,50 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _memory_call import CallDetails, MemoryContext
+from _server import database
+
 LOADS = ("commit1", "commit16", "fetch16")
-
-
-class _Context:
-    """What the gate and the metrics ask of grpc.aio's context, answered from memory."""
-
-    def __init__(self) -> None:
-        self._code: Any = None
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ()
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:5000"
-
-    def time_remaining(self) -> float:
-        return 30.0
-
-    def cancelled(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return False
-
-    def code(self) -> Any:
-        return self._code
-
-    def set_code(self, code: Any) -> None:
-        self._code = code
-
-    def set_details(self, details: str) -> None:
-        pass
-
-    def set_trailing_metadata(self, metadata: Any) -> None:
-        pass
-
-
-class _Details:
-    def __init__(self, method: str) -> None:
-        self.method = f"/offsetstore.v1.OffsetStoreService/{method}"
-        self.invocation_metadata = ()
 
 
 def _measure(tree: str, url: str, load: str, clients: int, seconds: float, out: Any) -> None:
@@ -117,7 +76,7 @@ def _measure(tree: str, url: str, load: str, clients: int, seconds: float, out: 
             method = "FetchOffsets" if load.startswith("fetch") else "CommitOffsets"
             handler = gate.handler()
             behaviours = {
-                name: handler.service(_Details(name)).stream_unary  # type: ignore[union-attr]
+                name: handler.service(CallDetails(name)).stream_unary  # type: ignore[union-attr]
                 for name in ("CommitOffsets", "FetchOffsets")
             }
 
@@ -127,7 +86,7 @@ def _measure(tree: str, url: str, load: str, clients: int, seconds: float, out: 
                 async def requests() -> Any:
                     yield data
 
-                context = _Context()
+                context = MemoryContext()
                 if await behaviour(requests(), context) is None or context.code() not in (None, grpc.StatusCode.OK):
                     raise SystemExit(f"the call failed: {context.code()}")
 
@@ -172,49 +131,36 @@ def main() -> None:
     trees = {label: os.path.abspath(src) for label, src in (t.split("=", 1) for t in args.trees)}
     ctx = multiprocessing.get_context("spawn")
     workdir = Path(tempfile.mkdtemp(prefix="commit-path-"))
-    embedded = None
     try:
-        from offsetstore.runtime import migrate
-
-        url = os.environ.get("OFFSETSTORE_BENCH_DATABASE_URL")
-        if not url:
-            from offsetstore.runtime.embedded import EmbeddedPostgres
-
-            embedded = EmbeddedPostgres(workdir / "pgdata")
-            url = embedded.start()
-        url = migrate.normalize_url(url)
-        migrate.upgrade(url)
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
-        found: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        for r in range(args.rounds):
-            labels = list(trees) if r % 2 == 0 else list(reversed(trees))
-            for load in args.loads:
-                for label in labels:
-                    out = ctx.Queue()
-                    process = ctx.Process(
-                        target=_measure, args=(trees[label], url, load, args.clients, args.seconds, out)
-                    )
-                    process.start()
-                    found.setdefault((label, load), []).append(out.get())
-                    process.join()
-                    us, rate = found[(label, load)][-1]
-                    print(f"  {load} {label}: {us:.1f} µs CPU per call, {rate:,.0f}/s", flush=True)
-        print(f"in process, {args.clients} clients, {args.rounds} alternating rounds, median µs CPU per call:")
-        for load in args.loads:
-            first = None
-            for label in trees:
-                values = sorted(us for us, _ in found[(label, load)])
-                median = values[len(values) // 2]
-                first = first or median
-                print(
-                    f"  {load} {label}: {median:.1f} (min {values[0]:.1f}, max {values[-1]:.1f}); ×{median / first:.3f}"
-                )
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end", flush=True)
+        with database(workdir) as url:
+            _compare(trees, url, args, ctx)
     finally:
-        if embedded is not None:
-            with contextlib.suppress(Exception):
-                embedded.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _compare(trees: dict[str, str], url: str, args: argparse.Namespace, ctx: Any) -> None:
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
+    found: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in range(args.rounds):
+        labels = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for load in args.loads:
+            for label in labels:
+                out = ctx.Queue()
+                process = ctx.Process(target=_measure, args=(trees[label], url, load, args.clients, args.seconds, out))
+                process.start()
+                found.setdefault((label, load), []).append(out.get())
+                process.join()
+                us, rate = found[(label, load)][-1]
+                print(f"  {load} {label}: {us:.1f} µs CPU per call, {rate:,.0f}/s", flush=True)
+    print(f"in process, {args.clients} clients, {args.rounds} alternating rounds, median µs CPU per call:")
+    for load in args.loads:
+        first = None
+        for label in trees:
+            values = sorted(us for us, _ in found[(label, load)])
+            median = values[len(values) // 2]
+            first = first or median
+            print(f"  {load} {label}: {median:.1f} (min {values[0]:.1f}, max {values[-1]:.1f}); ×{median / first:.3f}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end", flush=True)
 
 
 if __name__ == "__main__":

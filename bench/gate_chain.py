@@ -22,49 +22,14 @@ import tempfile
 import time
 from typing import Any
 
+from _memory_call import CallDetails, MemoryContext
+
 TOKEN = "bench-token-of-the-gate-chain-bench"
 TOKENS = """
 [principals.bench]
 token_sha256 = "{digest}"
 grants = [{{ prefix = "bench-", permissions = ["commit"] }}]
 """
-
-
-class _Context:
-    """What the gate and the metrics interceptor ask of grpc.aio's context, answered from memory."""
-
-    def __init__(self) -> None:
-        self._code: Any = None
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {TOKEN}"),)
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:5000"
-
-    def time_remaining(self) -> float:
-        return 30.0
-
-    def cancelled(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return False
-
-    def code(self) -> Any:
-        return self._code
-
-    def set_code(self, code: Any) -> None:
-        self._code = code
-
-    def set_details(self, details: str) -> None:
-        pass
-
-    def set_trailing_metadata(self, metadata: Any) -> None:
-        pass
 
 
 def _measure(tree: str, seconds: float, out: Any) -> None:
@@ -114,15 +79,16 @@ def _measure(tree: str, seconds: float, out: Any) -> None:
                 scan_cost=ScanCost(store),
                 observers=(interceptor,),
             )
-        handler = gate.handler().service(_Details())
-        behaviour = interceptor.wrap(_Details.method, "client_stream", handler, handler.stream_unary)
+        details = CallDetails("FetchOffsets")
+        handler = gate.handler().service(details)
+        behaviour = interceptor.wrap(details.method, "client_stream", handler, handler.stream_unary)
         behaviour = behaviour or handler.stream_unary  # the chain's metrics do not wrap the handler
 
         async def one() -> None:
             async def requests() -> Any:
                 yield request
 
-            context = _Context()
+            context = MemoryContext((("authorization", f"Bearer {TOKEN}"),))
             if await behaviour(requests(), context) is None or context.code() not in (None, grpc.StatusCode.OK):
                 raise SystemExit(f"the call failed: {context.code()}")
 
@@ -138,11 +104,6 @@ def _measure(tree: str, seconds: float, out: Any) -> None:
     from offsetstore.runtime import event_loop
 
     out.put(event_loop.run(run(), "uvloop"))
-
-
-class _Details:
-    method = "/offsetstore.v1.OffsetStoreService/FetchOffsets"
-    invocation_metadata = ()
 
 
 def main() -> None:
