@@ -4,7 +4,7 @@ same job resumes on B's ``A.<topic>``; every record in the sink table exactly on
 On :func:`mirrored_kafka` (two KRaft clusters, MirrorMaker 2; the topic written on A by a transactional
 producer with aborts, its log start moved on partition 0), A's and B's offsets of a record differ:
 only the fingerprints the Flink sink stored (the last record of each partition it flushed, hashed as
-fingerprints.py hashes it) place the group on B. Cost: the module's MirrorMaker fixture (68-123 s to
+fingerprints.py hashes it) place the group on B. Cost: the session's MirrorMaker fixture (shared; 30-123 s to
 start under load) and three Flink MiniCluster JVMs of 10-20 s each.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,19 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.flink, pytest.mark.kafka, pytest.mar
 @pytest.fixture
 def jobs_on_a(mirrored_kafka: MirroredKafka, database_url: str) -> FlinkJobs:
     return flink_jobs_on(mirrored_kafka.source, database_url)
-
-
-@pytest.fixture
-def copy_table(engine: sa.Engine) -> Iterator[str]:
-    name = f"public.flink_switch_{uuid.uuid4().hex[:10]}"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(
-            f'CREATE TABLE {name} (topic text NOT NULL, "partition" integer NOT NULL, "offset" bigint NOT NULL, '
-            "value text, run bigint)"
-        )
-    yield name
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 
 def test_the_flink_job_switched_mid_stream_from_a_to_b_exactly_once(

@@ -20,7 +20,7 @@ from tests.fixtures.fix_mirror_maker import MirroredKafka
 from tests.fixtures.fix_spark import run_available_now, wait_for
 from tests.fixtures.fix_spark_kafka import kafka_source
 
-# The module's MirrorMaker fixture is shared with the Kafka recipe's switch tests (one start per module, 1-2 min).
+# The MirrorMaker fixture is the session's, shared with the Kafka recipe's switch tests (one start per xdist worker, 30-120 s).
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.xdist_group("mirror_maker")]
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
