@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from offsetstore.runtime.held_lock import HeldLock
 from offsetstore.runtime.store import Store
+from offsetstore.server._mirror_cluster import MirrorCluster
 from offsetstore.storage.changes import ChangePage, bound_and_latest_offsets, changes_since, history_end
 
 if TYPE_CHECKING:
@@ -147,10 +148,6 @@ class KafkaMirror:
         self._pending: dict[str, dict[tuple[str, int], None]] = {}
         self._pending_count = 0
         self._warned: dict[str, float] = {}
-        #: The id of the Kafka cluster it writes to (None: not asked yet, or asked again after a failure).
-        self.cluster_id: str | None = None
-        # group -> the other cluster it was found bound to, when the skip was logged.
-        self._skip_logged: dict[str, str] = {}
         self._lock = HeldLock(store.aio, MIRROR_LOCK_ID, "the kafka mirror")
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -172,12 +169,12 @@ class KafkaMirror:
             "(or a group's share of them); the group's next change brings them back.",
             registry=registry,
         )
-        self.skipped = Counter(
-            "offsetstore_kafka_mirror_skipped_groups",
-            "Group writes the Kafka mirror skipped: the group is bound to another Kafka cluster than the one it "
-            "writes to (its offsets mean nothing there).",
-            registry=registry,
-        )
+        self.cluster = MirrorCluster(registry, MAX_PENDING)
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The id of the Kafka cluster it writes to (None: not asked yet, or to ask again after a failure)."""
+        return self.cluster.id
 
     @property
     def pending_partitions(self) -> int:
@@ -236,7 +233,7 @@ class KafkaMirror:
             ours = False
         if not ours:  # another mirror runs; when this one takes over, it starts over
             self._cursor, self._holes, self._pending, self._pending_count = None, [], {}, 0
-            self.cluster_id = None
+            self.cluster.id = None
             return False
         try:
             behind = self._read_history()
@@ -249,17 +246,14 @@ class KafkaMirror:
 
     def _know_cluster(self) -> bool:
         """Asks the cluster's id once (and again after a failed write); False when the broker does not answer."""
-        if self.cluster_id is not None:
+        if self.cluster.id is not None:
             return True
         try:
             assert self._admin is not None, "start() first"
-            found = self._admin.describe_cluster(request_timeout=self.request_seconds)
-            # A broker without a cluster id (before Kafka 0.10.1) is "": it takes only the groups bound to none.
-            self.cluster_id = found.result(timeout=self.request_seconds + 5).cluster_id or ""
+            self.cluster.ask(self._admin, self.request_seconds)
         except Exception as error:
             self._failed("(cluster)", error)
             return False
-        log.info("kafka mirror writes to Kafka cluster %s: groups bound to another are skipped", self.cluster_id)
         return True
 
     def _read_history(self) -> bool:
@@ -360,8 +354,7 @@ class KafkaMirror:
             return
         futures: dict[str, Any] = {}
         for group_id, keys in taken.items():
-            if group_id in bound and bound[group_id] != self.cluster_id:  # bound to none: written
-                self._skip(group_id, bound[group_id])
+            if not self.cluster.takes(group_id, bound.get(group_id)):
                 continue
             # Sentinels (-2/-1 of a reset without watermarks) have no Kafka equivalent to write;
             # a deleted offset is not written either.
@@ -387,21 +380,7 @@ class KafkaMirror:
                 self.mirrored.inc(len(result.topic_partitions))
             except Exception as error:
                 self._failed(group_id, error)
-                self.cluster_id = None  # asked again: the address may reach another cluster now
-
-    def _skip(self, group_id: str, cluster: str) -> None:
-        self.skipped.inc()
-        if self._skip_logged.get(group_id) == cluster:
-            return
-        if len(self._skip_logged) >= MAX_PENDING:
-            self._skip_logged.clear()
-        self._skip_logged[group_id] = cluster
-        log.info(
-            "kafka mirror: the group is bound to Kafka cluster %s, not to %s where the mirror writes: not mirrored",
-            cluster,
-            self.cluster_id,
-            extra={"group_id": group_id},
-        )
+                self.cluster.id = None  # asked again: the address may reach another cluster now
 
     def _failed(self, group_id: str, error: BaseException) -> None:
         self.failures.inc()
