@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,56 @@ def reader(config: Mapping[str, Any]) -> Iterator[confluent_kafka.Consumer]:
         consumer.close()
 
 
+def scan(
+    consumer: confluent_kafka.Consumer,
+    starts: Mapping[TopicPartition, int],
+    timeout: float,
+    take: Callable[[TopicPartition, confluent_kafka.Message], bool],
+    *,
+    ends: Mapping[TopicPartition, int] | None = None,
+) -> set[TopicPartition]:
+    """Reads the partitions from ``starts`` together, each until ``take(tp, message)`` says it is done.
+
+    A partition is done too at its end-of-partition event or, with ``ends``, once the consumer's
+    position reaches its log end (past the last record only markers or aborted records may
+    remain, and no end-of-partition event may come for them: seen on A's transactional topic).
+    Returns the partitions not done when ``timeout`` seconds passed with no record read.
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    open_ = set(starts)
+    consumer.assign([KafkaPartition(tp.topic, tp.partition, at) for tp, at in starts.items()])
+    deadline = time.monotonic() + timeout
+    try:
+        while open_ and time.monotonic() < deadline:
+            done = []
+            for m in consumer.consume(1000, timeout=0.5):
+                tp = TopicPartition(m.topic(), m.partition())
+                if tp not in open_:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
+                    done.append(tp)
+                    continue
+                deadline = time.monotonic() + timeout
+                if take(tp, m):
+                    done.append(tp)
+            if ends is not None:
+                for kp in consumer.position([KafkaPartition(tp.topic, tp.partition) for tp in open_]):
+                    if kp.offset >= ends[TopicPartition(kp.topic, kp.partition)]:
+                        done.append(TopicPartition(kp.topic, kp.partition))
+            if done:
+                open_.difference_update(done)
+                consumer.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
+    finally:
+        # A pause outlives the assignment in librdkafka: the next read of the partition would get nothing.
+        consumer.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts])
+        consumer.unassign()
+    return open_
+
+
 def find_records(
     b: confluent_kafka.Consumer,
     wanted: Mapping[TopicPartition, RecordFingerprint],
@@ -59,7 +109,6 @@ def find_records(
     ``offsets_for_times`` for every partition, then one scan of them all together: a partition
     is paused once its record (and any copy) is passed, at its end, or at ``scan_limit``.
     """
-    from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as KafkaPartition
 
     result: dict[TopicPartition, tuple[int, int] | None] = dict.fromkeys(wanted)
@@ -77,39 +126,18 @@ def find_records(
     if not starts or scan_limit <= 0:
         return result
     state = {tp: [None, 0, 0] for tp in starts}  # found offset, copies, records read
-    open_ = set(starts)
-    b.assign([KafkaPartition(tp.topic, tp.partition, at) for tp, at in starts.items()])
-    deadline = time.monotonic() + timeout
-    try:
-        while open_ and time.monotonic() < deadline:
-            done = []
-            for m in b.consume(1000, timeout=0.5):
-                tp = TopicPartition(m.topic(), m.partition())
-                if tp not in open_:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
-                    done.append(tp)
-                    continue
-                deadline = time.monotonic() + timeout
-                fp, seen = wanted[tp], state[tp]
-                seen[2] += 1
-                if m.timestamp()[1] == fp.timestamp_ms and digest(m.key(), m.value(), m.headers()) == fp.digest:
-                    seen[0] = m.offset() if seen[0] is None else seen[0]
-                    seen[1] += 1
-                elif seen[0] is not None and m.timestamp()[1] != fp.timestamp_ms:
-                    done.append(tp)  # past the record and any copy of it with the same timestamp
-                    continue
-                if seen[2] >= scan_limit:
-                    done.append(tp)
-            if done:
-                open_.difference_update(done)
-                b.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
-    finally:
-        # A pause outlives the assignment in librdkafka: the next read of the partition would get nothing.
-        b.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts])
-        b.unassign()
+
+    def take(tp: TopicPartition, m: confluent_kafka.Message) -> bool:
+        fp, seen = wanted[tp], state[tp]
+        seen[2] += 1
+        if m.timestamp()[1] == fp.timestamp_ms and digest(m.key(), m.value(), m.headers()) == fp.digest:
+            seen[0] = m.offset() if seen[0] is None else seen[0]
+            seen[1] += 1
+        elif seen[0] is not None and m.timestamp()[1] != fp.timestamp_ms:
+            return True  # past the record and any copy of it with the same timestamp
+        return seen[2] >= scan_limit
+
+    scan(b, starts, timeout, take)
     for tp, (at, copies, _) in state.items():
         result[tp] = None if at is None else (at, copies)
     return result
@@ -192,43 +220,17 @@ def digests(
     consumer: confluent_kafka.Consumer, starts: Mapping[TopicPartition, int], timeout: float
 ) -> dict[TopicPartition, collections.Counter[bytes]]:
     """Per partition, the digests of its committed records from its start to its log end as it is now: one scan of all."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaPartition
-
     found: dict[TopicPartition, collections.Counter[bytes]] = {tp: collections.Counter() for tp in starts}
     ends = log_ends(consumer, starts, timeout)
     open_ = {tp for tp, at in starts.items() if at < ends[tp]}
     if not open_:
         return found
-    consumer.assign([KafkaPartition(tp.topic, tp.partition, starts[tp]) for tp in open_])
-    deadline = time.monotonic() + timeout
-    try:
-        while open_ and time.monotonic() < deadline:
-            done = []
-            for m in consumer.consume(1000, timeout=0.5):
-                tp = TopicPartition(m.topic(), m.partition())
-                if tp not in open_:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise ValueError(f"reading {tp.topic}:{tp.partition}: {m.error()}")
-                    done.append(tp)  # the last record's offset is below the end: markers past it
-                    continue
-                deadline = time.monotonic() + timeout
-                found[tp][digest(m.key(), m.value(), m.headers())] += 1
-                if m.offset() + 1 >= ends[tp]:
-                    done.append(tp)
-            # Past the last record only markers or aborted records may remain, and no end-of-partition
-            # event may come for them (seen on A's transactional topic): the position says it is read.
-            for kp in consumer.position([KafkaPartition(tp.topic, tp.partition) for tp in open_]):
-                if kp.offset >= ends[TopicPartition(kp.topic, kp.partition)]:
-                    done.append(TopicPartition(kp.topic, kp.partition))
-            if done:
-                open_.difference_update(done)
-                consumer.pause([KafkaPartition(tp.topic, tp.partition) for tp in done])
-    finally:
-        consumer.resume([KafkaPartition(tp.topic, tp.partition) for tp in starts if starts[tp] < ends[tp]])
-        consumer.unassign()
+
+    def take(tp: TopicPartition, m: confluent_kafka.Message) -> bool:
+        found[tp][digest(m.key(), m.value(), m.headers())] += 1
+        return m.offset() + 1 >= ends[tp]
+
+    open_ = scan(consumer, {tp: starts[tp] for tp in open_}, timeout, take, ends=ends)
     if open_:
         raise ValueError(f"{len(open_)} partitions not read to their end within {timeout} s of no progress")
     return found
